@@ -1,0 +1,234 @@
+// Backward engine: discovers the graph below the roots, counts dependencies, and runs
+// ready nodes newest first (so parameters used last get their final gradient first, as
+// data parallel's bucketed all-reduce wants), summing gradients that meet at a node.
+#include "core/autograd/engine.h"
+
+#include <atomic>
+#include <queue>
+#include <unordered_map>
+
+#include "core/kernels/raw.h"
+
+namespace booster::autograd {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_seq{0};
+}  // namespace
+
+bool GradMode::enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool on) { t_grad_enabled = on; }
+
+Node::Node(std::string name) : seq_(g_next_seq.fetch_add(1, std::memory_order_relaxed)), name_(std::move(name)) {}
+
+std::vector<Tensor> FunctionNode::apply(std::vector<Tensor>&& grad_outputs) {
+  BOOSTER_CHECK_T(AutogradError, !released_, "backward through '", name(),
+                  "' a second time: its saved tensors were freed by the first backward; pass "
+                  "retain_graph=true to the first backward to run it again");
+  return fn_(grad_outputs);
+}
+
+AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("AccumulateGrad"), leaf_(std::move(leaf)) {
+  seq_ = UINT64_MAX;  // leaves run as soon as their gradient is complete
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+  Tensor g = std::move(grad_outputs[0]);
+  Tensor leaf(leaf_);
+  if (g.defined()) {
+    if (!leaf_->grad) {
+      // Take the incoming buffer when nothing else holds it; otherwise copy.
+      if (g.impl_ptr().use_count() == 1 && g.is_contiguous() && g.storage().use_count() == 1 && g.dtype() == leaf.dtype())
+        leaf_->grad = g.impl_ptr();
+      else
+        leaf_->grad = (g.dtype() == leaf.dtype() ? g.contiguous().clone() : g.to(leaf.dtype())).impl_ptr();
+    } else {
+      Tensor acc(leaf_->grad);
+      kernels::add_(acc, g);
+    }
+  }
+  for (auto& hook : leaf_->post_accumulate_grad_hooks) hook(leaf);
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  if (impl->grad_fn) return Edge{impl->grad_fn, impl->output_nr};
+  if (!impl->requires_grad) return Edge{};
+  auto acc = impl->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+    impl->grad_accumulator = acc;
+  }
+  return Edge{acc, 0};
+}
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+namespace {
+std::shared_ptr<Node> make_node(const char* name, const std::vector<Tensor>& inputs, BackwardFn fn) {
+  auto node = std::make_shared<FunctionNode>(name, std::move(fn));
+  node->next_edges.reserve(inputs.size());
+  node->input_meta.reserve(inputs.size());
+  for (const auto& t : inputs) {
+    if (t.defined() && t.requires_grad()) {
+      node->next_edges.push_back(gradient_edge(t));
+      node->input_meta.push_back({t.shape(), t.dtype()});
+    } else {
+      node->next_edges.push_back(Edge{});
+      node->input_meta.push_back({t.defined() ? t.shape() : Shape{}, t.defined() ? t.dtype() : DType::f32});
+    }
+  }
+  return node;
+}
+}  // namespace
+
+Tensor record(const char* name, const std::vector<Tensor>& inputs, Tensor out, BackwardFn fn) {
+  if (!needs_grad(inputs)) return out;
+  auto node = make_node(name, inputs, std::move(fn));
+  TensorImpl* o = out.impl();
+  o->grad_fn = std::move(node);
+  o->output_nr = 0;
+  o->requires_grad = true;
+  return out;
+}
+
+void record_multi(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs, BackwardFn fn) {
+  if (!needs_grad(inputs)) return;
+  auto node = make_node(name, inputs, std::move(fn));
+  node->num_outputs = int(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    TensorImpl* o = outs[i].impl();
+    o->grad_fn = node;
+    o->output_nr = int(i);
+    o->requires_grad = true;
+  }
+}
+
+void retain_grad(const Tensor& t) {
+  TensorImpl* impl = t.impl();
+  if (!impl->grad_fn || impl->retains_grad) return;
+  auto& r = impl->grad_fn->retained;
+  r.resize(size_t(impl->grad_fn->num_outputs));
+  r[size_t(impl->output_nr)] = t.impl_ptr();
+  impl->retains_grad = true;
+}
+
+namespace {
+
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+  } else if (slot.impl_ptr().use_count() == 1 && slot.is_contiguous() && slot.storage().use_count() == 1) {
+    kernels::add_(slot, g);
+  } else {
+    Tensor sum = slot.contiguous().clone();
+    kernels::add_(sum, g);
+    slot = sum;
+  }
+}
+
+struct ByNewest {
+  bool operator()(const Node* a, const Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  BOOSTER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
+  NoGradGuard no_grad;
+
+  // Root edges and their seed gradients.
+  std::vector<std::pair<Edge, Tensor>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    BOOSTER_CHECK_T(AutogradError, r.requires_grad(), "backward: tensor ", r.describe(),
+                    " does not require grad and has no grad_fn");
+    Tensor g = grads[i];
+    if (!g.defined()) {
+      BOOSTER_CHECK_T(AutogradError, r.numel() == 1, "backward: grad can be omitted only for a one-element tensor, got ",
+                      r.describe(), "; pass a gradient of the same shape");
+      g = Tensor::ones(r.shape(), r.dtype());
+    }
+    BOOSTER_CHECK_T(ShapeError, g.shape() == r.shape(), "backward: gradient shape ", shape_str(g.shape()),
+                    " does not match tensor shape ", shape_str(r.shape()));
+    BOOSTER_CHECK_T(DTypeError, g.dtype() == r.dtype(), "backward: gradient dtype ", dtype_name(g.dtype()),
+                    " does not match tensor dtype ", dtype_name(r.dtype()));
+    seeds.push_back({gradient_edge(r), g});
+  }
+
+  // Discover the graph and count how many edges lead into each node.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep;
+  std::vector<Node*> stack;
+  for (auto& [e, g] : seeds) {
+    if (keep.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& e : n->next_edges) {
+      if (!e.fn) continue;
+      ++deps[e.fn.get()];
+      if (keep.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> buffers;
+  for (auto& [e, g] : seeds) {
+    auto& buf = buffers[e.fn.get()];
+    buf.resize(size_t(e.fn->num_outputs));
+    accumulate(buf[size_t(e.input_nr)], g);
+  }
+
+  std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
+  for (auto& [e, g] : seeds)
+    if (deps[e.fn.get()] == 0) ready.push(e.fn.get());
+  std::unordered_map<Node*, bool> done;
+
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    if (done[n]) continue;
+    done[n] = true;
+    std::vector<Tensor> in = std::move(buffers[n]);
+    buffers.erase(n);
+    in.resize(size_t(n->num_outputs));
+    for (size_t k = 0; k < n->retained.size(); ++k) {
+      if (auto impl = n->retained[k].lock(); impl && in[k].defined()) {
+        Tensor holder(impl);
+        if (!impl->grad) impl->grad = in[k].contiguous().clone().impl_ptr();
+        else {
+          Tensor acc(impl->grad);
+          kernels::add_(acc, in[k]);
+        }
+      }
+    }
+    std::vector<Tensor> out = n->apply(std::move(in));
+    if (!retain_graph) n->release();
+    BOOSTER_CHECK_T(AutogradError, out.size() == n->next_edges.size() || n->next_edges.empty(), "backward of '",
+                    n->name(), "' returned ", out.size(), " gradients for ", n->next_edges.size(), " inputs");
+    for (size_t i = 0; i < n->next_edges.size(); ++i) {
+      const Edge& e = n->next_edges[i];
+      if (!e.fn) continue;
+      Node* next = e.fn.get();
+      if (out[i].defined()) {
+        const InputMeta& m = n->input_meta[i];
+        BOOSTER_CHECK_T(ShapeError, out[i].shape() == m.shape, "backward of '", n->name(), "': gradient for input ", i,
+                        " has shape ", shape_str(out[i].shape()), ", the input has shape ", shape_str(m.shape));
+        Tensor g = out[i].dtype() == m.dtype ? out[i] : out[i].to(m.dtype);
+        auto& buf = buffers[next];
+        buf.resize(size_t(next->num_outputs));
+        accumulate(buf[size_t(e.input_nr)], g);
+      }
+      if (--deps[next] == 0) ready.push(next);
+    }
+  }
+}
+
+}  // namespace booster::autograd

@@ -1,0 +1,30 @@
+// The backward engine and the helper ops use to record history.
+#pragma once
+
+#include <vector>
+
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/node.h"
+
+namespace booster::autograd {
+
+/// Runs backward from `roots`; grads[i] may be undefined for a one-element root.
+/// Without retain_graph the graph's saved tensors are freed as it goes.
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);
+
+/// Makes a non-leaf tensor keep its gradient in .grad during backward.
+void retain_grad(const Tensor& t);
+
+/// True when an op on these inputs must record history.
+bool needs_grad(const std::vector<Tensor>& inputs);
+
+/// Attaches a backward to `out` when any input requires grad (and grad mode is on):
+/// `fn` gets the gradient of out and returns one gradient per input (undefined where an
+/// input needs none). Returns out.
+Tensor record(const char* name, const std::vector<Tensor>& inputs, Tensor out, BackwardFn fn);
+
+/// As record() for ops with several outputs; fn gets one gradient per output (undefined
+/// where an output received none).
+void record_multi(const char* name, const std::vector<Tensor>& inputs, std::vector<Tensor>& outs, BackwardFn fn);
+
+}  // namespace booster::autograd

@@ -1,0 +1,101 @@
+// GELU on oneDNN's eltwise primitives (erf or tanh form) and dropout with a counter-based
+// mask (the same mask for any thread count).
+#include "core/autograd/engine.h"
+#include "core/kernels/dnnl_util.h"
+#include "core/kernels/op_util.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/reference.h"
+
+namespace booster {
+namespace kernels {
+namespace {
+
+dnnl::algorithm gelu_alg(bool tanh_approx) {
+  return tanh_approx ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf;
+}
+
+dnnl::eltwise_forward::primitive_desc gelu_fwd_pd(const dnnl::memory::desc& md, bool tanh_approx) {
+  dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, gelu_alg(tanh_approx), md, 0.f, 0.f);
+  return dnnl::eltwise_forward::primitive_desc(d, cpu_engine());
+}
+
+void gelu_fast(const Tensor& x, const Tensor& y, bool tanh_approx) {
+  KeyBuilder key("gelu_fwd");
+  key.add(x).add(int64_t(tanh_approx));
+  const auto& cp = cached_primitive(key.str(), [&] {
+    auto pd = gelu_fwd_pd(md_of(x), tanh_approx);
+    return std::make_pair(dnnl::primitive(dnnl::eltwise_forward(pd)), dnnl::primitive_desc_base(pd));
+  });
+  execute(*cp.prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
+}
+
+void gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tanh_approx) {
+  KeyBuilder key("gelu_bwd");
+  key.add(x).add(int64_t(tanh_approx));
+  const auto& cp = cached_primitive(key.str(), [&] {
+    auto hint = gelu_fwd_pd(md_of(x), tanh_approx);
+    dnnl::eltwise_backward::desc d(gelu_alg(tanh_approx), md_of(x), md_of(x), 0.f, 0.f);
+    dnnl::eltwise_backward::primitive_desc pd(d, cpu_engine(), hint);
+    return std::make_pair(dnnl::primitive(dnnl::eltwise_backward(pd)), dnnl::primitive_desc_base(pd));
+  });
+  execute(*cp.prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)},
+                     {DNNL_ARG_DIFF_DST, mem_of(md_of(dy), dy)},
+                     {DNNL_ARG_DIFF_SRC, mem_of(md_of(dx), dx)}});
+}
+
+}  // namespace
+}  // namespace kernels
+
+// x: any shape -> same shape
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  kernels::check_floating("gelu", x);
+  BOOSTER_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
+                approximate, "\"");
+  const bool tanh_approx = approximate == "tanh", ref = kernels::use_reference();
+  Tensor xf = kernels::f32_contig(x);
+  Tensor y = Tensor::empty(x.shape());
+  if (ref) kernels::ref::gelu_fwd(xf.data<float>(), y.data<float>(), xf.numel(), tanh_approx);
+  else kernels::gelu_fast(xf, y, tanh_approx);
+  const DType dt = x.dtype();
+  return autograd::record("gelu", {x}, y.to(dt), [xf, tanh_approx, ref, dt](const std::vector<Tensor>& g) {
+    Tensor dy = kernels::f32_contig(g[0]);
+    Tensor dx = Tensor::empty(xf.shape());
+    if (ref) kernels::ref::gelu_bwd(xf.data<float>(), dy.data<float>(), dx.data<float>(), xf.numel(), tanh_approx);
+    else kernels::gelu_bwd_fast(xf, dy, dx, tanh_approx);
+    return std::vector<Tensor>{dx.to(dt)};
+  });
+}
+
+// x: any shape -> same shape; element i kept with probability 1-p, scaled by 1/(1-p)
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  kernels::check_floating("dropout", x);
+  BOOSTER_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
+  if (!training || p == 0.0) return x;
+  const int64_t n = x.numel();
+  Tensor mask = Tensor::empty(x.shape(), DType::u8);
+  const uint64_t base = gen.advance(uint64_t(n));
+  // keep when the draw's top 53 bits as a unit double are >= p
+  uint8_t* m = mask.data<uint8_t>();
+  const uint64_t threshold = uint64_t(p * 9007199254740992.0);
+  kernels::parallel_for(n, kernels::kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) m[i] = (gen.at(base + uint64_t(i)) >> 11) >= threshold;
+  });
+  const float s = p >= 1.0 ? 0.f : float(1.0 / (1.0 - p));
+  auto apply_mask = [mask, s](const Tensor& t) {
+    Tensor f = kernels::f32_contig(t).clone();
+    float* q = f.data<float>();
+    const uint8_t* mk = mask.data<uint8_t>();
+    kernels::parallel_for(f.numel(), kernels::kGrain, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) q[i] = mk[i] ? q[i] * s : 0.f;
+    });
+    return f.to(t.dtype());
+  };
+  return autograd::record("dropout", {x}, apply_mask(x.detach()), [apply_mask](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{apply_mask(g[0])};
+  });
+}
+
+Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
+
+}  // namespace booster

@@ -1,0 +1,106 @@
+// oneDNN engine, descriptors and the primitive cache.
+#include "core/kernels/dnnl_util.h"
+
+#include <mutex>
+
+#include "core/kernels/dispatch.h"
+
+namespace booster::kernels {
+
+namespace {
+thread_local bool t_reference = false;
+}
+
+bool use_reference() { return t_reference; }
+ReferenceGuard::ReferenceGuard() : prev_(t_reference) { t_reference = true; }
+ReferenceGuard::~ReferenceGuard() { t_reference = prev_; }
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+dnnl::memory::data_type dnnl_type(DType t) {
+  switch (t) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    case DType::f16: return dnnl::memory::data_type::f16;
+    case DType::u8: return dnnl::memory::data_type::u8;
+    case DType::i64: break;
+  }
+  BOOSTER_THROW(DTypeError, "oneDNN has no ", dtype_name(t), " type");
+}
+
+dnnl::memory::desc md_of(const Shape& dims, const Shape& strides, DType t) {
+  if (dims.empty()) return dnnl::memory::desc({1}, dnnl_type(t), dnnl::memory::dims{1});
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dnnl_type(t),
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+dnnl::memory::desc md_of(const Tensor& t) { return md_of(t.shape(), t.strides(), t.dtype()); }
+
+dnnl::memory mem_of(const dnnl::memory::desc& md, const Tensor& t) {
+  return dnnl::memory(md, cpu_engine(), t.raw_data());
+}
+
+KeyBuilder& KeyBuilder::add(const Tensor& t) {
+  add(int64_t(t.dtype()));
+  add(int64_t(t.dim()));
+  for (int64_t d : t.shape()) add(d);
+  for (int64_t s : t.strides()) add(s);
+  return *this;
+}
+
+namespace {
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::string, CachedPrimitive> map;
+};
+Cache& cache() {
+  static Cache* c = new Cache;
+  return *c;
+}
+}  // namespace
+
+const CachedPrimitive& cached_primitive(
+    const std::string& key, const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make) {
+  Cache& c = cache();
+  {
+    std::lock_guard lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) return it->second;
+  }
+  CachedPrimitive entry;
+  try {
+    auto [prim, pd] = make();
+    entry.prim = prim;
+    entry.pd = pd;
+    const char* impl = pd.impl_info_str();
+    entry.impl = impl ? impl : "";
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) BOOSTER_THROW(BackendError, "oneDNN: ", e.what());
+  }
+  std::lock_guard lock(c.mu);
+  return c.map.emplace(key, std::move(entry)).first->second;
+}
+
+size_t primitive_cache_size() {
+  std::lock_guard lock(cache().mu);
+  return cache().map.size();
+}
+
+void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+  try {
+    p.execute(cpu_stream(), args);
+    cpu_stream().wait();
+  } catch (const dnnl::error& e) {
+    BOOSTER_THROW(BackendError, "oneDNN execute: ", e.what());
+  }
+}
+
+}  // namespace booster::kernels

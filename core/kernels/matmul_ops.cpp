@@ -1,0 +1,159 @@
+// matmul and linear: oneDNN matmul on strided views (transposes cost no copy), with the
+// gradients as two more matmuls. bf16/f16 run natively where oneDNN has kernels for the
+// CPU (AMX, AVX512-BF16/FP16) and in f32 on low-precision storage elsewhere.
+#include "core/autograd/engine.h"
+#include "core/kernels/dnnl_util.h"
+#include "core/kernels/op_util.h"
+#include "core/kernels/ops.h"
+#include "core/kernels/raw.h"
+#include "core/kernels/reference.h"
+
+namespace booster {
+namespace kernels {
+namespace {
+
+// True when t is a (batch of) row- or column-major matrices packed one after another,
+// a layout oneDNN's gemm kernels read without a copy.
+bool matrix_layout_ok(const Tensor& t) {
+  const int64_t nd = t.dim();
+  const auto& sh = t.shape();
+  const auto& st = t.strides();
+  const bool row = st[nd - 1] == 1 && (st[nd - 2] == sh[nd - 1] || sh[nd - 2] == 1);
+  const bool col = st[nd - 2] == 1 && (st[nd - 1] == sh[nd - 2] || sh[nd - 1] == 1);
+  if (!row && !col) return false;
+  int64_t expect = sh[nd - 2] * sh[nd - 1];
+  for (int64_t d = nd - 3; d >= 0; --d) {
+    if (sh[d] == 1) continue;
+    if (st[d] != expect) return false;
+    expect *= sh[d];
+  }
+  return true;
+}
+
+// c = a x b (+ bias) on oneDNN; false when oneDNN has only its slow reference kernel or
+// none at all for this case.
+bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c) {
+  KeyBuilder key("matmul");
+  key.add(a).add(b).add(c);
+  if (bias.defined()) key.add(bias);
+  const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
+    auto d = bias.defined() ? dnnl::matmul::desc(md_of(a), md_of(b), md_of(bias), md_of(c))
+                            : dnnl::matmul::desc(md_of(a), md_of(b), md_of(c));
+    dnnl::matmul::primitive_desc pd(d, cpu_engine());
+    return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
+  });
+  if (!cp.prim || cp.impl.rfind("ref", 0) == 0) return false;
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem_of(cp.pd.src_desc(), a)},
+                                             {DNNL_ARG_WEIGHTS, mem_of(cp.pd.weights_desc(), b)},
+                                             {DNNL_ARG_DST, mem_of(cp.pd.dst_desc(), c)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem_of(cp.pd.weights_desc(1), bias));
+  execute(*cp.prim, args);
+  return true;
+}
+
+// c = a x b (+ bias) on the reference loops; b's batch dims are all 1 or equal to a's.
+Tensor ref_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape) {
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  const int64_t batch = shape_numel(out_shape) / (m * n);
+  const bool w_batched = b.numel() != k * n;
+  Tensor a32 = f32_contig(a), b32 = f32_contig(b);
+  Tensor c = Tensor::empty(out_shape, DType::f32);
+  ref::matmul(a32.data<float>(), b32.data<float>(), c.data<float>(), batch, m, k, n, w_batched);
+  if (bias.defined()) {
+    Tensor b32b = f32_contig(bias);
+    float* cp = c.data<float>();
+    for (int64_t r = 0; r < c.numel() / n; ++r)
+      for (int64_t j = 0; j < n; ++j) cp[r * n + j] += b32b.data<float>()[j];
+  }
+  return c.to(a.dtype());
+}
+
+}  // namespace
+
+/// a x b (+ bias broadcast over rows) without history; the core of matmul and linear.
+Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape) {
+  if (use_reference()) return ref_matmul(a, b, bias, out_shape);
+  Tensor c = Tensor::empty(out_shape, a.dtype());
+  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(a, b, bias, c)) return c;
+  Tensor ac = a.contiguous(), bc = b.contiguous();
+  if (dnnl_matmul(ac, bc, bias, c)) return c;
+  if (a.dtype() != DType::f32) {  // no low-precision kernel on this CPU: compute in f32
+    Tensor c32 = Tensor::empty(out_shape, DType::f32);
+    if (dnnl_matmul(f32_contig(a), f32_contig(b), bias.defined() ? f32_contig(bias) : bias, c32))
+      return c32.to(a.dtype());
+  }
+  return ref_matmul(a, b, bias, out_shape);
+}
+
+}  // namespace kernels
+
+// a: [..., M, K] x b: [..., K, N] -> [..., M, N]
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  kernels::check_same_dtype("matmul", {&a, &b});
+  kernels::check_floating("matmul", a);
+  BOOSTER_CHECK_T(ShapeError, a.dim() >= 2 && b.dim() >= 2 && a.size(-1) == b.size(-2), "matmul: shapes ",
+                  shape_str(a.shape()), " and ", shape_str(b.shape()), " do not multiply (need [..., M, K] x [..., K, N])");
+  Tensor ad = a.detach(), bd = b.detach();
+  Shape out_shape;
+  if (b.dim() == 2 && a.dim() > 2) {  // shared right matrix: fold the batch into M
+    Shape s = a.shape();
+    s.back() = b.size(1);
+    Tensor y = kernels::mm(ad.contiguous().view({-1, a.size(-1)}), bd, Tensor(), {a.numel() / a.size(-1), b.size(1)});
+    out_shape = s;
+    Tensor out = y.view(out_shape);
+    const bool ga = a.requires_grad(), gb = b.requires_grad();
+    return autograd::record("matmul", {a, b}, out, [ad, bd, ga, gb](const std::vector<Tensor>& g) {
+      const int64_t k = ad.size(-1), n = bd.size(1);
+      Tensor g2 = g[0].contiguous().view({-1, n});
+      Tensor a2 = ad.contiguous().view({-1, k});
+      Tensor da = ga ? kernels::mm(g2, bd.transpose(0, 1), Tensor(), {a2.size(0), k}).view(ad.shape()) : Tensor();
+      Tensor db = gb ? kernels::mm(a2.transpose(0, 1), g2, Tensor(), {k, n}) : Tensor();
+      return std::vector<Tensor>{da, db};
+    });
+  }
+  BOOSTER_CHECK_T(ShapeError, a.dim() == b.dim(), "matmul: batch ranks differ, ", shape_str(a.shape()), " x ",
+                  shape_str(b.shape()));
+  for (int64_t d = 0; d < a.dim() - 2; ++d)
+    BOOSTER_CHECK_T(ShapeError, a.size(d) == b.size(d), "matmul: batch dim ", d, " differs, ", shape_str(a.shape()),
+                    " x ", shape_str(b.shape()));
+  out_shape = a.shape();
+  out_shape.back() = b.size(-1);
+  Tensor out = kernels::mm(ad, bd, Tensor(), out_shape);
+  const bool ga = a.requires_grad(), gb = b.requires_grad();
+  return autograd::record("matmul", {a, b}, out, [ad, bd, ga, gb](const std::vector<Tensor>& g) {
+    const int64_t nd = ad.dim();
+    // dA = dC x B^T: [.., M, N] x [.., N, K];  dB = A^T x dC: [.., K, M] x [.., M, N]
+    Tensor da = ga ? kernels::mm(g[0], bd.transpose(nd - 2, nd - 1), Tensor(), ad.shape()) : Tensor();
+    Tensor db = gb ? kernels::mm(ad.transpose(nd - 2, nd - 1), g[0], Tensor(), bd.shape()) : Tensor();
+    return std::vector<Tensor>{da, db};
+  });
+}
+
+// x: [*, K], w: [N, K], b: [N] -> [*, N]
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  kernels::check_same_dtype("linear", {&x, &w, &b});
+  kernels::check_floating("linear", x);
+  BOOSTER_CHECK_T(ShapeError, w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ",
+                  shape_str(x.shape()), " does not fit weight ", shape_str(w.shape()), " (need [*, K] and [N, K])");
+  const int64_t k = w.size(1), n = w.size(0), m = x.numel() / std::max<int64_t>(k, 1);
+  if (b.defined())
+    BOOSTER_CHECK_T(ShapeError, b.dim() == 1 && b.size(0) == n, "linear: bias ", shape_str(b.shape()),
+                    " does not fit weight ", shape_str(w.shape()));
+  Tensor x2 = x.detach().contiguous().view({m, k});
+  Tensor wd = w.detach();
+  Shape out_shape = x.shape();
+  out_shape.back() = n;
+  Tensor y = kernels::mm(x2, wd.transpose(0, 1), b.defined() ? b.detach().view({1, n}) : Tensor(), {m, n});
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  const Shape x_shape = x.shape();
+  return autograd::record("linear", {x, w, b}, y.view(out_shape), [x2, wd, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
+    Tensor g2 = g[0].contiguous().view({m, n});
+    // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
+    Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
+    Tensor dw = gw ? kernels::mm(g2.transpose(0, 1), x2, Tensor(), {n, k}) : Tensor();
+    Tensor db = gb ? kernels::sum_dims(g2, {0}, false) : Tensor();
+    return std::vector<Tensor>{dx, dw, db};
+  });
+}
+
+}  // namespace booster

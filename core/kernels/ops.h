@@ -1,0 +1,86 @@
+// The differentiable ops a Vision Transformer and its training need. Each records its
+// backward (see autograd/engine.h) and runs on oneDNN or vectorized loops, or on the plain
+// reference loops under a ReferenceGuard. Float inputs of one op must share a dtype;
+// bf16/f16 inputs are computed in f32 where oneDNN has no low-precision kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor/random.h"
+#include "core/tensor/tensor.h"
+
+namespace booster {
+
+// ---- matmul family (matmul_ops.cpp) ----
+/// a: [..., M, K] x b: [..., K, N] -> [..., M, N]; b may be 2-D (shared by every batch).
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// x: [*, K], w: [N, K], b: [N] (optional) -> [*, N].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// ---- convolution (conv_ops.cpp) ----
+/// x: [B, C, H, W], w: [O, C, kh, kw], b: [O] (optional) -> [B, O, H', W'].
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::pair<int64_t, int64_t> stride,
+              std::pair<int64_t, int64_t> padding = {0, 0});
+
+// ---- normalization and softmax (norm_ops.cpp) ----
+/// Normalizes the last dim: (x - mean) / sqrt(var + eps) * w + b; w, b: [C].
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
+/// Softmax over the last dim.
+Tensor softmax(const Tensor& x);
+
+// ---- activations (activation_ops.cpp) ----
+/// GELU; approximate "none" (exact erf) or "tanh".
+Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+/// Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+/// Dropout drawing from the default generator.
+Tensor dropout(const Tensor& x, double p, bool training);
+
+// ---- elementwise with broadcasting (binary_ops.cpp) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+/// x * s.
+Tensor scale(const Tensor& x, double s);
+/// x + s.
+Tensor add_scalar(const Tensor& x, double s);
+/// Sums x down to `shape` (the reverse of broadcasting it).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+/// The shape a and b broadcast to; throws ShapeError naming the op.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator*(const Tensor& a, double s) { return scale(a, s); }
+inline Tensor operator*(double s, const Tensor& a) { return scale(a, s); }
+
+// ---- reductions (reduce_ops.cpp) ----
+/// Sum of all elements -> [].
+Tensor sum(const Tensor& x);
+/// Sum over `dims`.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+/// Mean of all elements -> [].
+Tensor mean(const Tensor& x);
+/// Mean over `dims`.
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// ---- losses (loss_ops.cpp) ----
+/// Options of cross_entropy, as torch.nn.functional.cross_entropy.
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+};
+/// logits: [N, C], target: [N] i64 class indices -> mean loss [] over non-ignored rows.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& opts = {});
+/// logits: [N, C], target: [N, C] probabilities (soft targets, e.g. Mixup) -> mean loss [].
+Tensor cross_entropy_soft(const Tensor& logits, const Tensor& target_probs, double label_smoothing = 0.0);
+
+// ---- joining (shape_ops.cpp) ----
+/// Concatenates along dim.
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+
+}  // namespace booster

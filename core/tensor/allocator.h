@@ -1,0 +1,58 @@
+// Memory tiers: every tensor byte is allocated from a tier that accounts bytes in use and
+// the peak. "host" (RAM, 64-byte aligned) is the default; later plugins register slower
+// tiers (a file-backed store for offload) and report their memory from these counters.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace booster {
+
+/// Alignment of every allocation, in bytes (one cache line, one AVX-512 register).
+constexpr size_t kAlignment = 64;
+
+/// A place tensors live, with byte accounting.
+class MemoryTier {
+ public:
+  explicit MemoryTier(std::string name) : name_(std::move(name)) {}
+  virtual ~MemoryTier() = default;
+  MemoryTier(const MemoryTier&) = delete;
+  MemoryTier& operator=(const MemoryTier&) = delete;
+
+  /// Allocates nbytes aligned to kAlignment; throws BackendError when out of memory.
+  virtual void* allocate(size_t nbytes);
+  /// Releases a block returned by allocate(nbytes).
+  virtual void deallocate(void* p, size_t nbytes);
+
+  /// The tier's name ("host", ...).
+  const std::string& name() const { return name_; }
+  /// Bytes currently allocated from this tier.
+  size_t bytes_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  /// Highest bytes_in_use() since start or the last reset_peak().
+  size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  /// Sets the peak to the current use.
+  void reset_peak() { peak_.store(bytes_in_use(), std::memory_order_relaxed); }
+
+ protected:
+  void account_alloc(size_t nbytes);
+  void account_free(size_t nbytes);
+
+ private:
+  std::string name_;
+  std::atomic<size_t> in_use_{0};
+  std::atomic<size_t> peak_{0};
+};
+
+/// The default tier: RAM.
+MemoryTier& host_tier();
+/// Registers a tier under its name; throws ValueError if the name is taken.
+MemoryTier& register_tier(std::unique_ptr<MemoryTier> tier);
+/// Finds a registered tier by name; throws ValueError listing the known tiers.
+MemoryTier& memory_tier(const std::string& name);
+/// Names of all registered tiers.
+std::vector<std::string> memory_tier_names();
+
+}  // namespace booster

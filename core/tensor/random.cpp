@@ -1,0 +1,111 @@
+// Counter-based generator and its tensor fills.
+#include "core/tensor/random.h"
+
+#include <cmath>
+#include <vector>
+
+namespace booster {
+
+namespace {
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline double to_unit(uint64_t v) { return double(v >> 11) * (1.0 / 9007199254740992.0); }
+
+// Fills a float tensor: value i = f(counter of element i). Converts to t's dtype.
+template <typename F>
+void fill_with(Tensor& t, F&& f) {
+  BOOSTER_CHECK_T(DTypeError, is_floating(t.dtype()), "random fill: tensor must be floating, got ",
+                  dtype_name(t.dtype()));
+  const int64_t n = t.numel();
+  std::vector<float> v(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(f(i));
+  t.copy_(Tensor::from_vector(v, t.shape(), DType::f32));
+}
+}  // namespace
+
+void Generator::manual_seed(uint64_t seed, uint64_t stream) {
+  state_ = {seed, stream, 0};
+  key_ = mix64(seed * kGamma + mix64(stream + 0x632BE59BD9B4E019ull));
+}
+
+uint64_t Generator::at(uint64_t counter) const { return mix64(key_ + (counter + 1) * kGamma); }
+uint64_t Generator::next_u64() { return at(advance(1)); }
+double Generator::next_double() { return to_unit(next_u64()); }
+
+void Generator::uniform_(Tensor& t, double lo, double hi) {
+  const uint64_t base = advance(uint64_t(t.numel()));
+  fill_with(t, [&](int64_t i) { return lo + (hi - lo) * to_unit(at(base + uint64_t(i))); });
+}
+
+void Generator::normal_(Tensor& t, double mean, double std) {
+  const uint64_t base = advance(2 * uint64_t(t.numel()));
+  fill_with(t, [&](int64_t i) {
+    const double u1 = 1.0 - to_unit(at(base + 2 * uint64_t(i)));  // (0, 1]
+    const double u2 = to_unit(at(base + 2 * uint64_t(i) + 1));
+    return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  });
+}
+
+void Generator::trunc_normal_(Tensor& t, double mean, double std, double a, double b) {
+  BOOSTER_CHECK(std > 0 && a < b, "trunc_normal_: need std > 0 and a < b, got std=", std, " a=", a, " b=", b);
+  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  const double l = cdf((a - mean) / std), u = cdf((b - mean) / std);
+  const uint64_t base = advance(uint64_t(t.numel()));
+  fill_with(t, [&](int64_t i) {
+    const double p = (2 * l - 1) + (2 * u - 1 - (2 * l - 1)) * to_unit(at(base + uint64_t(i)));
+    const double x = erfinv(p) * std * std::sqrt(2.0) + mean;
+    return std::min(std::max(x, a), b);
+  });
+}
+
+void Generator::bernoulli_(Tensor& t, double p) {
+  const uint64_t base = advance(uint64_t(t.numel()));
+  fill_with(t, [&](int64_t i) { return to_unit(at(base + uint64_t(i))) < p ? 1.0 : 0.0; });
+}
+
+Generator& default_generator() {
+  static Generator g(0, 0);
+  return g;
+}
+
+void manual_seed(uint64_t seed, uint64_t stream) { default_generator().manual_seed(seed, stream); }
+
+double erfinv(double x) {
+  if (x <= -1.0) return -INFINITY;
+  if (x >= 1.0) return INFINITY;
+  // Giles (2010) single-precision approximation, then Newton steps on erf in double.
+  double w = -std::log((1.0 - x) * (1.0 + x)), r;
+  if (w < 5.0) {
+    w -= 2.5;
+    r = 2.81022636e-08;
+    r = 3.43273939e-07 + r * w;
+    r = -3.5233877e-06 + r * w;
+    r = -4.39150654e-06 + r * w;
+    r = 0.00021858087 + r * w;
+    r = -0.00125372503 + r * w;
+    r = -0.00417768164 + r * w;
+    r = 0.246640727 + r * w;
+    r = 1.50140941 + r * w;
+  } else {
+    w = std::sqrt(w) - 3.0;
+    r = -0.000200214257;
+    r = 0.000100950558 + r * w;
+    r = 0.00134934322 + r * w;
+    r = -0.00367342844 + r * w;
+    r = 0.00573950773 + r * w;
+    r = -0.0076224613 + r * w;
+    r = 0.00943887047 + r * w;
+    r = 1.00167406 + r * w;
+    r = 2.83297682 + r * w;
+  }
+  r *= x;
+  for (int k = 0; k < 2; ++k) r -= (std::erf(r) - x) / (2.0 / std::sqrt(M_PI) * std::exp(-r * r));
+  return r;
+}
+
+}  // namespace booster

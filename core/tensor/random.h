@@ -1,0 +1,63 @@
+// Seeded, counter-based random numbers: element i of a draw depends only on (seed,
+// stream, counter + i), so results are identical for any thread count, and each rank
+// draws from its own stream. The state is three integers, saved in checkpoints.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor/tensor.h"
+
+namespace booster {
+
+/// A generator's complete state.
+struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  uint64_t counter = 0;
+};
+
+/// Counter-based random generator (splitmix64 over a per-stream key).
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0, uint64_t stream = 0) { manual_seed(seed, stream); }
+  /// Restarts the generator at (seed, stream).
+  void manual_seed(uint64_t seed, uint64_t stream = 0);
+  GeneratorState state() const { return state_; }
+  void set_state(const GeneratorState& s) { state_ = s; }
+
+  /// Next raw 64-bit value.
+  uint64_t next_u64();
+  /// Next double in [0, 1).
+  double next_double();
+  /// Reserves n consecutive counters and returns the first (for parallel fills).
+  uint64_t advance(uint64_t n) {
+    uint64_t c = state_.counter;
+    state_.counter += n;
+    return c;
+  }
+  /// Raw value at an absolute counter position.
+  uint64_t at(uint64_t counter) const;
+
+  /// Fills t with U[lo, hi).
+  void uniform_(Tensor& t, double lo = 0.0, double hi = 1.0);
+  /// Fills t with N(mean, std^2).
+  void normal_(Tensor& t, double mean = 0.0, double std = 1.0);
+  /// Fills t with N(mean, std^2) truncated to [a, b] (absolute bounds, as PyTorch's trunc_normal_).
+  void trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
+  /// Fills t with 1 with probability p, else 0.
+  void bernoulli_(Tensor& t, double p);
+
+ private:
+  GeneratorState state_;
+  uint64_t key_ = 0;
+};
+
+/// The process-wide default generator (seeded by manual_seed).
+Generator& default_generator();
+/// Seeds the default generator; `stream` is usually the rank.
+void manual_seed(uint64_t seed, uint64_t stream = 0);
+
+/// Inverse error function, accurate to double rounding.
+double erfinv(double x);
+
+}  // namespace booster

@@ -1,0 +1,51 @@
+// Walking strided views: the one place that turns (shape, strides) into row loops.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace booster {
+
+/// Calls fn(dst_row_offset, src_row_offset) for each innermost row of `shape`, where the
+/// offsets are in elements for the two stride sets; the row has shape.back() elements.
+/// Dims are coalesced first, so a contiguous pair is one long row. Rows run on OpenMP
+/// threads when `parallel` is set and there are many.
+template <typename Fn>
+void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel = true);
+
+/// Copies src into dst (same shape; any strides; converts dtype).
+void strided_copy(const Tensor& dst, const Tensor& src);
+
+// ---- implementation ----
+namespace detail {
+/// Merges adjacent dims that are contiguous for both stride sets; drops size-1 dims.
+void coalesce(Shape& shape, Shape& sa, Shape& sb);
+}
+
+template <typename Fn>
+void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel) {
+  detail::coalesce(shape, sa, sb);
+  const int nd = int(shape.size());
+  if (nd <= 1) {
+    fn(int64_t(0), int64_t(0), nd == 0 ? int64_t(1) : shape[0], nd == 0 ? 1 : sa[0], nd == 0 ? 1 : sb[0]);
+    return;
+  }
+  int64_t rows = 1;
+  for (int d = 0; d < nd - 1; ++d) rows *= shape[d];
+  const int64_t n = shape[nd - 1], ia = sa[nd - 1], ib = sb[nd - 1];
+#pragma omp parallel for schedule(static) if (parallel && rows * n > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rem = r, oa = 0, ob = 0;
+    for (int d = nd - 2; d >= 0; --d) {
+      const int64_t i = rem % shape[d];
+      rem /= shape[d];
+      oa += i * sa[d];
+      ob += i * sb[d];
+    }
+    fn(oa, ob, n, ia, ib);
+  }
+}
+
+}  // namespace booster

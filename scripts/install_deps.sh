@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian packages booster-cpp builds and runs with; idempotent.
+# Runs apt-get only when something is missing. Needs root (or sudo) for that case.
+set -euo pipefail
+
+PACKAGES=(
+  g++ cmake ninja-build make pkg-config
+  libdnnl-dev                 # oneDNN: matmul, conv, norm, softmax, eltwise kernels
+  libopenmpi-dev openmpi-bin  # collectives and mpirun
+  libspdlog-dev               # logging
+  libtoml11-dev               # run configs
+  libprotobuf-dev protobuf-compiler  # checkpoints
+  libgtest-dev libgmock-dev   # tests
+  libbenchmark-dev            # benchmarks
+  libjpeg62-turbo-dev libpng-dev     # image decoding
+  libxxhash-dev               # checkpoint checksums
+  nlohmann-json3-dev          # safetensors headers, HF config.json
+  libcli11-dev                # command lines
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,180 @@
+// Tensor metadata, views without copies, dtype conversion, allocator accounting, RNG.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/kernels/ops.h"
+#include "core/tensor/random.h"
+#include "core/tensor/tensor.h"
+
+using namespace booster;
+
+namespace {
+Tensor iota(const Shape& s) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(s)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  return Tensor::from_vector(v, s);
+}
+}  // namespace
+
+TEST(Tensor, FactoriesAndMetadata) {
+  Tensor t = Tensor::full({2, 3}, 1.5);
+  EXPECT_EQ(t.shape(), (Shape{2, 3}));
+  EXPECT_EQ(t.strides(), (Shape{3, 1}));
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_TRUE(t.is_contiguous());
+  for (float v : t.to_vector()) EXPECT_EQ(v, 1.5f);
+  EXPECT_EQ(Tensor::arange(4).to_int_vector(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % kAlignment, 0u);
+  EXPECT_THROW(t.data<bf16_t>(), DTypeError);
+  EXPECT_THROW(t.item(), ShapeError);
+  EXPECT_THROW(Tensor::from_vector({1, 2, 3}, {2, 2}), ShapeError);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor t = iota({2, 3, 4});
+  Tensor p = t.permute({2, 0, 1});
+  EXPECT_TRUE(p.shares_storage(t));
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(p.strides(), (Shape{1, 12, 4}));
+  EXPECT_FALSE(p.is_contiguous());
+  // p[k][i][j] == t[i][j][k]
+  auto pv = p.contiguous().to_vector();
+  EXPECT_EQ(pv[size_t((3 * 2 + 1) * 3 + 2)], float((1 * 3 + 2) * 4 + 3));
+
+  Tensor n = t.narrow(2, 1, 2);
+  EXPECT_EQ(n.shape(), (Shape{2, 3, 2}));
+  EXPECT_EQ(n.offset(), 1);
+  EXPECT_EQ(n.contiguous().to_vector()[0], 1.f);
+  EXPECT_EQ(t.slice(1, -1, 3).contiguous().to_vector()[0], 8.f);
+  EXPECT_EQ(t.select(0, 1).contiguous().to_vector()[0], 12.f);
+
+  Tensor e = Tensor::from_vector({1, 2, 3}, {3}).expand({2, 3});
+  EXPECT_EQ(e.strides(), (Shape{0, 1}));
+  EXPECT_EQ(e.contiguous().to_vector(), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+
+  Tensor v = t.view({6, 4});
+  EXPECT_TRUE(v.shares_storage(t));
+  EXPECT_EQ(t.view({-1}).numel(), 24);
+  EXPECT_THROW(t.view({5, -1}), ShapeError);
+  // A transposed tensor cannot be viewed flat, but can be reshaped (with a copy).
+  Tensor tr = t.transpose(1, 2);
+  EXPECT_THROW(tr.view({24}), ShapeError);
+  Tensor r = tr.reshape({24});
+  EXPECT_FALSE(r.shares_storage(t));
+  // ... while splitting a dim of a transposed tensor is still a view.
+  EXPECT_TRUE(tr.view({2, 2, 2, 3}).shares_storage(t));
+  EXPECT_EQ(t.unsqueeze(0).shape(), (Shape{1, 2, 3, 4}));
+  EXPECT_EQ(t.unsqueeze(-1).shape(), (Shape{2, 3, 4, 1}));
+  EXPECT_EQ(t.flatten(1).shape(), (Shape{2, 12}));
+  EXPECT_THROW(t.squeeze(0), ShapeError);
+  EXPECT_THROW(t.narrow(1, 2, 2), ShapeError);
+}
+
+TEST(Tensor, CopyAndFillThroughViews) {
+  Tensor t = Tensor::zeros({3, 4});
+  t.transpose(0, 1).narrow(0, 1, 1).fill_(7);  // column 1
+  auto v = t.to_vector();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(v[size_t(i * 4 + 1)], 7.f);
+  EXPECT_EQ(v[0], 0.f);
+  Tensor src = iota({4, 3});
+  t.copy_(src.transpose(0, 1));
+  EXPECT_EQ(t.to_vector()[1], 3.f);
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 256)), 1.0f);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 3.0f / 256)), 1.0f + 1.0f / 64);
+  EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.5f / 256)), 1.0f + 1.0f / 128);
+  EXPECT_TRUE(std::isnan(from_bf16(to_bf16(NAN))));
+  EXPECT_TRUE(std::isinf(from_bf16(to_bf16(INFINITY))));
+  EXPECT_EQ(from_f16(to_f16(1.0f + 1.0f / 2048)), 1.0f);  // f16 tie to even
+  EXPECT_EQ(from_f16(to_f16(65504.f)), 65504.f);
+}
+
+TEST(DType, ConversionRoundTrips) {
+  Tensor t = Tensor::from_vector({0.5f, -2.25f, 3.0f, 1e-3f}, {4});
+  for (DType dt : {DType::bf16, DType::f16}) {
+    auto back = t.to(dt).to(DType::f32).to_vector();
+    EXPECT_EQ(back[0], 0.5f);
+    EXPECT_EQ(back[1], -2.25f);
+    EXPECT_NEAR(back[3], 1e-3f, 1e-5f);
+  }
+  EXPECT_EQ(t.to(DType::i64).to_int_vector(), (std::vector<int64_t>{0, -2, 3, 0}));
+  EXPECT_EQ(dtype_from_name("bfloat16"), DType::bf16);
+  EXPECT_THROW(dtype_from_name("f8"), DTypeError);
+}
+
+TEST(Allocator, AccountsBytesAndPeak) {
+  MemoryTier& host = host_tier();
+  const size_t before = host.bytes_in_use();
+  host.reset_peak();
+  {
+    Tensor a = Tensor::empty({1024}, DType::f32);
+    EXPECT_EQ(host.bytes_in_use(), before + 4096);
+    Tensor b = Tensor::empty({512}, DType::bf16);
+    EXPECT_EQ(host.peak_bytes(), before + 4096 + 1024);
+  }
+  EXPECT_EQ(host.bytes_in_use(), before);
+  EXPECT_EQ(host.peak_bytes(), before + 5120);
+}
+
+TEST(Allocator, SecondTierIsSeparate) {
+  MemoryTier& slow = register_tier(std::make_unique<MemoryTier>("test_slow"));
+  EXPECT_THROW(register_tier(std::make_unique<MemoryTier>("test_slow")), ValueError);
+  EXPECT_EQ(&memory_tier("test_slow"), &slow);
+  EXPECT_THROW(memory_tier("nope"), ValueError);
+  const size_t host_before = host_tier().bytes_in_use();
+  Tensor t = Tensor::empty({100}, DType::f32, &slow);
+  EXPECT_EQ(slow.bytes_in_use(), 400u);
+  EXPECT_EQ(host_tier().bytes_in_use(), host_before);
+}
+
+TEST(Random, ReproducibleAndPerStream) {
+  Generator a(42, 0), b(42, 0), c(42, 1);
+  Tensor x = Tensor::empty({1000}), y = Tensor::empty({1000}), z = Tensor::empty({1000});
+  a.normal_(x);
+  b.normal_(y);
+  c.normal_(z);
+  EXPECT_EQ(x.to_vector(), y.to_vector());
+  EXPECT_NE(x.to_vector(), z.to_vector());
+  // Saved state resumes the same sequence.
+  GeneratorState s = a.state();
+  a.uniform_(x);
+  b.set_state(s);
+  b.uniform_(y);
+  EXPECT_EQ(x.to_vector(), y.to_vector());
+}
+
+TEST(Random, Distributions) {
+  Generator g(7);
+  const int n = 200000;
+  Tensor t = Tensor::empty({n});
+  auto moments = [&](const Tensor& x) {
+    double m = 0, v = 0;
+    auto d = x.to_vector();
+    for (float f : d) m += f;
+    m /= n;
+    for (float f : d) v += (f - m) * (f - m);
+    return std::pair{m, v / n};
+  };
+  g.uniform_(t, -1, 3);
+  auto [um, uv] = moments(t);
+  EXPECT_NEAR(um, 1.0, 0.02);
+  EXPECT_NEAR(uv, 16.0 / 12, 0.02);
+  g.normal_(t, 2, 0.5);
+  auto [nm, nv] = moments(t);
+  EXPECT_NEAR(nm, 2.0, 0.01);
+  EXPECT_NEAR(nv, 0.25, 0.005);
+  g.trunc_normal_(t, 0, 1, -1, 1);
+  for (float f : t.to_vector()) ASSERT_TRUE(f >= -1 && f <= 1);
+  auto [tm, tv] = moments(t);
+  EXPECT_NEAR(tm, 0.0, 0.01);
+  EXPECT_NEAR(tv, 0.2911, 0.005);  // variance of N(0,1) truncated to [-1, 1]
+  g.bernoulli_(t, 0.3);
+  auto [bm, bv] = moments(t);
+  EXPECT_NEAR(bm, 0.3, 0.005);
+  EXPECT_NEAR(erfinv(std::erf(0.7)), 0.7, 1e-12);
+}
