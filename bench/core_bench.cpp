@@ -1,1 +1,135 @@
-int main(){}
+// Core op benchmark. Linear forward+backward at ViT-B/16 shapes (batch 16: M = 3152,
+// K = 768, N = 768 / 3072) against the raw oneDNN matmul ceiling, the two timed
+// alternately inside each iteration so a noisy shared machine hits both alike; counters
+// report both GFLOP/s and their ratio. Plus the per-op overhead on tiny tensors.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "core/autograd/engine.h"
+#include "core/kernels/dnnl_util.h"
+#include "core/kernels/ops.h"
+
+using namespace booster;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
+  // Filled with values: never-written pages map to one zero page and flatter a matmul.
+  Tensor t = Tensor::empty(s);
+  Generator(seed).uniform_(t, -0.5, 0.5);
+  return t.to(dt);
+}
+
+// The ceiling: one raw oneDNN matmul [M, K] x [K, N] with weights in oneDNN's preferred
+// (packed) layout, as ../shared/bench/dnnl_peak.cpp measures it.
+class RawMatmul {
+ public:
+  RawMatmul(int64_t m, int64_t k, int64_t n, DType dt) {
+    using dnnl::memory;
+    auto ddt = kernels::dnnl_type(dt);
+    memory::desc a({m, k}, ddt, memory::format_tag::ab), b({k, n}, ddt, memory::format_tag::any),
+        c({m, n}, memory::data_type::f32, memory::format_tag::ab);
+    try {
+      pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), kernels::cpu_engine());
+    } catch (const dnnl::error&) {
+      return;  // no kernel for this dtype on this CPU
+    }
+    prim_ = dnnl::matmul(pd_);
+    a_ = random_tensor({m, k}, dt, 1);
+    c_ = Tensor::empty({m, n});
+    Tensor plain = random_tensor({k, n}, dt, 2);
+    b_mem_ = memory(pd_.weights_desc(), kernels::cpu_engine());
+    memory src(memory::desc({k, n}, ddt, memory::format_tag::ab), kernels::cpu_engine(), plain.raw_data());
+    dnnl::reorder(src, b_mem_).execute(kernels::cpu_stream(), src, b_mem_);
+    kernels::cpu_stream().wait();
+    ok_ = true;
+  }
+  bool ok() const { return ok_; }
+  std::string impl() const { return ok_ ? pd_.impl_info_str() : "none"; }
+  double run_seconds() {
+    auto t0 = Clock::now();
+    prim_.execute(kernels::cpu_stream(), {{DNNL_ARG_SRC, dnnl::memory(pd_.src_desc(), kernels::cpu_engine(), a_.raw_data())},
+                                          {DNNL_ARG_WEIGHTS, b_mem_},
+                                          {DNNL_ARG_DST, dnnl::memory(pd_.dst_desc(), kernels::cpu_engine(), c_.raw_data())}});
+    kernels::cpu_stream().wait();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+ private:
+  bool ok_ = false;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::primitive prim_;
+  dnnl::memory b_mem_;
+  Tensor a_, c_;
+};
+
+void BM_LinearFwdBwd(benchmark::State& state, DType dt) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  RawMatmul ceiling(m, k, n, dt);
+  if (!ceiling.ok()) {
+    state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
+    return;
+  }
+  Tensor x = random_tensor({m, k}, dt, 3).requires_grad_();
+  Tensor w = random_tensor({n, k}, dt, 4).requires_grad_();
+  Tensor b = random_tensor({n}, dt, 5).requires_grad_();
+  Tensor dy = random_tensor({m, n}, dt, 6);
+  auto step = [&] {
+    x.set_grad({});
+    w.set_grad({});
+    b.set_grad({});
+    linear(x, w, b).backward(dy);
+  };
+  step();  // warm the primitive cache
+  ceiling.run_seconds();
+  double op_s = 0, ceil_s = 0;
+  for (auto _ : state) {
+    ceil_s += ceiling.run_seconds();
+    auto t0 = Clock::now();
+    step();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    op_s += s;
+    state.SetIterationTime(s);
+  }
+  const double flop = 2.0 * double(m) * double(k) * double(n);
+  const double iters = double(state.iterations());
+  const double op_gflops = 3 * flop * iters / op_s / 1e9, ceil_gflops = flop * iters / ceil_s / 1e9;
+  state.counters["GFLOPs"] = op_gflops;
+  state.counters["ceiling_GFLOPs"] = ceil_gflops;
+  state.counters["ratio"] = op_gflops / ceil_gflops;
+  state.SetLabel(ceiling.impl());
+}
+
+// Dispatch, cache lookup and graph bookkeeping of one small op.
+void BM_TinyOpOverhead(benchmark::State& state) {
+  const bool grad = state.range(0);
+  Tensor a = random_tensor({4}, DType::f32, 1), b = random_tensor({4}, DType::f32, 2);
+  if (grad) a.requires_grad_();
+  for (auto _ : state) benchmark::DoNotOptimize(add(a, b));
+  state.SetLabel(grad ? "add [4], records graph" : "add [4], no graph");
+}
+
+void BM_TinyLinearOverhead(benchmark::State& state) {
+  Tensor x = random_tensor({2, 8}, DType::f32, 1), w = random_tensor({8, 8}, DType::f32, 2);
+  for (auto _ : state) benchmark::DoNotOptimize(linear(x, w));
+  state.SetLabel("linear [2,8]x[8,8] (tiny-problem loop)");
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_LinearFwdBwd, f32, DType::f32)
+    ->Args({3152, 768, 768})
+    ->Args({3152, 768, 3072})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearFwdBwd, bf16, DType::bf16)
+    ->Args({3152, 768, 768})
+    ->Args({3152, 768, 3072})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TinyOpOverhead)->Arg(0)->Arg(1);
+BENCHMARK(BM_TinyLinearOverhead);
+
+BENCHMARK_MAIN();

@@ -43,7 +43,7 @@ void ln_forward(const Tensor& x2, const Tensor& w, const Tensor& b, double eps, 
   execute(*cp.prim, args);
 }
 
-void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& mean, const Tensor& var, const Tensor& dy, double eps,
+void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& var, const Tensor& dy, double eps,
                  Tensor& dx, Tensor& dw, Tensor& db) {
   const bool affine = w.defined();
   KeyBuilder key("ln_bwd");
@@ -62,6 +62,7 @@ void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& mean, const Te
                                              {DNNL_ARG_DIFF_SRC, mem_of(md_of(dx), dx)}};
   if (affine) {
     args.emplace(DNNL_ARG_SCALE, mem_of(md_of(w), w));
+    args.emplace(DNNL_ARG_SHIFT, mem_of(md_of(b), b));  // oneDNN 2.x wants it, though unused
     args.emplace(DNNL_ARG_DIFF_SCALE, mem_of(md_of(dw), dw));
     args.emplace(DNNL_ARG_DIFF_SHIFT, mem_of(md_of(db), db));
   }
@@ -102,7 +103,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   const bool gw = affine && (w.requires_grad() || b.requires_grad());
   return autograd::record(
       "layer_norm", {x, w, b}, y.view(shape).to(dt),
-      [x2, w32, mean, stat, eps, ref, affine, gw, dt, shape, rows, c](const std::vector<Tensor>& g) {
+      [x2, w32, b32, mean, stat, eps, ref, affine, gw, dt, shape, rows, c](const std::vector<Tensor>& g) {
         Tensor dy = kernels::f32_contig(g[0]).view({rows, c});
         Tensor dx = Tensor::empty({rows, c});
         Tensor dw = affine ? Tensor::empty({c}) : Tensor(), db = affine ? Tensor::empty({c}) : Tensor();
@@ -111,7 +112,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
                                        stat.data<float>(), dy.data<float>(), dx.data<float>(),
                                        affine ? dw.data<float>() : nullptr, affine ? db.data<float>() : nullptr, rows, c);
         else
-          kernels::ln_backward(x2, w32, mean, stat, dy, eps, dx, dw, db);
+          kernels::ln_backward(x2, w32, b32, mean, stat, dy, eps, dx, dw, db);
         return std::vector<Tensor>{dx.view(shape).to(dt), gw ? dw.to(dt) : Tensor(), gw ? db.to(dt) : Tensor()};
       });
 }

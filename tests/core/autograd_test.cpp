@@ -1,0 +1,148 @@
+// Autograd semantics: backward forms, accumulation, retain_grad, hooks, no-grad, errors.
+#include <gtest/gtest.h>
+
+#include "core/autograd/engine.h"
+#include "core/kernels/ops.h"
+
+using namespace booster;
+
+namespace {
+Tensor leaf(std::vector<float> v, Shape s) { return Tensor::from_vector(v, s).requires_grad_(); }
+}  // namespace
+
+TEST(Autograd, ScalarBackwardAndAccumulation) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  Tensor y = sum(x * x);  // dy/dx = 2x
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, 4, 6}));
+  sum(x * 3.0).backward();  // accumulates: + 3
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{5, 7, 9}));
+  x.set_grad(Tensor());
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, BackwardWithGivenGradient) {
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor y = x * x;
+  y.backward(Tensor::from_vector({1, 0, 0, 2}, {2, 2}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, 0, 0, 16}));
+}
+
+TEST(Autograd, ErrorsAreClear) {
+  Tensor x = leaf({1, 2, 3, 4}, {2, 2});
+  Tensor y = x * 2.0;
+  try {
+    y.backward();
+    FAIL();
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("one-element"), std::string::npos) << e.what();
+  }
+  try {
+    y.backward(Tensor::ones({4}));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[4]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 2]"), std::string::npos) << e.what();
+  }
+  Tensor b = Tensor::ones({2, 2}, DType::bf16);
+  try {
+    add(x, b);
+    FAIL();
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add: dtype mismatch, f32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tensor::ones({2}).backward(), AutogradError);  // nothing requires grad
+  EXPECT_THROW(Tensor::ones({2}, DType::i64).requires_grad_(), DTypeError);
+  EXPECT_THROW(x.fill_(0), AutogradError);  // in-place on a leaf that requires grad
+}
+
+TEST(Autograd, FreedGraphIsAnError) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = sum(gelu(x));
+  y.backward({}, /*retain_graph=*/true);
+  y.backward();  // allowed: the graph was retained
+  try {
+    y.backward();
+    FAIL();
+  } catch (const AutogradError& e) {
+    EXPECT_NE(std::string(e.what()).find("second time"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Autograd, NoGradAndDetach) {
+  Tensor x = leaf({1, 2}, {2});
+  {
+    NoGradGuard ng;
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+  }
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_TRUE(d.shares_storage(x));
+  Tensor y = sum(x * d);  // gradient flows only through x: d/dx = d
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{1, 2}));
+}
+
+TEST(Autograd, NonLeafGradientOnRequest) {
+  // A pipeline stage needs the gradient of its (non-leaf) input.
+  Tensor x = leaf({1, -1, 2}, {3});
+  Tensor h = x * 3.0;
+  h.retain_grad();
+  Tensor y = sum(h * h);
+  y.backward();
+  EXPECT_EQ(h.grad().to_vector(), (std::vector<float>{6, -6, 12}));
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{18, -18, 36}));
+  // A received activation is a leaf with requires_grad: its .grad is the stage's output.
+  Tensor recv = leaf({0.5f}, {1});
+  sum(recv * 4.0).backward();
+  EXPECT_EQ(recv.grad().to_vector()[0], 4.0f);
+}
+
+TEST(Autograd, DiamondSumsBeforeLeafHookFires) {
+  Tensor x = leaf({2}, {1});
+  int fired = 0;
+  float seen = 0;
+  x.register_post_accumulate_grad_hook([&](const Tensor& p) {
+    ++fired;
+    seen = p.grad().to_vector()[0];
+  });
+  Tensor a = x * 3.0, b = x * x;
+  sum(a + b).backward();  // d/dx = 3 + 2x = 7, reached by two paths
+  EXPECT_EQ(fired, 1);
+  EXPECT_EQ(seen, 7.0f);
+}
+
+TEST(Autograd, HooksFireLastUsedFirst) {
+  // Three "layers": the last one's parameter must get its final gradient first, so that
+  // data parallel can start its all-reduce while backward continues.
+  Tensor w1 = leaf({1, 0, 0, 1}, {2, 2}), w2 = leaf({1, 0, 0, 1}, {2, 2}), w3 = leaf({1, 0, 0, 1}, {2, 2});
+  std::vector<int> order;
+  w1.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(1); });
+  w2.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(2); });
+  w3.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(3); });
+  Tensor x = Tensor::ones({4, 2});
+  Tensor y = sum(linear(linear(linear(x, w1), w2), w3));
+  y.backward();
+  EXPECT_EQ(order, (std::vector<int>{3, 2, 1}));
+}
+
+TEST(Autograd, LowPrecisionLeafGetsGradOfItsDtype) {
+  Tensor x = Tensor::ones({3}, DType::bf16).requires_grad_();
+  sum(x * x).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::bf16);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{2, 2, 2}));
+}
+
+TEST(Autograd, ParameterIdentitySurvivesSetData) {
+  Tensor w = leaf({1, 2, 3, 4}, {4});
+  Tensor same = w;  // another handle, e.g. an optimizer's
+  {
+    NoGradGuard ng;
+    w.set_data(w.detach().narrow(0, 2, 2).contiguous());  // "reshard" to a slice
+  }
+  EXPECT_TRUE(same.is_same(w));
+  EXPECT_EQ(same.shape(), (Shape{2}));
+  sum(w * w).backward();
+  EXPECT_EQ(same.grad().to_vector(), (std::vector<float>{6, 8}));
+}

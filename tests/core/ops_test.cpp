@@ -1,0 +1,122 @@
+// Every op: finite-difference gradient check on the reference path, and the fast path
+// (oneDNN / vectorized) against the reference path in f32 and bf16, forward and backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/autograd/engine.h"
+#include "core/kernels/dispatch.h"
+#include "core/kernels/ops.h"
+#include "op_cases.h"
+
+using namespace booster;
+using booster::testing::OpCase;
+
+namespace {
+
+std::vector<Tensor> make_inputs(const OpCase& c, DType dt, uint64_t seed) {
+  Generator g(seed);
+  std::vector<Tensor> xs;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    Tensor t = Tensor::empty(c.shapes[i]);
+    g.normal_(t);
+    auto v = t.to_vector();
+    if (c.shape_values) c.shape_values(v, i);
+    xs.push_back(Tensor::from_vector(v, c.shapes[i], dt).requires_grad_());
+  }
+  return xs;
+}
+
+// sum(out * w) in double: the scalar the gradient check differentiates.
+double weighted_sum(const Tensor& out, const std::vector<float>& w) {
+  auto v = out.to_vector();
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += double(v[i]) * w[i];
+  return s;
+}
+
+struct RunResult {
+  std::vector<float> out;
+  std::vector<std::vector<float>> grads;
+};
+
+RunResult run(const OpCase& c, const std::vector<Tensor>& xs, const Tensor& w) {
+  for (Tensor x : xs) x.set_grad(Tensor());
+  Tensor out = c.fn(xs);
+  out.backward(w.to(out.dtype()));
+  RunResult r{out.to_vector(), {}};
+  for (auto& x : xs) r.grads.push_back(x.grad().defined() ? x.grad().to_vector() : std::vector<float>());
+  return r;
+}
+
+class OpTest : public ::testing::TestWithParam<OpCase> {};
+
+// Central differences with eps = 1e-2 on f32 inputs, the loss summed in double.
+// Tolerance |analytic - numeric| <= 2e-3 + 2e-2 * |numeric|: f32 rounding of the op's
+// outputs contributes ~1e-7 * |loss| / eps and the O(eps^2) truncation term ~1e-4.
+TEST_P(OpTest, GradCheckReference) {
+  const OpCase& c = GetParam();
+  kernels::ReferenceGuard ref;
+  auto xs = make_inputs(c, DType::f32, 11);
+  Tensor out0 = c.fn(xs);
+  Generator g(99);
+  Tensor w = Tensor::empty(out0.shape());
+  g.uniform_(w, -1, 1);
+  auto wv = w.to_vector();
+  RunResult r = run(c, xs, w);
+  const double eps = 1e-2;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    auto base = xs[i].to_vector();
+    ASSERT_EQ(r.grads[i].size(), base.size()) << c.name << ": no gradient for input " << i;
+    for (size_t k = 0; k < base.size(); ++k) {
+      auto eval = [&](float delta) {
+        NoGradGuard ng;
+        std::vector<Tensor> ys = xs;
+        auto v = base;
+        v[k] += delta;
+        ys[i] = Tensor::from_vector(v, xs[i].shape());
+        return weighted_sum(c.fn(ys), wv);
+      };
+      const double num = (eval(float(eps)) - eval(float(-eps))) / (2 * eps);
+      ASSERT_NEAR(r.grads[i][k], num, 2e-3 + 2e-2 * std::abs(num)) << c.name << " input " << i << " element " << k;
+    }
+  }
+}
+
+void compare(const std::vector<float>& a, const std::vector<float>& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 1e-6;
+  for (float v : b) scale = std::max(scale, double(std::abs(v)));
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], tol * scale) << what << " element " << i << " (max |ref| " << scale << ")";
+}
+
+// f32: within 1e-5 of the largest reference magnitude. bf16: inputs and outputs are
+// rounded to 8 bits of mantissa, so within 2e-2 of it (a few bf16 ulps).
+TEST_P(OpTest, FastMatchesReference) {
+  const OpCase& c = GetParam();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 1e-5 : 2e-2;
+    auto xs = make_inputs(c, dt, 5);
+    Tensor out0 = c.fn(xs);
+    const bool loss = c.name.rfind("cross_entropy", 0) == 0;  // losses are always f32
+    EXPECT_EQ(out0.dtype(), loss ? DType::f32 : dt) << c.name;
+    Generator g(7);
+    Tensor w = Tensor::empty(out0.shape());
+    g.uniform_(w, -1, 1);
+    RunResult fast = run(c, xs, w);
+    RunResult ref;
+    {
+      kernels::ReferenceGuard guard;
+      ref = run(c, xs, w);
+    }
+    const std::string tag = c.name + " " + dtype_name(dt);
+    compare(fast.out, ref.out, tol, tag + " forward");
+    for (size_t i = 0; i < xs.size(); ++i) compare(fast.grads[i], ref.grads[i], tol * 2, tag + " grad " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+}  // namespace
