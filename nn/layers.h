@@ -1,0 +1,134 @@
+// Basic layers with PyTorch's names, options and parameter names.
+#pragma once
+
+#include <string>
+
+#include "core/kernels/ops.h"
+#include "nn/module.h"
+
+namespace booster::nn {
+
+/// y = x W^T + b; weight [out, in], bias [out].
+class Linear : public UnaryModule {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
+  std::string type_name() const override { return "Linear"; }
+  Tensor forward(const Tensor& x) override { return linear(x, weight, bias.defined() ? bias.get() : Tensor()); }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  TensorSlot weight, bias;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  int64_t in_, out_;
+  bool has_bias_;
+  DType dtype_;
+};
+
+/// 2-D convolution; weight [out, in, kh, kw], bias [out].
+class Conv2d : public UnaryModule {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
+         std::pair<int64_t, int64_t> stride = {1, 1}, std::pair<int64_t, int64_t> padding = {0, 0}, bool bias = true);
+  std::string type_name() const override { return "Conv2d"; }
+  Tensor forward(const Tensor& x) override;
+  TensorSlot weight, bias;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  int64_t in_, out_;
+  std::pair<int64_t, int64_t> kernel_, stride_, padding_;
+  bool has_bias_;
+};
+
+/// Layer norm over the last dim; weight (ones) and bias (zeros) [normalized_shape].
+class LayerNorm : public UnaryModule {
+ public:
+  explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  std::string type_name() const override { return "LayerNorm"; }
+  Tensor forward(const Tensor& x) override;
+  double eps() const { return eps_; }
+  TensorSlot weight, bias;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  int64_t n_;
+  double eps_;
+  bool affine_;
+};
+
+/// Dropout with probability p in training mode; identity in eval mode.
+class Dropout : public UnaryModule {
+ public:
+  explicit Dropout(double p = 0.5);
+  std::string type_name() const override { return "Dropout"; }
+  Tensor forward(const Tensor& x) override { return dropout(x, p_, is_training()); }
+  double p() const { return p_; }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return std::make_shared<Dropout>(p_); }
+  double p_;
+};
+
+/// GELU; approximate "none" (erf) or "tanh".
+class GELU : public UnaryModule {
+ public:
+  explicit GELU(std::string approximate = "none");
+  std::string type_name() const override { return "GELU"; }
+  Tensor forward(const Tensor& x) override { return gelu(x, approximate_); }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return std::make_shared<GELU>(approximate_); }
+  std::string approximate_;
+};
+
+/// Returns its input.
+class Identity : public UnaryModule {
+ public:
+  std::string type_name() const override { return "Identity"; }
+  Tensor forward(const Tensor& x) override { return x; }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return std::make_shared<Identity>(); }
+};
+
+/// Unary modules applied in order; children are named "0", "1", ...
+class Sequential : public UnaryModule {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<UnaryModule>> layers);
+  std::string type_name() const override { return "Sequential"; }
+  Tensor forward(const Tensor& x) override;
+  /// Appends a layer.
+  void push_back(std::shared_ptr<UnaryModule> m);
+  size_t size() const { return slots_.size(); }
+  UnaryModule& operator[](size_t i) const { return *slots_.at(i); }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  std::vector<Slot<UnaryModule>> slots_;
+};
+
+/// A list of modules of one kind T; children are named "0", "1", ...
+template <typename T>
+class ModuleList : public Module {
+ public:
+  ModuleList() = default;
+  std::string type_name() const override { return "ModuleList"; }
+  /// Appends a module.
+  void push_back(std::shared_ptr<T> m) { slots_.push_back(register_module(std::to_string(slots_.size()), std::move(m))); }
+  size_t size() const { return slots_.size(); }
+  T& operator[](size_t i) const { return *slots_.at(i); }
+  auto begin() const { return slots_.begin(); }
+  auto end() const { return slots_.end(); }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override {
+    auto m = std::make_shared<ModuleList<T>>();
+    for (size_t i = 0; i < slots_.size(); ++i) m->push_back(std::static_pointer_cast<T>(slots_[i].shared()));
+    return m;  // children are replaced by clones in Module::clone
+  }
+  std::vector<Slot<T>> slots_;
+};
+
+}  // namespace booster::nn
