@@ -7,6 +7,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/common/profiler.h"
 #include "core/kernels/raw.h"
 
 namespace booster::autograd {
@@ -209,7 +210,15 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
         }
       }
     }
-    std::vector<Tensor> out = n->apply(std::move(in));
+    std::vector<Tensor> out;
+    if (Profiler::enabled()) {
+      const std::string label = n->name() + " bwd";
+      auto t0 = std::chrono::steady_clock::now();
+      out = n->apply(std::move(in));
+      Profiler::add(label.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    } else {
+      out = n->apply(std::move(in));
+    }
     if (!retain_graph) n->release();
     BOOSTER_CHECK_T(AutogradError, out.size() == n->next_edges.size() || n->next_edges.empty(), "backward of '",
                     n->name(), "' returned ", out.size(), " gradients for ", n->next_edges.size(), " inputs");

@@ -1,6 +1,7 @@
 // GELU on oneDNN's eltwise primitives (erf or tanh form) and dropout with a counter-based
 // mask (the same mask for any thread count).
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -48,6 +49,7 @@ void gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tan
 
 // x: any shape -> same shape
 Tensor gelu(const Tensor& x, const std::string& approximate) {
+  ProfileScope prof_("gelu");
   kernels::check_floating("gelu", x);
   BOOSTER_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
                 approximate, "\"");
@@ -68,6 +70,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
 
 // x: any shape -> same shape; element i kept with probability 1-p, scaled by 1/(1-p)
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
+  ProfileScope prof_("dropout");
   kernels::check_floating("dropout", x);
   BOOSTER_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got ", p);
   if (!training || p == 0.0) return x;

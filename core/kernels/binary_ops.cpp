@@ -2,6 +2,7 @@
 // f32 runs a vectorized loop; a right operand broadcast into the left runs on oneDNN's
 // binary primitive; anything else is expanded first. Gradients sum back to each shape.
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -91,6 +92,7 @@ Tensor binary_forward(BinOp op, const Tensor& a, const Tensor& b, const Shape& o
 }
 
 Tensor binary(BinOp op, const char* name, const Tensor& a, const Tensor& b) {
+  ProfileScope prof_("binary");
   check_same_dtype(name, {&a, &b});
   check_floating(name, a);
   const Shape out_shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -155,6 +157,7 @@ Tensor div(const Tensor& a, const Tensor& b) { return kernels::binary(kernels::B
 
 // y = x * s
 Tensor scale(const Tensor& x, double s) {
+  ProfileScope prof_("scale");
   kernels::check_floating("scale", x);
   Tensor y = kernels::f32_contig(x);
   y = y.shares_storage(x) ? y.clone() : y;
@@ -166,6 +169,7 @@ Tensor scale(const Tensor& x, double s) {
 
 // y = x + s
 Tensor add_scalar(const Tensor& x, double s) {
+  ProfileScope prof_("add_scalar");
   kernels::check_floating("add_scalar", x);
   Tensor y = kernels::f32_contig(x);
   y = y.shares_storage(x) ? y.clone() : y;

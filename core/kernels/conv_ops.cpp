@@ -2,6 +2,7 @@
 // oneDNN matmul, which is exact and several times faster than a direct convolution on
 // plain layouts; every other case runs oneDNN's convolution primitives.
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -100,6 +101,7 @@ Tensor patch_conv(const Tensor& x, const Tensor& w, const Tensor& b, const ref::
 // x: [B, C, H, W], w: [O, C, kh, kw], b: [O] -> [B, O, (H + 2p - kh) / s + 1, (W + 2p - kw) / s + 1]
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::pair<int64_t, int64_t> stride,
               std::pair<int64_t, int64_t> padding) {
+  ProfileScope prof_("conv2d");
   kernels::check_floating("conv2d", x);
   kernels::check_same_dtype("conv2d", {&x, &w, &b});
   BOOSTER_CHECK_T(ShapeError, x.dim() == 4 && w.dim() == 4 && x.size(1) == w.size(1), "conv2d: input ",

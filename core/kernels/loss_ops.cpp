@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 
@@ -57,6 +58,7 @@ int64_t ce_rows(const float* x, float* prob, float* q, const int64_t* target, co
 
 Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& target, const Tensor& soft,
                           double smoothing, int64_t ignore_index) {
+  ProfileScope prof_("cross_entropy");
   check_floating(op, logits);
   BOOSTER_CHECK_T(ShapeError, logits.dim() == 2, op, ": logits must be [N, C], got ", shape_str(logits.shape()));
   BOOSTER_CHECK(smoothing >= 0.0 && smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ", smoothing);

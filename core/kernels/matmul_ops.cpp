@@ -2,6 +2,7 @@
 // gradients as two more matmuls. bf16/f16 run natively where oneDNN has kernels for the
 // CPU (AMX, AVX512-BF16/FP16) and in f32 on low-precision storage elsewhere.
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -12,21 +13,18 @@ namespace booster {
 namespace kernels {
 namespace {
 
-// True when t is a (batch of) row- or column-major matrices packed one after another,
-// a layout oneDNN's gemm kernels read without a copy.
+// True when t is a batch of row- or column-major matrices (any leading dimension, any
+// positive batch strides): oneDNN's gemm reads such views without a copy, so attention's
+// permuted heads and transposed keys cost nothing.
 bool matrix_layout_ok(const Tensor& t) {
   const int64_t nd = t.dim();
   const auto& sh = t.shape();
   const auto& st = t.strides();
-  const bool row = st[nd - 1] == 1 && (st[nd - 2] == sh[nd - 1] || sh[nd - 2] == 1);
-  const bool col = st[nd - 2] == 1 && (st[nd - 1] == sh[nd - 2] || sh[nd - 1] == 1);
+  const bool row = st[nd - 1] == 1 && st[nd - 2] >= sh[nd - 1];
+  const bool col = st[nd - 2] == 1 && st[nd - 1] >= sh[nd - 2];
   if (!row && !col) return false;
-  int64_t expect = sh[nd - 2] * sh[nd - 1];
-  for (int64_t d = nd - 3; d >= 0; --d) {
-    if (sh[d] == 1) continue;
-    if (st[d] != expect) return false;
-    expect *= sh[d];
-  }
+  for (int64_t d = 0; d < nd - 2; ++d)
+    if (sh[d] != 1 && st[d] <= 0) return false;
   return true;
 }
 
@@ -120,6 +118,7 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
 
 // a: [..., M, K] x b: [..., K, N] -> [..., M, N]
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  ProfileScope prof_("matmul");
   kernels::check_same_dtype("matmul", {&a, &b});
   kernels::check_floating("matmul", a);
   BOOSTER_CHECK_T(ShapeError, a.dim() >= 2 && b.dim() >= 2 && a.size(-1) == b.size(-2), "matmul: shapes ",
@@ -162,6 +161,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 // x: [*, K], w: [N, K], b: [N] -> [*, N]
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  ProfileScope prof_("linear");
   kernels::check_same_dtype("linear", {&x, &w, &b});
   kernels::check_floating("linear", x);
   BOOSTER_CHECK_T(ShapeError, w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ",

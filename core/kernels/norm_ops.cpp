@@ -1,6 +1,7 @@
 // layer_norm and softmax on oneDNN (f32 compute, statistics in f32), reference loops as
 // the oracle. Inputs are viewed as [rows, C] with C the last dim.
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -80,6 +81,7 @@ dnnl::softmax_forward::primitive_desc sm_fwd_pd(const dnnl::memory::desc& md) {
 
 // x: [*, C], w, b: [C] -> [*, C]
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  ProfileScope prof_("layer_norm");
   kernels::check_floating("layer_norm", x);
   kernels::check_same_dtype("layer_norm", {&x, &w, &b});
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
@@ -119,6 +121,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
 
 // x: [*, C] -> [*, C], softmax over C
 Tensor softmax(const Tensor& x) {
+  ProfileScope prof_("softmax");
   kernels::check_floating("softmax", x);
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
   const bool ref = kernels::use_reference();
@@ -144,17 +147,21 @@ Tensor softmax(const Tensor& x) {
     if (ref) {
       kernels::ref::softmax_bwd(y.data<float>(), dy.data<float>(), dx.data<float>(), rows, c);
     } else {
-      kernels::KeyBuilder key("softmax_bwd");
-      key.add(y);
-      const auto& cp = kernels::cached_primitive(key.str(), [&] {
-        auto hint = kernels::sm_fwd_pd(kernels::md_of(y));
-        dnnl::softmax_backward::desc d(kernels::md_of(y), kernels::md_of(y), 1);
-        dnnl::softmax_backward::primitive_desc pd(d, kernels::cpu_engine(), hint);
-        return std::make_pair(dnnl::primitive(dnnl::softmax_backward(pd)), dnnl::primitive_desc_base(pd));
+      // dx = y * (dy - sum(y * dy)) per row; oneDNN's softmax backward is a scalar
+      // reference kernel on CPUs without AVX-512, so this loop is the fast path.
+      const float *py = y.data<float>(), *pg = dy.data<float>();
+      float* px = dx.data<float>();
+      kernels::parallel_for(rows, kernels::kGrain / std::max<int64_t>(c, 1), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const float *yr = py + r * c, *gr = pg + r * c;
+          float dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t i = 0; i < c; ++i) dot += yr[i] * gr[i];
+          float* xr = px + r * c;
+#pragma omp simd
+          for (int64_t i = 0; i < c; ++i) xr[i] = yr[i] * (gr[i] - dot);
+        }
       });
-      kernels::execute(*cp.prim, {{DNNL_ARG_DST, kernels::mem_of(kernels::md_of(y), y)},
-                                  {DNNL_ARG_DIFF_DST, kernels::mem_of(kernels::md_of(dy), dy)},
-                                  {DNNL_ARG_DIFF_SRC, kernels::mem_of(kernels::md_of(dx), dx)}});
     }
     return std::vector<Tensor>{dx.view(shape).to(dt)};
   });

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -103,6 +104,7 @@ Tensor sum_dims(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepd
 }  // namespace kernels
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  ProfileScope prof_("sum");
   kernels::check_floating("sum", x);
   Tensor y = kernels::sum_dims(x.detach(), dims, keepdim);
   const Shape in_shape = x.shape();

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/autograd/engine.h"
+#include "core/common/profiler.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/tensor/strided.h"
@@ -206,6 +207,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
+  ProfileScope prof_("clone");
   Tensor y = Tensor::empty(shape(), dtype());
   strided_copy(y, *this);
   return autograd::record("clone", {*this}, y, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
@@ -213,6 +215,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
+  ProfileScope prof_("to");
   Tensor y = Tensor::empty(shape(), t);
   strided_copy(y, *this);
   if (!is_floating(t)) return y;
@@ -224,6 +227,7 @@ Tensor Tensor::to(DType t) const {
 
 // xs[i]: [..., n_i, ...] along dim -> [..., sum n_i, ...]
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim_in) {
+  ProfileScope prof_("concat");
   BOOSTER_CHECK_T(ShapeError, !xs.empty(), "concat: no tensors given");
   const int64_t d = kernels::wrap_dim("concat", dim_in, xs[0].dim());
   Shape out = xs[0].shape();

@@ -1,0 +1,42 @@
+// PyTorch peer subprocess (see peer.h).
+#include "peer.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+
+namespace booster::bench {
+
+bool peer_available() {
+  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
+                                   bool bf16, int steps) {
+  const std::string cmd = "/usr/bin/python3 " + script + " --model " + model + " --batch " + std::to_string(batch) +
+                          " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
+                          (bf16 ? " --bf16" : "") + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string out;
+  std::array<char, 512> buf{};
+  while (std::fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+  const int rc = ::pclose(p);
+  std::smatch m;
+  static const std::regex re(R"(step_s=([0-9.]+) img_s=([0-9.]+) model_GFLOP_s=([0-9.]+))");
+  if (rc != 0 || !std::regex_search(out, m, re)) {
+    std::fprintf(stderr, "peer failed (%s):\n%s\n", cmd.c_str(), out.c_str());
+    return std::nullopt;
+  }
+  PeerResult r{std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), out.substr(0, out.find('\n'))};
+  return r;
+}
+
+double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {
+  const double t = double((image / patch) * (image / patch) + 1);
+  const double per_layer = 2 * t * (3.0 * d * d + 1.0 * d * d + 8.0 * d * d) + 2 * 2 * t * t * double(d);
+  return double(layers) * per_layer + 2.0 * double((image / patch) * (image / patch)) * 3 * patch * patch * double(d);
+}
+
+}  // namespace booster::bench

@@ -1,0 +1,24 @@
+// Runs the PyTorch peer benchmark (../shared/bench/torch_vit_bench.py) as a subprocess
+// and parses its one-line result, so ratios come from the same invocation.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace booster::bench {
+
+/// What the peer printed.
+struct PeerResult {
+  double step_s = 0, img_s = 0, gflops = 0;
+  std::string line;
+};
+
+/// True when /usr/bin/python3 can import torch.
+bool peer_available();
+/// Runs the peer for a model/batch/precision; nullopt (with a message on stderr) on failure.
+std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
+                                   bool bf16, int steps);
+/// ViT forward FLOPs per image, with the peer's formula (fwd + bwd = 3x).
+double vit_fwd_flops(int64_t hidden, int64_t layers, int64_t image = 224, int64_t patch = 16);
+
+}  // namespace booster::bench
