@@ -1,0 +1,58 @@
+// The fused Adam update (see adam.h). Scalars follow PyTorch's order of operations:
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "core/kernels/op_util.h"
+
+namespace booster::optim {
+
+AdamBase::AdamBase(std::string type, std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled)
+    : Optimizer(std::move(type), std::move(groups), {{"lr", o.lr},
+                                    {"beta1", o.beta1},
+                                    {"beta2", o.beta2},
+                                    {"eps", o.eps},
+                                    {"weight_decay", o.weight_decay},
+                                    {"bias_correction", o.bias_correction ? 1.0 : 0.0}}),
+      decoupled_(decoupled) {
+  BOOSTER_CHECK(o.lr >= 0 && o.eps >= 0 && o.weight_decay >= 0, "Adam: lr, eps and weight_decay must be >= 0");
+  BOOSTER_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam: betas must be in [0, 1), got (",
+                o.beta1, ", ", o.beta2, ")");
+}
+
+void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) {
+  Tensor& m = st.buffers["exp_avg"];
+  Tensor& v = st.buffers["exp_avg_sq"];
+  if (!m.defined()) m = Tensor::zeros(p.shape());
+  if (!v.defined()) v = Tensor::zeros(p.shape());
+  const double lr = group.get("lr"), b1 = group.get("beta1"), b2 = group.get("beta2"), eps = group.get("eps");
+  const double wd = group.get("weight_decay");
+  const bool bc = group.get("bias_correction") != 0.0;
+  const double bc1 = bc ? 1 - std::pow(b1, double(st.step)) : 1.0;
+  const double bc2_sqrt = bc ? std::sqrt(1 - std::pow(b2, double(st.step))) : 1.0;
+  const float step_size = float(lr / bc1), f_b1 = float(b1), f_b2 = float(b2), f_1mb1 = float(1 - b1),
+              f_1mb2 = float(1 - b2), f_eps = float(eps), f_bc2 = float(bc2_sqrt), f_wd = float(wd),
+              decay = float(1 - lr * wd), inv_div = float(1.0 / grad_divisor_);
+  const bool l2 = !decoupled_ && wd != 0, dec = decoupled_ && wd != 0;
+  float* pp = p.data<float>();
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
+  const float* pg = g.data<float>();
+  kernels::parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) {
+      float gi = pg[i] * inv_div;
+      if (l2) gi += f_wd * pp[i];
+      const float mi = pm[i] * f_b1 + f_1mb1 * gi;
+      const float vi = pv[i] * f_b2 + f_1mb2 * gi * gi;
+      pm[i] = mi;
+      pv[i] = vi;
+      float pi = dec ? pp[i] * decay : pp[i];
+      pp[i] = pi - step_size * (mi / (std::sqrt(vi) / f_bc2 + f_eps));
+    }
+  });
+  (void)name;
+}
+
+}  // namespace booster::optim

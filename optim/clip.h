@@ -1,0 +1,27 @@
+// Gradient clipping: by global norm (with a seam to sum the norm across ranks) and by value.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace booster::optim {
+
+/// Combines a local sum of |g|^p (or a max for the inf norm) across ranks; identity when
+/// there is one process. Data-parallel plugins pass their all-reduce here.
+using NormReducer = std::function<double(double local, bool is_max)>;
+
+/// The total norm of all gradients (norm_type 2, 1, or inf = INFINITY), summed in double.
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0, const NormReducer& reduce = {});
+
+/// Scales every gradient so the total norm is at most max_norm (clip_coef = max_norm /
+/// (norm + 1e-6), as PyTorch). Returns the norm before clipping. A non-finite norm is
+/// returned as is, gradients untouched, or raised as ValueError with error_if_nonfinite.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
+                      bool error_if_nonfinite = false, const NormReducer& reduce = {});
+
+/// Clamps every gradient element to [-clip_value, clip_value].
+void clip_grad_value(const std::vector<Tensor>& params, double clip_value);
+
+}  // namespace booster::optim

@@ -1,0 +1,29 @@
+// LAMB as large-batch ViT recipes and Colossal-AI use it: u = m / (sqrt(v) + eps) + wd p,
+// trust = |p| / |u| per tensor (1 when either is 0, or with adam = true),
+// p -= lr' trust u with lr' = lr sqrt(bc2) / bc1 under bias correction (off by default).
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace booster::optim {
+
+struct LambOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-6;
+  double weight_decay = 0.0;
+  bool adam = false;
+  bool bias_correction = false;
+};
+
+/// Colossal-AI's Lamb.
+class Lamb : public Optimizer {
+ public:
+  Lamb(const NamedParams& params, const LambOptions& o = {}) : Lamb(std::vector<ParamGroup>{{params, {}}}, o) {}
+  Lamb(std::vector<ParamGroup> groups, const LambOptions& o = {});
+
+ protected:
+  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+};
+
+}  // namespace booster::optim

@@ -1,0 +1,154 @@
+// Optimizer base: group bookkeeping, the step loop with fp32 staging, state dicts.
+#include "optim/optimizer.h"
+
+#include <set>
+
+#include "core/autograd/grad_mode.h"
+
+namespace booster::optim {
+
+double ParamGroup::get(const std::string& key) const {
+  auto it = options.find(key);
+  BOOSTER_CHECK(it != options.end(), "parameter group has no option '", key, "'");
+  return it->second;
+}
+
+Optimizer::Optimizer(std::string type, std::vector<ParamGroup> groups, std::map<std::string, double> defaults)
+    : type_(std::move(type)), defaults_(std::move(defaults)) {
+  for (auto& g : groups) add_param_group(std::move(g));
+}
+
+void Optimizer::fill_defaults(ParamGroup& g) const {
+  for (auto& [k, v] : g.options) {
+    if (!defaults_.count(k)) {
+      std::string known;
+      for (auto& [dk, dv] : defaults_) known += (known.empty() ? "" : ", ") + dk;
+      BOOSTER_THROW(ValueError, type_name(), ": unknown option '", k, "' in a parameter group (known: ", known, ")");
+    }
+  }
+  for (auto& [k, v] : defaults_) g.options.emplace(k, v);
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  fill_defaults(group);
+  std::set<std::string> seen;
+  for (auto& g : groups_)
+    for (auto& [n, p] : g.params) seen.insert(n);
+  for (auto& [n, p] : group.params) {
+    BOOSTER_CHECK(p.defined(), type_name(), ": parameter '", n, "' is undefined");
+    BOOSTER_CHECK(is_floating(p.dtype()), type_name(), ": parameter '", n, "' is ", dtype_name(p.dtype()),
+                  ", optimizers update floating tensors only");
+    BOOSTER_CHECK(seen.insert(n).second, type_name(), ": parameter '", n, "' appears in more than one group");
+  }
+  groups_.push_back(std::move(group));
+}
+
+void Optimizer::step() {
+  NoGradGuard ng;
+  for (auto& group : groups_) {
+    for (auto& [name, param] : group.params) {
+      Tensor grad = param.grad();
+      if (!grad.defined()) continue;
+      Tensor master = this->master(name);
+      const bool staged = !master.defined() && param.dtype() != DType::f32;
+      Tensor p = master.defined() ? master : staged ? param.to(DType::f32) : param;
+      Tensor g = grad.dtype() == DType::f32 && grad.is_contiguous() ? grad : grad.to(DType::f32).contiguous();
+      BOOSTER_CHECK_T(ShapeError, g.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
+                      shape_str(g.shape()), ", the parameter ", shape_str(p.shape()));
+      ParamState& st = state_[name];
+      ++st.step;
+      update(name, p, g, st, group);
+      if (staged) param.copy_(p);
+    }
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard ng;
+  for (auto& group : groups_)
+    for (auto& [name, p] : group.params) {
+      Tensor t = p;
+      if (set_to_none || !t.grad().defined()) t.set_grad(Tensor());
+      else t.grad().zero_();
+    }
+}
+
+OptimizerStateDict Optimizer::state_dict() const {
+  OptimizerStateDict sd;
+  sd.type = type_name();
+  for (auto& g : groups_) {
+    OptimizerStateDict::Group gs{g.options, {}};
+    for (auto& [n, p] : g.params) gs.param_names.push_back(n);
+    sd.param_groups.push_back(std::move(gs));
+  }
+  for (auto& [name, st] : state_) {
+    ParamState copy{st.step, {}};
+    for (auto& [k, t] : st.buffers) copy.buffers[k] = t.detach().clone();
+    sd.state[name] = std::move(copy);
+  }
+  return sd;
+}
+
+void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
+  BOOSTER_CHECK(sd.type.empty() || sd.type == type_name(), "load_state_dict: state of a ", sd.type, " given to a ",
+                type_name());
+  BOOSTER_CHECK(sd.param_groups.size() == groups_.size(), "load_state_dict: ", sd.param_groups.size(),
+                " parameter groups saved, ", groups_.size(), " in this ", type_name());
+  std::map<std::string, const Tensor*> by_name;
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const auto& saved = sd.param_groups[i].param_names;
+    std::vector<std::string> mine;
+    for (auto& [n, p] : groups_[i].params) mine.push_back(n), by_name[n] = &p;
+    BOOSTER_CHECK(std::set<std::string>(saved.begin(), saved.end()) == std::set<std::string>(mine.begin(), mine.end()),
+                  "load_state_dict: parameter group ", i, " holds different parameters than the saved one (",
+                  saved.size(), " saved, ", mine.size(), " here)");
+  }
+  std::map<std::string, ParamState> next;
+  for (auto& [name, st] : sd.state) {
+    auto it = by_name.find(name);
+    BOOSTER_CHECK(it != by_name.end(), "load_state_dict: state for unknown parameter '", name, "'");
+    ParamState copy{st.step, {}};
+    for (auto& [k, t] : st.buffers) {
+      BOOSTER_CHECK_T(ShapeError, t.numel() == it->second->numel(), "load_state_dict: state '", k, "' of '", name,
+                      "' has shape ", shape_str(t.shape()), ", the parameter ", shape_str(it->second->shape()));
+      copy.buffers[k] = t.detach().to(DType::f32).contiguous().clone().view(it->second->shape());
+    }
+    next[name] = std::move(copy);
+  }
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    for (auto& [k, v] : sd.param_groups[i].options) groups_[i].options[k] = v;
+  }
+  state_ = std::move(next);
+}
+
+void Optimizer::set_master(const std::string& name, const Tensor& master) {
+  BOOSTER_CHECK_T(DTypeError, master.dtype() == DType::f32 && master.is_contiguous(), type_name(),
+                  ": master weight of '", name, "' must be a contiguous f32 tensor");
+  masters_[name] = master;
+}
+
+Tensor Optimizer::master(const std::string& name) const {
+  auto it = masters_.find(name);
+  return it == masters_.end() ? Tensor() : it->second;
+}
+
+std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
+                                              const std::vector<std::string>& skip) {
+  ParamGroup decay, no_decay;
+  decay.options["weight_decay"] = weight_decay;
+  no_decay.options["weight_decay"] = 0.0;
+  auto ends_with = [](const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  for (auto& [n, p] : params) {
+    bool skip_it = p.dim() <= 1 || ends_with(n, ".bias");
+    for (auto& s : skip) skip_it |= ends_with(n, s);
+    (skip_it ? no_decay : decay).params.emplace_back(n, p);
+  }
+  std::vector<ParamGroup> out;
+  if (!decay.params.empty()) out.push_back(std::move(decay));
+  if (!no_decay.params.empty()) out.push_back(std::move(no_decay));
+  return out;
+}
+
+}  // namespace booster::optim

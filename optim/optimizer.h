@@ -1,0 +1,103 @@
+// Optimizer base: parameter groups with their own hyperparameters, per-parameter state
+// keyed by parameter *name* (so a checkpoint survives a change of parallel layout), and
+// the seam where mixed precision hands in fp32 master weights.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+
+namespace booster::optim {
+
+/// Named parameters, as Module::named_parameters() returns them.
+using NamedParams = std::vector<std::pair<std::string, Tensor>>;
+
+/// A group of parameters sharing hyperparameters ("lr", "weight_decay", "beta1", ...).
+struct ParamGroup {
+  NamedParams params;
+  std::map<std::string, double> options;
+  /// The option's value; throws ValueError naming it when absent.
+  double get(const std::string& key) const;
+  double& lr() { return options.at("lr"); }
+  double lr() const { return options.at("lr"); }
+};
+
+/// Per-parameter state: a step count and named buffers (exp_avg, momentum_buffer, ...).
+struct ParamState {
+  int64_t step = 0;
+  std::map<std::string, Tensor> buffers;
+};
+
+/// A serializable snapshot of an optimizer.
+struct OptimizerStateDict {
+  std::string type;  // "AdamW", ...
+  struct Group {
+    std::map<std::string, double> options;
+    std::vector<std::string> param_names;
+  };
+  std::vector<Group> param_groups;
+  std::map<std::string, ParamState> state;  // by parameter name
+};
+
+/// Base of every optimizer.
+class Optimizer {
+ public:
+  /// Several groups; options missing from a group come from `defaults`, unknown ones are
+  /// refused. `type` is the optimizer's name ("AdamW", ...).
+  Optimizer(std::string type, std::vector<ParamGroup> groups, std::map<std::string, double> defaults);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// "AdamW", "SGD", ...
+  const std::string& type_name() const { return type_; }
+  /// Updates every parameter that has a gradient.
+  virtual void step();
+  /// Clears gradients (set_to_none) or zeroes them.
+  void zero_grad(bool set_to_none = true);
+  /// Adds a group (options default from the constructor's defaults).
+  void add_param_group(ParamGroup group);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  std::map<std::string, ParamState>& state() { return state_; }
+  const std::map<std::string, double>& defaults() const { return defaults_; }
+
+  /// Snapshot of hyperparameters and state (tensors are copies).
+  OptimizerStateDict state_dict() const;
+  /// Restores a snapshot; parameters are matched by name, and a group whose parameters
+  /// differ, or state for an unknown parameter or of the wrong shape, is a ValueError.
+  void load_state_dict(const OptimizerStateDict& sd);
+
+  /// Mixed-precision seam: the fp32 tensor updated in place of parameter `name` (the
+  /// parameter itself when it is f32 and no master was registered).
+  void set_master(const std::string& name, const Tensor& master);
+  /// The registered master of `name`, or undefined.
+  Tensor master(const std::string& name) const;
+  /// Divides gradients by this before the update (a loss scale); 1 = none.
+  void set_grad_divisor(double d) { grad_divisor_ = d; }
+
+ protected:
+  /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32 gradient.
+  virtual void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group) = 0;
+
+  double grad_divisor_ = 1.0;
+
+ private:
+  void fill_defaults(ParamGroup& g) const;
+
+  std::string type_;
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, double> defaults_;
+  std::map<std::string, ParamState> state_;
+  std::map<std::string, Tensor> masters_;
+};
+
+/// Splits named parameters into a group with weight decay and one without: biases and
+/// every 1-D parameter (LayerNorm weights), plus names ending in any of `skip`.
+std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
+                                              const std::vector<std::string>& skip = {});
+
+}  // namespace booster::optim

@@ -1,0 +1,26 @@
+// SGD with momentum, dampening, Nesterov and weight decay (torch.optim.SGD semantics).
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace booster::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+/// torch.optim.SGD.
+class SGD : public Optimizer {
+ public:
+  SGD(const NamedParams& params, const SGDOptions& o) : SGD(std::vector<ParamGroup>{{params, {}}}, o) {}
+  SGD(std::vector<ParamGroup> groups, const SGDOptions& o);
+
+ protected:
+  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+};
+
+}  // namespace booster::optim
