@@ -22,29 +22,31 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, ParamState
   const float lr = float(group.get("lr")), mom = float(group.get("momentum")), damp = float(group.get("dampening"));
   const float wd = float(group.get("weight_decay")), inv_div = float(1.0 / grad_divisor_);
   const bool nesterov = group.get("nesterov") != 0.0;
-  float* pp = p.data<float>();
-  const float* pg = g.data<float>();
-  float* pb = nullptr;
-  bool first = false;
-  if (mom != 0) {
-    Tensor& buf = st.buffers["momentum_buffer"];
-    if (!buf.defined()) {
-      buf = Tensor::zeros(p.shape());
-      first = true;
-    }
-    pb = buf.data<float>();
+  float* __restrict pp = p.data<float>();
+  const float* __restrict pg = g.data<float>();
+  const int64_t n = p.numel();
+  if (mom == 0) {
+    kernels::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) pp[i] -= lr * (pg[i] * inv_div + wd * pp[i]);
+    });
+    return;
   }
-  kernels::parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+  Tensor& buf = st.buffers["momentum_buffer"];
+  const bool first = !buf.defined();
+  if (first) buf = Tensor::zeros(p.shape());
+  // buf = c_buf * buf + c_d * d: the first step copies d (PyTorch clones it), later ones
+  // apply momentum and dampening. Nesterov looks ahead with nest * buf.
+  const float c_buf = first ? 0.f : mom, c_d = first ? 1.f : 1 - damp, nest = nesterov ? mom : 0.f,
+              use_buf = nesterov ? 0.f : 1.f, use_d = nesterov ? 1.f : 0.f;
+  float* __restrict pb = buf.data<float>();
+  kernels::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
-      float d = pg[i] * inv_div;
-      if (wd != 0) d += wd * pp[i];
-      if (pb) {
-        const float bi = first ? d : pb[i] * mom + (1 - damp) * d;
-        pb[i] = bi;
-        d = nesterov ? d + mom * bi : bi;
-      }
-      pp[i] -= lr * d;
+      const float d = pg[i] * inv_div + wd * pp[i];
+      const float bi = pb[i] * c_buf + c_d * d;
+      pb[i] = bi;
+      pp[i] -= lr * (use_d * d + nest * bi + use_buf * bi);
     }
   });
   (void)name;
