@@ -1,0 +1,330 @@
+// Collectives (see collectives.h). Every call posts non-blocking MPI operations, one per
+// chunk of at most max_message_elements(), into a Work; blocking calls wait at once.
+// bf16/f16 reductions go through an f32 staging buffer; other transfers move raw bits.
+#include "core/comm/collectives.h"
+
+#include <climits>
+#include <cstring>
+
+#include "core/comm/watchdog.h"
+#include "core/kernels/raw.h"
+
+namespace booster::dist {
+
+namespace {
+
+int64_t g_max_elems = INT_MAX;
+
+void mpi_check(int rc, const char* op, const ProcessGroup& g) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  BOOSTER_THROW(BackendError, op, " on group '", g.name(), "' failed: ", std::string(msg, size_t(len)));
+}
+
+MPI_Datatype raw_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void check_tensor(const char* op, const Tensor& t) {
+  BOOSTER_CHECK(t.defined(), op, ": tensor is undefined");
+  BOOSTER_CHECK(t.is_contiguous(), op, ": tensor ", t.describe(), " must be contiguous");
+}
+
+void check_reduce(const char* op, const Tensor& t, ReduceOp r) {
+  BOOSTER_CHECK_T(DTypeError, r != ReduceOp::avg || is_floating(t.dtype()), op,
+                  ": avg needs a floating tensor, got ", dtype_name(t.dtype()));
+}
+
+bool needs_staging(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+void* at(const Tensor& t, int64_t off) { return static_cast<char*>(t.raw_data()) + off * int64_t(dtype_size(t.dtype())); }
+
+// Calls post(offset, count) for consecutive chunks of n elements.
+template <typename F>
+void chunks(int64_t n, F&& post) {
+  for (int64_t off = 0; off < n || (n == 0 && off == 0); off += g_max_elems) {
+    post(off, int(std::min<int64_t>(g_max_elems, n - off)));
+    if (n == 0) break;
+  }
+}
+
+// Elements [off, off + len) of a flat tensor, as a view.
+Tensor piece(const Tensor& t, int64_t off, int64_t len) { return t.detach().view({-1}).narrow(0, off, len); }
+
+WorkPtr finish(WorkPtr w, bool async_op) {
+  if (!async_op) w->wait();
+  return w;
+}
+
+}  // namespace
+
+void set_max_message_elements(int64_t n) {
+  BOOSTER_CHECK(n > 0 && n <= INT_MAX, "set_max_message_elements: need 0 < n <= INT_MAX");
+  g_max_elems = n;
+}
+int64_t max_message_elements() { return g_max_elems; }
+
+Work::Work(std::string op, const ProcessGroup& g) : op_(std::move(op)), group_(g.name()) {
+  token_ = Watchdog::instance().enter(op_, group_);
+}
+
+Work::~Work() {
+  if (done_) return;
+  try {
+    wait();
+  } catch (...) {
+  }
+}
+
+void Work::wait() {
+  if (done_) return;
+  if (!requests.empty()) {
+    const int rc = MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    Watchdog::instance().leave(token_);
+    done_ = true;
+    BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed while waiting");
+  } else {
+    Watchdog::instance().leave(token_);
+    done_ = true;
+  }
+  if (on_complete) on_complete();
+  keep_alive.clear();
+}
+
+WorkPtr all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  check_tensor("all_reduce", t);
+  check_reduce("all_reduce", t, op);
+  auto w = std::make_shared<Work>("all_reduce", g);
+  const bool staged = needs_staging(t.dtype());
+  Tensor buf = staged ? t.detach().to(DType::f32) : t.detach();
+  chunks(buf.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off), count, raw_type(buf.dtype()), mpi_op(op), g.comm(), &r),
+              "all_reduce", g);
+    w->requests.push_back(r);
+  });
+  w->keep_alive = {t, buf};
+  Tensor target = t;
+  const int n = g.size();
+  w->on_complete = [target, buf, staged, op, n]() mutable {
+    if (op == ReduceOp::avg) kernels::scale_(buf, 1.0 / n);
+    if (staged) target.detach().copy_(buf);
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr all_reduce_coalesced(std::vector<Tensor>& ts, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  BOOSTER_CHECK(!ts.empty(), "all_reduce_coalesced: no tensors");
+  int64_t total = 0;
+  for (auto& t : ts) {
+    check_tensor("all_reduce_coalesced", t);
+    check_reduce("all_reduce_coalesced", t, op);
+    BOOSTER_CHECK_T(DTypeError, is_floating(t.dtype()) == is_floating(ts[0].dtype()),
+                    "all_reduce_coalesced: mixes floating and integer tensors");
+    total += t.numel();
+  }
+  const DType flat_t = is_floating(ts[0].dtype()) ? DType::f32 : DType::i64;
+  Tensor flat = Tensor::empty({total}, flat_t);
+  int64_t off = 0;
+  for (auto& t : ts) {
+    piece(flat, off, t.numel()).copy_(t.detach().view({-1}));
+    off += t.numel();
+  }
+  WorkPtr w = all_reduce(flat, op, g, true);
+  auto inner = w->on_complete;
+  std::vector<Tensor> targets = ts;
+  w->on_complete = [inner, flat, targets]() mutable {
+    if (inner) inner();
+    int64_t o = 0;
+    for (auto& t : targets) {
+      t.detach().view({-1}).copy_(piece(flat, o, t.numel()));
+      o += t.numel();
+    }
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  check_tensor("reduce_scatter", output);
+  check_tensor("reduce_scatter", input);
+  check_reduce("reduce_scatter", input, op);
+  const int n = g.size();
+  const int64_t c = output.numel();
+  BOOSTER_CHECK_T(ShapeError, input.numel() == c * n && input.dtype() == output.dtype(), "reduce_scatter: input ",
+                  input.describe(), " must hold ", n, " blocks of output ", output.describe());
+  auto w = std::make_shared<Work>("reduce_scatter", g);
+  const DType wire = needs_staging(input.dtype()) ? DType::f32 : input.dtype();
+  std::vector<std::function<void()>> finishers;
+  // Each piece of the block is staged as [n][len] so it can be split below MPI's limit.
+  for (int64_t off = 0; off < c || (c == 0 && off == 0); off += g_max_elems) {
+    const int64_t len = std::min<int64_t>(g_max_elems, c - off);
+    Tensor in_stage = Tensor::empty({n, len}, wire), out_stage = Tensor::empty({len}, wire);
+    for (int r = 0; r < n; ++r) in_stage.select(0, r).copy_(piece(input, int64_t(r) * c + off, len));
+    MPI_Request req;
+    mpi_check(MPI_Ireduce_scatter_block(in_stage.raw_data(), out_stage.raw_data(), int(len), raw_type(wire), mpi_op(op),
+                                        g.comm(), &req),
+              "reduce_scatter", g);
+    w->requests.push_back(req);
+    w->keep_alive.push_back(in_stage);
+    Tensor out = output;
+    finishers.push_back([out, out_stage, off, len, op, n]() mutable {
+      if (op == ReduceOp::avg) kernels::scale_(out_stage, 1.0 / n);
+      piece(out, off, len).copy_(out_stage);
+    });
+    if (c == 0) break;
+  }
+  w->on_complete = [finishers] {
+    for (auto& f : finishers) f();
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr all_gather(Tensor& output, const Tensor& input, const ProcessGroup& g, bool async_op) {
+  check_tensor("all_gather", output);
+  check_tensor("all_gather", input);
+  const int n = g.size();
+  const int64_t c = input.numel();
+  BOOSTER_CHECK_T(ShapeError, output.numel() == c * n && input.dtype() == output.dtype(), "all_gather: output ",
+                  output.describe(), " must hold ", n, " copies of input ", input.describe());
+  auto w = std::make_shared<Work>("all_gather", g);
+  std::vector<std::function<void()>> finishers;
+  for (int64_t off = 0; off < c || (c == 0 && off == 0); off += g_max_elems) {
+    const int64_t len = std::min<int64_t>(g_max_elems, c - off);
+    Tensor in = piece(input, off, len).contiguous();
+    Tensor out_stage = Tensor::empty({n, len}, input.dtype());
+    MPI_Request req;
+    mpi_check(MPI_Iallgather(in.raw_data(), int(len), raw_type(input.dtype()), out_stage.raw_data(), int(len),
+                             raw_type(input.dtype()), g.comm(), &req),
+              "all_gather", g);
+    w->requests.push_back(req);
+    w->keep_alive.push_back(in);
+    Tensor out = output;
+    finishers.push_back([out, out_stage, off, len, n, c]() mutable {
+      for (int r = 0; r < n; ++r) piece(out, int64_t(r) * c + off, len).copy_(out_stage.select(0, r));
+    });
+    if (c == 0) break;
+  }
+  w->on_complete = [finishers] {
+    for (auto& f : finishers) f();
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr all_gather(std::vector<Tensor>& outputs, const Tensor& input, const ProcessGroup& g, bool async_op) {
+  BOOSTER_CHECK_T(ShapeError, int(outputs.size()) == g.size(), "all_gather: ", outputs.size(), " outputs for a group of ",
+                  g.size());
+  for (auto& o : outputs)
+    BOOSTER_CHECK_T(ShapeError, o.numel() == input.numel() && o.dtype() == input.dtype(), "all_gather: output ",
+                    o.describe(), " does not match input ", input.describe());
+  Tensor flat = Tensor::empty({g.size() * input.numel()}, input.dtype());
+  WorkPtr w = all_gather(flat, input, g, true);
+  auto inner = w->on_complete;
+  std::vector<Tensor> targets = outputs;
+  const int64_t c = input.numel();
+  w->on_complete = [inner, flat, targets, c]() mutable {
+    if (inner) inner();
+    for (size_t r = 0; r < targets.size(); ++r) targets[r].detach().view({-1}).copy_(piece(flat, int64_t(r) * c, c));
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g, bool async_op) {
+  check_tensor("broadcast", t);
+  const int root = g.group_rank_of(src);
+  auto w = std::make_shared<Work>("broadcast", g);
+  chunks(t.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(MPI_Ibcast(at(t, off), count, raw_type(t.dtype()), root, g.comm(), &r), "broadcast", g);
+    w->requests.push_back(r);
+  });
+  w->keep_alive = {t};
+  return finish(w, async_op);
+}
+
+WorkPtr reduce(Tensor& t, int dst, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  check_tensor("reduce", t);
+  check_reduce("reduce", t, op);
+  const int root = g.group_rank_of(dst);
+  const bool is_root = g.rank() == root;
+  auto w = std::make_shared<Work>("reduce", g);
+  const bool staged = needs_staging(t.dtype());
+  Tensor buf = staged ? t.detach().to(DType::f32) : t.detach();
+  chunks(buf.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(MPI_Ireduce(is_root ? MPI_IN_PLACE : at(buf, off), is_root ? at(buf, off) : nullptr, count,
+                          raw_type(buf.dtype()), mpi_op(op), root, g.comm(), &r),
+              "reduce", g);
+    w->requests.push_back(r);
+  });
+  w->keep_alive = {t, buf};
+  Tensor target = t;
+  const int n = g.size();
+  w->on_complete = [target, buf, staged, op, n, is_root]() mutable {
+    if (!is_root) return;
+    if (op == ReduceOp::avg) kernels::scale_(buf, 1.0 / n);
+    if (staged) target.detach().copy_(buf);
+  };
+  return finish(w, async_op);
+}
+
+WorkPtr send(const Tensor& t, int dst, int tag, const ProcessGroup& g, bool async_op) {
+  check_tensor("send", t);
+  const int peer = g.group_rank_of(dst);
+  auto w = std::make_shared<Work>("send", g);
+  chunks(t.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(MPI_Isend(at(t, off), count, raw_type(t.dtype()), peer, tag, g.comm(), &r), "send", g);
+    w->requests.push_back(r);
+  });
+  w->keep_alive = {t};
+  return finish(w, async_op);
+}
+
+WorkPtr recv(Tensor& t, int src, int tag, const ProcessGroup& g, bool async_op) {
+  check_tensor("recv", t);
+  const int peer = g.group_rank_of(src);
+  auto w = std::make_shared<Work>("recv", g);
+  chunks(t.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(MPI_Irecv(at(t, off), count, raw_type(t.dtype()), peer, tag, g.comm(), &r), "recv", g);
+    w->requests.push_back(r);
+  });
+  w->keep_alive = {t};
+  return finish(w, async_op);
+}
+
+WorkPtr barrier(const ProcessGroup& g, bool async_op) {
+  auto w = std::make_shared<Work>("barrier", g);
+  MPI_Request r;
+  mpi_check(MPI_Ibarrier(g.comm(), &r), "barrier", g);
+  w->requests.push_back(r);
+  return finish(w, async_op);
+}
+
+double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g) {
+  WatchdogScope wd("all_reduce_scalar", g.name());
+  double out = 0;
+  mpi_check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, mpi_op(op), g.comm()), "all_reduce_scalar", g);
+  return op == ReduceOp::avg ? out / g.size() : out;
+}
+
+}  // namespace booster::dist

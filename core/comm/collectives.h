@@ -1,0 +1,74 @@
+// Collectives on tensors (f32, bf16, f16, i64, u8) over a process group, blocking or
+// asynchronous (a Work handle to wait on), mirroring torch.distributed. bf16/f16
+// reductions accumulate in f32. Messages longer than MPI's int count are split.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/comm/process_group.h"
+#include "core/tensor/tensor.h"
+
+namespace booster::dist {
+
+enum class ReduceOp { sum, avg, max, min };
+
+/// A collective in flight.
+class Work {
+ public:
+  Work(std::string op, const ProcessGroup& g);
+  ~Work();
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  /// Blocks until done and finishes (copies staged results back); idempotent.
+  void wait();
+  /// True once wait() has returned.
+  bool is_completed() const { return done_; }
+
+  // ---- for the implementation ----
+  std::vector<MPI_Request> requests;
+  std::function<void()> on_complete;
+  std::vector<Tensor> keep_alive;
+
+ private:
+  std::string op_, group_;
+  uint64_t token_;
+  bool done_ = false;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+/// In place: t = op over the group of t. avg is sum / size (floating tensors only).
+WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum, const ProcessGroup& g = ProcessGroup::world(),
+                   bool async_op = false);
+/// all_reduce of many tensors through one flat buffer (one message).
+WorkPtr all_reduce_coalesced(std::vector<Tensor>& ts, ReduceOp op = ReduceOp::sum,
+                             const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// output = this rank's block of op(input) where input is size() equal blocks.
+WorkPtr reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                       const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// output = concatenation of every rank's input (output numel = size() * input numel).
+WorkPtr all_gather(Tensor& output, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
+                   bool async_op = false);
+/// outputs[r] = rank r's input.
+WorkPtr all_gather(std::vector<Tensor>& outputs, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
+                   bool async_op = false);
+/// t = src's t (src is a world rank).
+WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// On dst (a world rank), t = op over the group; other ranks' t is unchanged.
+WorkPtr reduce(Tensor& t, int dst, ReduceOp op = ReduceOp::sum, const ProcessGroup& g = ProcessGroup::world(),
+               bool async_op = false);
+/// Sends t to world rank dst.
+WorkPtr send(const Tensor& t, int dst, int tag = 0, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// Receives into t from world rank src.
+WorkPtr recv(Tensor& t, int src, int tag = 0, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// Waits for every member.
+WorkPtr barrier(const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+/// Sum (or max) of one double over the group: the clip-norm reducer.
+double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g = ProcessGroup::world());
+
+/// Largest element count of one MPI message (INT_MAX by default; tests lower it).
+void set_max_message_elements(int64_t n);
+int64_t max_message_elements();
+
+}  // namespace booster::dist

@@ -1,0 +1,84 @@
+// Run configs: schema checks with file:line messages, defaults, --set overrides.
+#include <gtest/gtest.h>
+
+#include "core/common/check.h"
+#include "core/common/config.h"
+
+using namespace booster;
+
+namespace {
+
+ConfigSchema schema() {
+  ConfigSchema s;
+  s.add("train.batch_size", ConfigType::integer, 32, "per-rank batch")
+      .add("train.lr", ConfigType::floating, 3e-4)
+      .add("train.augment", ConfigType::boolean, true)
+      .add("model.name", ConfigType::string, "vit-tiny")
+      .add("train.milestones", ConfigType::integer_list, toml::array{})
+      .add_required("data.root", ConfigType::string, "folder of the dataset")
+      .open_table("plugin");
+  return s;
+}
+
+std::string error_of(Config c) {
+  try {
+    c.apply(schema());
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Config, DefaultsAndTypedAccess) {
+  Config c = Config::from_string("[data]\nroot = \"/beans\"\n[train]\nlr = 1\n[plugin]\nname = \"torch_ddp\"\nbucket_cap_mb = 25\n",
+                                 "run.toml");
+  c.apply(schema());
+  EXPECT_EQ(c.get_int("train.batch_size"), 32);
+  EXPECT_EQ(c.get_float("train.lr"), 1.0);  // an integer is accepted for a number
+  EXPECT_TRUE(c.get_bool("train.augment"));
+  EXPECT_EQ(c.get_string("plugin.name"), "torch_ddp");
+  EXPECT_EQ(c.keys("plugin"), (std::vector<std::string>{"bucket_cap_mb", "name"}));
+  EXPECT_EQ(c.where("train.lr"), "run.toml:4");
+}
+
+TEST(Config, UnknownKeyNamesFileLineAndAcceptedKeys) {
+  const std::string msg =
+      error_of(Config::from_string("[data]\nroot = \"x\"\n[train]\nbatchsize = 8\n", "run.toml"));
+  EXPECT_NE(msg.find("run.toml:4: unknown key 'train.batchsize' in [train]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("accepted: augment, batch_size, lr, milestones"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypeAndMissingRequired) {
+  const std::string msg = error_of(Config::from_string("[train]\nbatch_size = \"big\"\nlr = true\n", "run.toml"));
+  EXPECT_NE(msg.find("run.toml:2: key 'train.batch_size' must be an integer, got a string"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("run.toml:3: key 'train.lr' must be a number, got a boolean"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("required key 'data.root' is missing"), std::string::npos) << msg;
+  EXPECT_NE(error_of(Config::from_string("[data]\nroot = 'x'\n[oops]\na = 1\n", "r.toml")).find("unknown key 'oops'"),
+            std::string::npos);
+}
+
+TEST(Config, SetOverrides) {
+  Config c = Config::from_string("[data]\nroot = \"x\"\n", "run.toml",
+                                 {"train.batch_size=8", "model.name=vit-small", "train.milestones=[3, 6]", "plugin.tp_size=2"});
+  c.apply(schema());
+  EXPECT_EQ(c.get_int("train.batch_size"), 8);
+  EXPECT_EQ(c.get_string("model.name"), "vit-small");  // a bare word is a string
+  EXPECT_EQ(c.get_int_list("train.milestones"), (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(c.where("train.batch_size"), "--set train.batch_size");
+  const std::string msg = error_of(Config::from_string("[data]\nroot = 'x'\n", "run.toml", {"train.batch_size=1.5"}));
+  EXPECT_NE(msg.find("--set train.batch_size: key 'train.batch_size' must be an integer, got a float"), std::string::npos)
+      << msg;
+  EXPECT_THROW(Config::from_string("", "r", {"nonsense"}), ValueError);
+}
+
+TEST(Config, SyntaxErrorNamesFile) {
+  try {
+    Config::from_string("[train\nx = 1\n", "broken.toml");
+    FAIL();
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.toml"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Config::from_file("/nonexistent/run.toml"), IOError);
+}

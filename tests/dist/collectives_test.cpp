@@ -1,0 +1,141 @@
+// Every collective x dtype x blocking/async against values computed locally. Rank r
+// contributes value(r, i) = (r + 1) * (i % 7 + 1).
+#include <gtest/gtest.h>
+#include <climits>
+
+#include "core/comm/collectives.h"
+#include "core/comm/runtime.h"
+
+using namespace booster;
+using namespace booster::dist;
+
+namespace {
+
+double value(int r, int64_t i) { return (r + 1) * double(i % 7 + 1); }  // exact in every dtype
+
+Tensor make(int r, int64_t n, DType dt) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(value(r, i));
+  return Tensor::from_vector(v, {n}).to(dt);
+}
+
+struct Param {
+  DType dtype;
+  bool async_op;
+};
+
+class Collectives : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override { set_max_message_elements(GetParam().async_op ? 7 : INT_MAX); }  // async also splits messages
+  void TearDown() override { set_max_message_elements(INT_MAX); }
+  int me = world_rank(), n = world_size();
+  const int64_t len = 29;
+};
+
+void expect_values(const Tensor& t, const std::function<double(int64_t)>& want, const std::string& what) {
+  auto v = t.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], float(want(int64_t(i)))) << what << " element " << i;
+}
+
+TEST_P(Collectives, AllReduce) {
+  const auto [dt, async] = GetParam();
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    if (op == ReduceOp::avg && !is_floating(dt)) continue;
+    Tensor t = make(me, len, dt);
+    auto w = all_reduce(t, op, ProcessGroup::world(), async);
+    w->wait();
+    EXPECT_TRUE(w->is_completed());
+    expect_values(t, [&](int64_t i) {
+      double s = 0;
+      for (int r = 0; r < n; ++r) s += value(r, i);
+      if (op == ReduceOp::avg) return s / n;
+      if (op == ReduceOp::max) return value(n - 1, i);
+      if (op == ReduceOp::min) return value(0, i);
+      return s;
+    }, "all_reduce");
+  }
+}
+
+TEST_P(Collectives, AllReduceCoalesced) {
+  const auto [dt, async] = GetParam();
+  if (dt == DType::u8) return;
+  std::vector<Tensor> ts{make(me, 5, dt), make(me, 12, dt).view({3, 4}), make(me, 1, dt)};
+  all_reduce_coalesced(ts, ReduceOp::sum, ProcessGroup::world(), async)->wait();
+  for (auto& t : ts)
+    expect_values(t.view({-1}), [&](int64_t i) {
+      double s = 0;
+      for (int r = 0; r < n; ++r) s += value(r, i);
+      return s;
+    }, "coalesced");
+}
+
+TEST_P(Collectives, ReduceScatterAndAllGather) {
+  const auto [dt, async] = GetParam();
+  Tensor in = make(me, len * n, dt), out = Tensor::empty({len}, dt);
+  reduce_scatter(out, in, ReduceOp::sum, ProcessGroup::world(), async)->wait();
+  expect_values(out, [&](int64_t i) {
+    double s = 0;
+    for (int r = 0; r < n; ++r) s += value(r, me * len + i);
+    return s;
+  }, "reduce_scatter");
+  Tensor mine = make(me, len, dt), all = Tensor::empty({n, len}, dt);
+  all_gather(all, mine, ProcessGroup::world(), async)->wait();
+  expect_values(all.view({-1}), [&](int64_t i) { return value(int(i / len), i % len); }, "all_gather");
+  std::vector<Tensor> list;
+  for (int r = 0; r < n; ++r) list.push_back(Tensor::empty({len}, dt));
+  all_gather(list, mine, ProcessGroup::world(), async)->wait();
+  for (int r = 0; r < n; ++r) expect_values(list[size_t(r)], [&](int64_t i) { return value(r, i); }, "all_gather list");
+}
+
+TEST_P(Collectives, BroadcastReduceSendRecv) {
+  const auto [dt, async] = GetParam();
+  const int src = n - 1;
+  Tensor t = make(me, len, dt);
+  broadcast(t, src, ProcessGroup::world(), async)->wait();
+  expect_values(t, [&](int64_t i) { return value(src, i); }, "broadcast");
+  Tensor s = make(me, len, dt);
+  reduce(s, 0, ReduceOp::sum, ProcessGroup::world(), async)->wait();
+  expect_values(s, [&](int64_t i) {
+    if (me != 0) return value(me, i);
+    double acc = 0;
+    for (int r = 0; r < n; ++r) acc += value(r, i);
+    return acc;
+  }, "reduce");
+  if (n < 2) return;
+  // A ring: each rank sends to the next, receives from the previous.
+  Tensor out = make(me, len, dt), in = Tensor::empty({len}, dt);
+  auto ws = send(out, (me + 1) % n, 3, ProcessGroup::world(), true);
+  recv(in, (me + n - 1) % n, 3, ProcessGroup::world(), async)->wait();
+  ws->wait();
+  expect_values(in, [&](int64_t i) { return value((me + n - 1) % n, i); }, "recv");
+  barrier(ProcessGroup::world(), async)->wait();
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, Collectives,
+                         ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true}, Param{DType::bf16, false},
+                                           Param{DType::bf16, true}, Param{DType::f16, false}, Param{DType::f16, true},
+                                           Param{DType::i64, false}, Param{DType::i64, true}),
+                         [](const auto& info) {
+                           return std::string(dtype_name(info.param.dtype)) + (info.param.async_op ? "_async" : "_blocking");
+                         });
+
+TEST(CollectivesErrors, ClearMessages) {
+  Tensor t = Tensor::zeros({4, 4});
+  Tensor tr = t.transpose(0, 1);
+  EXPECT_THROW(all_reduce(tr), ValueError);
+  Tensor i = Tensor::zeros({4}, DType::i64);
+  EXPECT_THROW(all_reduce(i, ReduceOp::avg), DTypeError);
+  Tensor out = Tensor::empty({3});
+  EXPECT_THROW(reduce_scatter(out, Tensor::zeros({3 * world_size() + 1})), ShapeError);
+  EXPECT_THROW(broadcast(t, world_size()), ValueError);  // not a member
+}
+
+TEST(CollectivesSum, Bf16AccumulatesInF32) {
+  // 256 + 1 + ... : in bf16 arithmetic 256 + 1 rounds back to 256; in f32 it does not.
+  Tensor t = Tensor::from_vector({world_rank() == 0 ? 256.f : 1.f}, {1}, DType::bf16);
+  all_reduce(t);
+  const float expect = world_size() == 1 ? 256.f : from_bf16(to_bf16(256.f + float(world_size() - 1)));
+  EXPECT_EQ(t.to_vector()[0], expect);
+}
+
+}  // namespace
