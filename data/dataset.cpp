@@ -1,0 +1,142 @@
+// ImageFolder and BeansDataset (see dataset.h).
+#include "data/dataset.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+
+#include "data/transforms.h"
+
+namespace booster::data {
+
+namespace fs = std::filesystem;
+
+ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : root_(root), opts_(std::move(opts)) {
+  const char* layout = "expected root/<class name>/<image files>, e.g. beans/train/healthy/healthy_train.0.jpg";
+  BOOSTER_CHECK_T(IOError, fs::is_directory(root), "dataset folder '", root, "' does not exist or is not a folder (",
+                  layout, ")");
+  for (auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) classes_.push_back(e.path().filename().string());
+  std::sort(classes_.begin(), classes_.end());
+  BOOSTER_CHECK_T(IOError, !classes_.empty(), "dataset folder '", root, "' has no class subfolders (", layout, ")");
+  for (size_t c = 0; c < classes_.size(); ++c) {
+    std::vector<std::string> files;
+    for (auto& e : fs::directory_iterator(fs::path(root) / classes_[c]))
+      if (e.is_regular_file()) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      if (sniff_format(f) == ImageFormat::unknown) {
+        spdlog::warn("skipping '{}': not a JPEG or PNG image", f);
+        ++skipped_non_images_;
+        continue;
+      }
+      samples_.emplace_back(f, int64_t(c));
+    }
+  }
+  if (opts_.verify) {
+    // Decode everything once (in parallel); keep what fits in the cache, drop the corrupt.
+    std::vector<std::string> errors(samples_.size());
+    std::vector<std::shared_ptr<const Image>> decoded(samples_.size());
+#pragma omp parallel for schedule(dynamic, 4)
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      try {
+        decoded[i] = std::make_shared<const Image>(decode_image(samples_[i].first));
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    }
+    std::vector<std::pair<std::string, int64_t>> kept;
+    for (size_t i = 0; i < samples_.size(); ++i) {
+      if (!errors[i].empty()) {
+        BOOSTER_CHECK_T(ImageError, !opts_.strict, errors[i]);
+        spdlog::warn("skipping {}", errors[i]);
+        ++skipped_corrupt_;
+        continue;
+      }
+      const size_t idx = kept.size();
+      kept.push_back(samples_[i]);
+      if (cache_used_ + decoded[i]->bytes() <= opts_.cache_bytes) {
+        cache_used_ += decoded[i]->bytes();
+        cache_[idx] = decoded[i];
+      }
+    }
+    samples_ = std::move(kept);
+  }
+  BOOSTER_CHECK_T(IOError, !samples_.empty(), "dataset folder '", root, "' holds no readable images (", layout, ")");
+  if (!opts_.transform) {
+    ViTImageProcessor p;
+    opts_.transform = eval_transform(p);
+  }
+}
+
+std::shared_ptr<const Image> ImageFolder::load(size_t index) const {
+  BOOSTER_CHECK(index < samples_.size(), "ImageFolder: index ", index, " out of range (", samples_.size(), " samples)");
+  {
+    std::lock_guard lock(cache_mu_);
+    auto it = cache_.find(index);
+    if (it != cache_.end()) return it->second;
+  }
+  auto img = std::make_shared<const Image>(decode_image(samples_[index].first));
+  std::lock_guard lock(cache_mu_);
+  if (!cache_.count(index) && cache_used_ + img->bytes() <= opts_.cache_bytes) {
+    cache_used_ += img->bytes();
+    cache_[index] = img;
+  }
+  return img;
+}
+
+size_t ImageFolder::cached_bytes() const {
+  std::lock_guard lock(cache_mu_);
+  return cache_used_;
+}
+
+Example ImageFolder::get(size_t index, Generator& g) const {
+  auto img = load(index);
+  return Example{opts_.transform(*img, g), samples_[index].second};
+}
+
+ImageTransform train_transform(const ViTImageProcessor& processor) {
+  RandomResizedCrop crop;
+  crop.height = processor.height;
+  crop.width = processor.width;
+  crop.resample = processor.resample;
+  return [crop, processor](const Image& img, Generator& g) {
+    Image out = RandomHorizontalFlip{}(crop(img, g), g);
+    Tensor t = Tensor::empty({3, out.height, out.width});
+    processor.to_tensor(out, t.data<float>());
+    return t;
+  };
+}
+
+ImageTransform eval_transform(const ViTImageProcessor& processor) {
+  return [processor](const Image& img, Generator&) { return processor(img); };
+}
+
+std::string BeansDataset::default_root() { return BOOSTER_SHARED_DIR "/data/beans"; }
+
+BeansDataset::BeansDataset(const std::string& root, const std::string& split, const ViTImageProcessor& processor,
+                           bool augment, int tp_size, ImageFolderOptions opts)
+    : ImageFolder((fs::path(root) / split).string(), [&] {
+        opts.transform = augment ? train_transform(processor) : eval_transform(processor);
+        return opts;
+      }()) {
+  BOOSTER_CHECK(tp_size >= 1, "BeansDataset: tp_size must be >= 1");
+  label_names_ = classes();
+  for (int i = 0; label_names_.size() % size_t(tp_size) != 0; ++i) label_names_.push_back("pad_label_" + std::to_string(i));
+}
+
+std::map<int64_t, std::string> BeansDataset::id2label() const {
+  std::map<int64_t, std::string> m;
+  for (size_t i = 0; i < label_names_.size(); ++i) m[int64_t(i)] = label_names_[i];
+  return m;
+}
+
+std::map<std::string, int64_t> BeansDataset::label2id() const {
+  std::map<std::string, int64_t> m;
+  for (size_t i = 0; i < label_names_.size(); ++i) m[label_names_[i]] = int64_t(i);
+  return m;
+}
+
+}  // namespace booster::data

@@ -1,0 +1,97 @@
+// Datasets: the interface the DataLoader reads, ImageFolder (class = sorted subfolder,
+// files sorted), and BeansDataset in the spirit of Colossal-AI's ViT example. Non-image
+// files are skipped with one warning each; corrupt images are skipped with a warning
+// naming the file (or refused with `strict`). Decoded images are cached, bounded in bytes.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/tensor/random.h"
+#include "data/image.h"
+#include "data/image_processor.h"
+
+namespace booster::data {
+
+/// One sample: an image tensor [3, H, W] and its class.
+struct Example {
+  Tensor pixel_values;
+  int64_t label = 0;
+};
+
+/// What a DataLoader reads.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual size_t size() const = 0;
+  /// Sample `index`; `g` drives its augmentation (the loader seeds it per sample and epoch).
+  virtual Example get(size_t index, Generator& g) const = 0;
+};
+
+/// Image -> tensor, with a generator for random augmentation.
+using ImageTransform = std::function<Tensor(const Image&, Generator&)>;
+
+struct ImageFolderOptions {
+  bool verify = true;                 // decode every image once up front; corrupt ones are skipped
+  bool strict = false;                // a corrupt image is an error instead of a warning
+  size_t cache_bytes = size_t(2) << 30;  // decoded-image cache bound (0: no cache)
+  ImageTransform transform;           // default: ViTImageProcessor()
+};
+
+/// root/<class>/<image>, classes sorted by name.
+class ImageFolder : public Dataset {
+ public:
+  explicit ImageFolder(const std::string& root, ImageFolderOptions opts = {});
+  size_t size() const override { return samples_.size(); }
+  Example get(size_t index, Generator& g) const override;
+
+  const std::vector<std::string>& classes() const { return classes_; }
+  const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
+  /// The decoded image of sample i (from the cache when there).
+  std::shared_ptr<const Image> load(size_t index) const;
+  size_t skipped_non_images() const { return skipped_non_images_; }
+  size_t skipped_corrupt() const { return skipped_corrupt_; }
+  size_t cached_bytes() const;
+  const std::string& root() const { return root_; }
+  void set_transform(ImageTransform t) { opts_.transform = std::move(t); }
+
+ private:
+  std::string root_;
+  ImageFolderOptions opts_;
+  std::vector<std::string> classes_;
+  std::vector<std::pair<std::string, int64_t>> samples_;
+  size_t skipped_non_images_ = 0, skipped_corrupt_ = 0;
+  mutable std::mutex cache_mu_;
+  mutable std::map<size_t, std::shared_ptr<const Image>> cache_;
+  mutable size_t cache_used_ = 0;
+};
+
+/// The training transform of the beans example: RandomResizedCrop to the processor's size,
+/// RandomHorizontalFlip, then rescale and normalize.
+ImageTransform train_transform(const ViTImageProcessor& processor);
+/// The evaluation transform: the processor itself.
+ImageTransform eval_transform(const ViTImageProcessor& processor);
+
+/// The beans leaf-disease dataset in ImageFolder layout (root/<split>/<class>/<image>).
+class BeansDataset : public ImageFolder {
+ public:
+  /// Default root of the shared data folder.
+  static std::string default_root();
+  /// `augment` selects the training transform; label names are padded with pad_label_i
+  /// to a multiple of tp_size, as Colossal-AI's example does.
+  BeansDataset(const std::string& root, const std::string& split, const ViTImageProcessor& processor,
+               bool augment = false, int tp_size = 1, ImageFolderOptions opts = {});
+  int64_t num_labels() const { return int64_t(label_names_.size()); }
+  const std::vector<std::string>& label_names() const { return label_names_; }
+  std::map<int64_t, std::string> id2label() const;
+  std::map<std::string, int64_t> label2id() const;
+
+ private:
+  std::vector<std::string> label_names_;
+};
+
+}  // namespace booster::data
