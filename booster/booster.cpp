@@ -1,0 +1,76 @@
+// Booster (see booster.h).
+#include "booster/booster.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace booster {
+
+Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precision)
+    : plugin_(std::move(plugin)), mixed_precision_(mixed_precision == "fp32" || mixed_precision == "no" ? "" : mixed_precision) {
+  BOOSTER_CHECK(mixed_precision_.empty() || mixed_precision_ == "fp16" || mixed_precision_ == "bf16",
+                "Booster: mixed_precision '", mixed_precision, "' is not one of \"fp16\", \"bf16\", \"fp32\"");
+  if (plugin_ && plugin_->control_precision() && !mixed_precision_.empty()) {
+    spdlog::warn("Booster: plugin '{}' controls precision; mixed_precision '{}' is ignored (set the plugin's "
+                 "precision option instead)",
+                 plugin_->name(), mixed_precision_);
+    mixed_precision_.clear();
+  }
+  if (plugin_ && !mixed_precision_.empty()) {
+    const auto sp = plugin_->supported_precisions();
+    BOOSTER_CHECK(std::find(sp.begin(), sp.end(), mixed_precision_) != sp.end(), "Booster: plugin '", plugin_->name(),
+                  "' does not support mixed_precision '", mixed_precision_, "'");
+  }
+}
+
+void Booster::configure(BoostedObjects& o) {
+  BOOSTER_CHECK(o.model != nullptr, "Booster.boost: the model is required");
+  if (plugin_) plugin_->configure(o);
+  BOOSTER_CHECK(mixed_precision_.empty(), "Booster: mixed_precision '", mixed_precision_,
+                "' is not available yet in this build (the mixed-precision layer is not implemented); use fp32");
+}
+
+NoSyncScope Booster::no_sync(BoostedModel& model, OptimizerWrapper* optimizer) {
+  BOOSTER_CHECK(plugin_ != nullptr, "Booster.no_sync: there is no plugin, so nothing to skip");
+  BOOSTER_CHECK(plugin_->support_no_sync(), "Booster.no_sync: plugin '", plugin_->name(), "' does not support no_sync");
+  return plugin_->no_sync(model, optimizer);
+}
+
+PipelineResult Booster::execute_pipeline(const std::function<std::optional<data::Batch>()>& data_iter,
+                                         BoostedModel& model, const Criterion& criterion, OptimizerWrapper* optimizer,
+                                         bool return_loss, bool return_outputs) {
+  BOOSTER_CHECK(plugin_ != nullptr, "Booster.execute_pipeline: there is no plugin; pipelines need HybridParallelPlugin");
+  return plugin_->execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
+}
+
+CheckpointIO& Booster::checkpoint_io() {
+  if (!checkpoint_io_ && plugin_ && plugin_->control_checkpoint_io()) checkpoint_io_ = plugin_->get_checkpoint_io();
+  BOOSTER_CHECK(checkpoint_io_ != nullptr, "Booster: no checkpoint IO is available for ",
+                plugin_ ? "plugin '" + plugin_->name() + "'" : std::string("a booster without plugin"),
+                " in this build");
+  return *checkpoint_io_;
+}
+
+void Booster::save_model(BoostedModel& model, const std::string& checkpoint, bool shard, const std::string& prefix,
+                         int64_t size_per_shard) {
+  checkpoint_io().save_model(model, checkpoint, shard, prefix, size_per_shard);
+}
+void Booster::load_model(BoostedModel& model, const std::string& checkpoint, bool strict) {
+  checkpoint_io().load_model(model, checkpoint, strict);
+}
+void Booster::save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard,
+                             const std::string& prefix, int64_t size_per_shard) {
+  checkpoint_io().save_optimizer(optimizer, checkpoint, shard, prefix, size_per_shard);
+}
+void Booster::load_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint) {
+  checkpoint_io().load_optimizer(optimizer, checkpoint);
+}
+void Booster::save_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint) {
+  checkpoint_io().save_lr_scheduler(lr_scheduler, checkpoint);
+}
+void Booster::load_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint) {
+  checkpoint_io().load_lr_scheduler(lr_scheduler, checkpoint);
+}
+
+}  // namespace booster

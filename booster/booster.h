@@ -1,0 +1,72 @@
+// Booster (mirrors colossalai.booster.Booster): boost() hands the user's five objects to
+// the plugin, which rewrites them in place; backward, no_sync, execute_pipeline and the
+// checkpoint calls forward to the plugin. Booster never asks which plugin it holds.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "booster/checkpoint_io.h"
+#include "booster/plugin.h"
+
+namespace booster {
+
+/// What boost() returns, in Colossal-AI's order (structured bindings work).
+template <typename M>
+struct BoostResult {
+  std::shared_ptr<ModelWrapper<M>> model;
+  std::shared_ptr<OptimizerWrapper> optimizer;
+  Criterion criterion;
+  std::shared_ptr<data::DataLoader> dataloader;
+  std::shared_ptr<optim::LRScheduler> lr_scheduler;
+};
+
+class Booster {
+ public:
+  /// mixed_precision: "" / "fp32" (none), "fp16" or "bf16"; ignored (with a warning) when
+  /// the plugin controls precision.
+  explicit Booster(std::shared_ptr<Plugin> plugin = nullptr, const std::string& mixed_precision = "");
+
+  /// Wraps and configures the objects; any but the model may be absent.
+  template <typename M>
+  BoostResult<M> boost(std::shared_ptr<M> model, std::shared_ptr<optim::Optimizer> optimizer = nullptr,
+                       Criterion criterion = {}, std::shared_ptr<data::DataLoader> dataloader = nullptr,
+                       std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr) {
+    auto wrapper = std::make_shared<ModelWrapper<M>>(std::move(model));
+    BoostedObjects o{wrapper, optimizer ? std::make_shared<OptimizerWrapper>(std::move(optimizer)) : nullptr,
+                     std::move(criterion), std::move(dataloader), std::move(lr_scheduler)};
+    configure(o);
+    return {wrapper, o.optimizer, o.criterion, o.dataloader, o.lr_scheduler};
+  }
+
+  /// loss.backward() through the optimizer wrapper (which may scale or synchronize).
+  void backward(const Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
+  /// Gradient accumulation without synchronization for the scope's lifetime.
+  NoSyncScope no_sync(BoostedModel& model, OptimizerWrapper* optimizer = nullptr);
+  /// One pipeline-parallel step (plugins without a pipeline refuse clearly).
+  PipelineResult execute_pipeline(const std::function<std::optional<data::Batch>()>& data_iter, BoostedModel& model,
+                                  const Criterion& criterion, OptimizerWrapper* optimizer = nullptr,
+                                  bool return_loss = true, bool return_outputs = false);
+
+  // ---- checkpoints (Colossal-AI's names and defaults; size_per_shard in MB) ----
+  void save_model(BoostedModel& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",
+                  int64_t size_per_shard = 1024);
+  void load_model(BoostedModel& model, const std::string& checkpoint, bool strict = true);
+  void save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard = false,
+                      const std::string& prefix = "", int64_t size_per_shard = 1024);
+  void load_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint);
+  void save_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint);
+  void load_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint);
+
+  Plugin* plugin() const { return plugin_.get(); }
+  const std::string& mixed_precision() const { return mixed_precision_; }
+  CheckpointIO& checkpoint_io();
+
+ private:
+  void configure(BoostedObjects& o);
+  std::shared_ptr<Plugin> plugin_;
+  std::string mixed_precision_;
+  std::shared_ptr<CheckpointIO> checkpoint_io_;
+};
+
+}  // namespace booster

@@ -1,0 +1,27 @@
+// The CheckpointIO seam: how a plugin saves and loads the boosted objects. The protobuf
+// implementation (full logical tensors, any layout to any layout) lands with the
+// checkpoint work; plugins return theirs from get_checkpoint_io().
+#pragma once
+
+#include <string>
+
+#include "booster/model_wrapper.h"
+#include "booster/optimizer_wrapper.h"
+#include "optim/lr_scheduler.h"
+
+namespace booster {
+
+class CheckpointIO {
+ public:
+  virtual ~CheckpointIO() = default;
+  virtual void save_model(BoostedModel& model, const std::string& path, bool shard, const std::string& prefix,
+                          int64_t size_per_shard_mb) = 0;
+  virtual void load_model(BoostedModel& model, const std::string& path, bool strict) = 0;
+  virtual void save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard,
+                              const std::string& prefix, int64_t size_per_shard_mb) = 0;
+  virtual void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) = 0;
+  virtual void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) = 0;
+  virtual void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) = 0;
+};
+
+}  // namespace booster

@@ -1,0 +1,99 @@
+// Reducer (see reducer.h).
+#include "plugins/torch_ddp/reducer.h"
+
+#include "core/autograd/grad_mode.h"
+
+namespace booster::plugins {
+
+Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts)
+    : group_(group), opts_(opts) {
+  for (auto& np : params)
+    if (np.second.requires_grad()) params_.push_back(np);
+  const double cap_bytes = opts_.bucket_cap_mb * 1024 * 1024;
+  bucket_of_.resize(params_.size());
+  offset_of_.resize(params_.size());
+  ready_.assign(params_.size(), false);
+  // Reverse registration order: the last layers' gradients are final first.
+  for (size_t k = params_.size(); k-- > 0;) {
+    const double bytes = double(params_[k].second.numel()) * 4;
+    if (buckets_.empty() || (!buckets_.back().params.empty() &&
+                             double(buckets_.back().flat.numel()) * 4 + bytes > cap_bytes))
+      buckets_.emplace_back();
+    Bucket& b = buckets_.back();
+    bucket_of_[k] = buckets_.size() - 1;
+    offset_of_[k] = size_t(b.flat.defined() ? b.flat.numel() : 0);
+    b.params.push_back(k);
+    b.flat = Tensor::zeros({int64_t(offset_of_[k]) + params_[k].second.numel()});
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor p = params_[k].second;
+    p.register_post_accumulate_grad_hook([this, k](const Tensor&) { on_ready(k); });
+  }
+}
+
+void Reducer::on_ready(size_t k) {
+  if (no_sync_) return;
+  started_ = true;
+  if (ready_[k]) return;  // a second backward before finish(): gradients keep accumulating
+  ready_[k] = true;
+  ++buckets_[bucket_of_[k]].ready;
+  launch_ready_in_order();
+}
+
+void Reducer::launch(Bucket& b) {
+  NoGradGuard ng;
+  for (size_t k : b.params) {
+    Tensor g = params_[k].second.grad();
+    Tensor dst = b.flat.narrow(0, int64_t(offset_of_[k]), params_[k].second.numel());
+    if (g.defined()) dst.copy_(g.view({-1}));
+    else dst.zero_();
+  }
+  b.work = dist::all_reduce(b.flat, dist::ReduceOp::avg, group_, /*async_op=*/true);
+}
+
+void Reducer::launch_ready_in_order() {
+  // Buckets launch strictly in order, so every rank issues the same collective sequence.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].params.size())
+    launch(buckets_[next_launch_++]);
+}
+
+void Reducer::finish() {
+  if (!started_) return;
+  std::string unused;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (ready_[k]) continue;
+    if (!opts_.find_unused_parameters) {
+      unused += (unused.empty() ? "" : ", ") + params_[k].first;
+      continue;
+    }
+    ready_[k] = true;
+    ++buckets_[bucket_of_[k]].ready;
+  }
+  BOOSTER_CHECK(unused.empty(), "TorchDDPPlugin: parameters received no gradient in this backward: ", unused,
+                ". Set find_unused_parameters = true if parts of the model are not used every step.");
+  launch_ready_in_order();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : buckets_) b.work->wait();
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  NoGradGuard ng;
+  for (auto& b : buckets_) {
+    for (size_t k : b.params) {
+      Tensor p = params_[k].second;
+      Tensor avg = b.flat.narrow(0, int64_t(offset_of_[k]), p.numel()).view(p.shape());
+      if (opts_.gradient_as_bucket_view && p.dtype() == DType::f32) {
+        p.set_grad(avg);  // the gradient lives in the bucket: no copy, later backwards accumulate in place
+      } else if (p.grad().defined()) {
+        p.grad().copy_(avg);
+      } else {
+        p.set_grad(avg.to(p.dtype()).clone());
+      }
+    }
+    b.ready = 0;
+    b.work.reset();
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  started_ = false;
+}
+
+}  // namespace booster::plugins

@@ -1,0 +1,64 @@
+// DDP's gradient reducer: parameters grouped into buckets of at most bucket_cap_mb in
+// reverse registration order (the order backward finishes them); each parameter's
+// post-accumulate hook marks it ready, and a bucket whose parameters are all ready is
+// copied into a flat f32 buffer and all-reduced (averaged) asynchronously, in bucket
+// order, while backward continues. finish() waits and writes the averages back.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/collectives.h"
+#include "optim/optimizer.h"
+
+namespace booster::plugins {
+
+struct ReducerOptions {
+  double bucket_cap_mb = 25;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
+class Reducer {
+ public:
+  /// `params` in registration order; hooks are registered on each.
+  Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts);
+  /// True while gradients should only accumulate locally.
+  void set_no_sync(bool on) { no_sync_ = on; }
+  bool no_sync() const { return no_sync_; }
+  /// Waits for every bucket of the current backward and writes averaged gradients back.
+  /// Buckets not launched (parameters without gradient) are an error naming them unless
+  /// find_unused_parameters, in which case their missing gradients count as zero.
+  void finish();
+  /// True when a backward has launched communication that finish() has not collected.
+  bool pending() const { return started_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  /// Seconds finish() spent waiting on all-reduce since the last reset.
+  double wait_seconds() const { return wait_s_; }
+  void reset_wait_seconds() { wait_s_ = 0; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    Tensor flat;                 // f32
+    size_t ready = 0;
+    dist::WorkPtr work;
+  };
+  void on_ready(size_t param_index);
+  void launch(Bucket& b);
+  void launch_ready_in_order();
+
+  optim::NamedParams params_;
+  const dist::ProcessGroup& group_;
+  ReducerOptions opts_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_, offset_of_;
+  std::vector<bool> ready_;
+  size_t next_launch_ = 0;
+  bool started_ = false, no_sync_ = false;
+  double wait_s_ = 0;
+};
+
+}  // namespace booster::plugins

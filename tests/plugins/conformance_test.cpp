@@ -1,0 +1,225 @@
+// The plugin conformance suite: every plugin configuration in kCases must pass. Adding a
+// plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "booster/booster.h"
+#include "core/comm/collectives.h"
+#include "core/comm/runtime.h"
+#include "nn/vit.h"
+#include "optim/sgd.h"
+#include "plugins/registry.h"
+
+using namespace booster;
+
+namespace {
+
+struct PluginCase {
+  std::string name;
+  std::string toml;  // the [plugin] table; empty: Booster without plugin
+};
+
+const std::vector<PluginCase> kCases = {
+    {"no_plugin", ""},
+    {"torch_ddp", "[plugin]\nname = 'torch_ddp'\n"},
+    {"torch_ddp_many_buckets", "[plugin]\nname = 'torch_ddp'\nbucket_cap_mb = 0.01\n"},
+    {"torch_ddp_bucket_view", "[plugin]\nname = 'torch_ddp'\ngradient_as_bucket_view = true\n"},
+};
+
+nn::ViTConfig tiny_config() {
+  nn::ViTConfig c;
+  c.hidden_size = 32, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.intermediate_size = 64;
+  c.image_size = 16, c.patch_size = 8, c.num_labels = 3;
+  return c;
+}
+
+std::shared_ptr<nn::ViTForImageClassification> fresh_model(uint64_t seed = 42) {
+  manual_seed(seed);
+  return std::make_shared<nn::ViTForImageClassification>(tiny_config());
+}
+
+// The global batch of a step: `rows` samples, identical on every rank.
+std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
+  Tensor x = Tensor::empty({rows, 3, 16, 16});
+  Generator(1000 + uint64_t(step)).normal_(x);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < rows; ++i) y.push_back((i * 7 + step) % 3);
+  return {x, Tensor::from_ints(y, {rows})};
+}
+
+// Rows [rank * b, (rank + 1) * b) of a batch.
+std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1) {
+  const int64_t start = (int64_t(dist::world_rank()) * parts + part) * b;
+  return {batch.first.narrow(0, start, b).contiguous(), batch.second.narrow(0, start, b).contiguous()};
+}
+
+optim::SGDOptions sgd() { return {0.05, 0.9}; }
+
+std::shared_ptr<Plugin> make(const PluginCase& c) {
+  if (c.toml.empty()) return nullptr;
+  return plugins::make_plugin(Config::from_string(c.toml, c.name + ".toml"));
+}
+
+// max |a - b| <= tol * max|b| for every parameter.
+void expect_params_close(nn::Module& got, nn::Module& want, double tol, const std::string& what) {
+  for (auto& [n, w] : want.named_parameters()) {
+    auto a = got.get_tensor(n).to_vector(), b = w.to_vector();
+    double scale = 1e-3, err = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      scale = std::max(scale, double(std::abs(b[i])));
+      err = std::max(err, double(std::abs(a[i] - b[i])));
+    }
+    EXPECT_LE(err, tol * scale) << what << ": parameter " << n << " differs by " << err;
+  }
+}
+
+class Conformance : public ::testing::TestWithParam<PluginCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().toml.empty() && dist::world_size() > 1)
+      GTEST_SKIP() << "without a plugin, ranks do not share gradients";
+  }
+  const int64_t b = 2;  // per-rank batch
+  const int n = dist::world_size();
+};
+
+// 1. K steps on per-rank batches b match one process on batches N * b.
+TEST_P(Conformance, TrainingParity) {
+  const int K = 4;
+  auto ref = fresh_model();
+  optim::SGD ref_opt(ref->named_parameters(), sgd());
+  std::vector<double> ref_losses;
+  for (int s = 0; s < K; ++s) {
+    auto [x, y] = global_batch(s, n * b);
+    ref_opt.zero_grad();
+    Tensor loss = (*ref)(x, y).loss;
+    ref_losses.push_back(loss.item());
+    loss.backward();
+    ref_opt.step();
+  }
+  Booster booster(make(GetParam()));
+  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
+  auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
+  auto boosted = booster.boost(model, opt);
+  for (int s = 0; s < K; ++s) {
+    auto [x, y] = my_slice(global_batch(s, n * b), b);
+    boosted.optimizer->zero_grad();
+    Tensor loss = (*boosted.model)(x, y).loss;
+    booster.backward(loss, *boosted.optimizer);
+    boosted.optimizer->step();
+    const double global = dist::all_reduce_scalar(loss.item(), dist::ReduceOp::avg);
+    EXPECT_NEAR(global, ref_losses[size_t(s)], 1e-5 * std::abs(ref_losses[size_t(s)])) << "step " << s;
+  }
+  expect_params_close(*model, *ref, 1e-5, "after training");
+}
+
+// 2. Accumulating A micro-batches (the first A-1 under no_sync) equals one large-batch step.
+TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
+  if (!make(GetParam()) || !make(GetParam())->support_no_sync()) GTEST_SKIP() << "no no_sync";
+  const int A = 3;
+  auto batch = global_batch(7, n * b * A);
+  auto ref = fresh_model();
+  optim::SGD ref_opt(ref->named_parameters(), sgd());
+  (*ref)(batch.first, batch.second).loss.backward();
+  ref_opt.step();
+
+  Booster booster(make(GetParam()));
+  auto model = fresh_model();
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  for (int m = 0; m < A; ++m) {
+    auto [x, y] = my_slice(batch, b, m, A);
+    Tensor loss = scale((*boosted.model)(x, y).loss, 1.0 / A);
+    if (m < A - 1) {
+      auto scope = booster.no_sync(*boosted.model, boosted.optimizer.get());
+      booster.backward(loss, *boosted.optimizer);
+    } else {
+      booster.backward(loss, *boosted.optimizer);
+    }
+  }
+  boosted.optimizer->step();
+  expect_params_close(*model, *ref, 1e-5, "after accumulation");
+}
+
+// 3. Clipping by the global norm equals the single-process clip.
+TEST_P(Conformance, ClipByGlobalNorm) {
+  auto batch = global_batch(3, n * b);
+  auto ref = fresh_model();
+  optim::SGD ref_opt(ref->named_parameters(), sgd());
+  (*ref)(batch.first, batch.second).loss.backward();
+  const double ref_norm = optim::clip_grad_norm(ref->parameters(), 0.05);
+  ref_opt.step();
+
+  Booster booster(make(GetParam()));
+  auto model = fresh_model();
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  auto [x, y] = my_slice(batch, b);
+  booster.backward((*boosted.model)(x, y).loss, *boosted.optimizer);
+  const double norm = boosted.optimizer->clip_grad_by_norm(0.05);
+  EXPECT_NEAR(norm, ref_norm, 1e-5 * ref_norm);
+  ASSERT_TRUE(boosted.optimizer->get_grad_norm().has_value());
+  EXPECT_LT(0.05, ref_norm) << "the test must actually clip";
+  boosted.optimizer->step();
+  expect_params_close(*model, *ref, 1e-5, "after a clipped step");
+}
+
+// 4. Invalid configurations are refused with an error naming the option.
+TEST_P(Conformance, InvalidConfigurationsAreRefused) {
+  const PluginCase& c = GetParam();
+  auto expect_error = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { Booster(make(c), "fp8"); }, "fp8");
+  auto model = fresh_model();
+  Booster booster(make(c));
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  expect_error([&] { booster.execute_pipeline({}, *boosted.model, {}); }, "pipeline");
+  if (c.toml.empty()) return;
+  expect_error([&] { make({c.name, c.toml + "bucket_cap = 3\n"}); }, "unknown key 'plugin.bucket_cap'");
+  expect_error([&] { make({c.name, "[plugin]\nname = 'torch_dpp'\n"}); }, "unknown plugin 'torch_dpp'");
+  expect_error([&] { make({c.name, "[plugin]\nname = 'torch_ddp'\nbucket_cap_mb = -1\n"}); }, "bucket_cap_mb");
+  expect_error([&] { make({c.name, "[plugin]\nname = 'torch_ddp'\nstatic_graph = 1\n"}); }, "plugin.static_graph");
+  {
+    auto scope = booster.no_sync(*boosted.model, boosted.optimizer.get());
+    expect_error([&] { booster.no_sync(*boosted.model, boosted.optimizer.get()); }, "no_sync");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plugins, Conformance, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return info.param.name; });
+
+// DDP specifics: ranks start from rank 0's weights; an unused parameter is named.
+TEST(TorchDDP, BroadcastAtBoostAndUnusedParameters) {
+  auto model = fresh_model(100 + uint64_t(dist::world_rank()));
+  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  for (auto& [name, p] : model->named_parameters()) {
+    Tensor mx = p.detach().clone(), mn = scale(p.detach(), -1.0);
+    dist::all_reduce(mx, dist::ReduceOp::max);
+    dist::all_reduce(mn, dist::ReduceOp::max);
+    EXPECT_EQ(mx.to_vector(), scale(mn, -1.0).to_vector()) << name << " differs across ranks after boost";
+  }
+  // Freeze nothing but skip the classifier: its parameters get no gradient.
+  auto [x, y] = global_batch(0, 2);
+  Tensor feats = model->vit->forward(x);
+  try {
+    booster.backward(sum(feats), *boosted.optimizer);
+    FAIL() << "unused parameters were not reported";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("classifier.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("find_unused_parameters"), std::string::npos) << e.what();
+  }
+  Booster lenient(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\nfind_unused_parameters=true\n")));
+  auto m2 = fresh_model();
+  auto b2 = lenient.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), sgd()));
+  lenient.backward(sum(m2->vit->forward(x)), *b2.optimizer);
+  EXPECT_TRUE(m2->get_tensor("classifier.weight").grad().defined());
+  b2.optimizer->step();
+}
+
+}  // namespace
