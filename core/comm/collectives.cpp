@@ -97,15 +97,26 @@ Work::~Work() {
 
 void Work::wait() {
   if (done_) return;
+  const int rc = requests.empty() ? MPI_SUCCESS
+                                  : MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed while waiting");
+  complete();
+}
+
+bool Work::test() {
+  if (done_) return true;
+  int flag = 1;
   if (!requests.empty()) {
-    const int rc = MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-    Watchdog::instance().leave(token_);
-    done_ = true;
-    BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed while waiting");
-  } else {
-    Watchdog::instance().leave(token_);
-    done_ = true;
+    const int rc = MPI_Testall(int(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
+    BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed");
   }
+  if (flag) complete();
+  return done_;
+}
+
+void Work::complete() {
+  Watchdog::instance().leave(token_);
+  done_ = true;
   if (on_complete) on_complete();
   keep_alive.clear();
 }

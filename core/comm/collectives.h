@@ -23,7 +23,10 @@ class Work {
   Work& operator=(const Work&) = delete;
   /// Blocks until done and finishes (copies staged results back); idempotent.
   void wait();
-  /// True once wait() has returned.
+  /// Progresses the operation without blocking (MPI moves data only inside MPI calls);
+  /// finishes it and returns true once it has completed.
+  bool test();
+  /// True once the operation has finished (wait() or a successful test()).
   bool is_completed() const { return done_; }
 
   // ---- for the implementation ----
@@ -32,6 +35,7 @@ class Work {
   std::vector<Tensor> keep_alive;
 
  private:
+  void complete();
   std::string op_, group_;
   uint64_t token_;
   bool done_ = false;

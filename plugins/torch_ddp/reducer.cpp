@@ -9,15 +9,18 @@ Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& gro
     : group_(group), opts_(opts) {
   for (auto& np : params)
     if (np.second.requires_grad()) params_.push_back(np);
+  // The first bucket (the last layers, final first in backward) is capped at 1 MB, as
+  // PyTorch does, so communication starts early and overlaps the rest of backward.
   const double cap_bytes = opts_.bucket_cap_mb * 1024 * 1024;
+  const double first_cap = std::min(cap_bytes, 1024.0 * 1024.0);
   bucket_of_.resize(params_.size());
   offset_of_.resize(params_.size());
   ready_.assign(params_.size(), false);
   // Reverse registration order: the last layers' gradients are final first.
   for (size_t k = params_.size(); k-- > 0;) {
     const double bytes = double(params_[k].second.numel()) * 4;
-    if (buckets_.empty() || (!buckets_.back().params.empty() &&
-                             double(buckets_.back().flat.numel()) * 4 + bytes > cap_bytes))
+    const double cap = buckets_.size() <= 1 ? first_cap : cap_bytes;
+    if (buckets_.empty() || (!buckets_.back().params.empty() && double(buckets_.back().flat.numel()) * 4 + bytes > cap))
       buckets_.emplace_back();
     Bucket& b = buckets_.back();
     bucket_of_[k] = buckets_.size() - 1;
@@ -38,6 +41,9 @@ void Reducer::on_ready(size_t k) {
   ready_[k] = true;
   ++buckets_[bucket_of_[k]].ready;
   launch_ready_in_order();
+  // Let in-flight buckets progress while backward computes.
+  for (size_t i = 0; i < next_launch_; ++i)
+    if (buckets_[i].work) buckets_[i].work->test();
 }
 
 void Reducer::launch(Bucket& b) {
