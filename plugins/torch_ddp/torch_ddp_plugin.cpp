@@ -1,7 +1,7 @@
 // TorchDDPPlugin (see torch_ddp_plugin.h).
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
-#include "booster/checkpoint_io.h"
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/autograd/grad_mode.h"
 #include "core/comm/runtime.h"
 
@@ -88,7 +88,19 @@ void TorchDDPPlugin::configure(BoostedObjects& o) {
   if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer->unwrap(), reducer_);
 }
 
-std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() { return checkpoint_io_; }
+std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
+  if (!checkpoint_io_) {
+    proto::Layout layout;
+    layout.set_plugin(name());
+    layout.set_world_size(dist::world_size());
+    layout.set_dp_size(dist::world_size());
+    layout.set_tp_size(1);
+    layout.set_pp_size(1);
+    layout.set_precision("fp32");
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(layout);
+  }
+  return checkpoint_io_;
+}
 
 NoSyncScope TorchDDPPlugin::no_sync(BoostedModel&, OptimizerWrapper*) {
   BOOSTER_CHECK(reducer_ != nullptr, "TorchDDPPlugin.no_sync: boost() the model first");

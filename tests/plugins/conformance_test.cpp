@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "booster/booster.h"
 #include "core/comm/collectives.h"
@@ -187,6 +188,51 @@ TEST_P(Conformance, InvalidConfigurationsAreRefused) {
   {
     auto scope = booster.no_sync(*boosted.model, boosted.optimizer.get());
     expect_error([&] { booster.no_sync(*boosted.model, boosted.optimizer.get()); }, "no_sync");
+  }
+}
+
+// 5. Save under this configuration, load into fresh objects under another (sharded and
+// single-file), continue: the result matches the uninterrupted run.
+TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
+  const int K1 = 2, K2 = 2;
+  auto train = [&](Booster& bo, BoostResult<nn::ViTForImageClassification>& r, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      auto [x, y] = my_slice(global_batch(s, n * b), b);
+      r.optimizer->zero_grad();
+      bo.backward((*r.model)(x, y).loss, *r.optimizer);
+      r.optimizer->step();
+    }
+  };
+  Booster booster(make(GetParam()));
+  auto model = fresh_model();
+  auto run = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  train(booster, run, 0, K1);
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("booster_conf_" + GetParam().name + "_np" + std::to_string(n))).string();
+  for (bool shard : {true, false}) {
+    const std::string m = dir + (shard ? "/model" : "/model.ckpt"), o = dir + (shard ? "/optim" : "/optim.ckpt");
+    std::filesystem::create_directories(dir);
+    booster.save_model(*run.model, m, shard);
+    booster.save_optimizer(*run.optimizer, o, shard);
+    // Load under every other configuration that can run at this world size.
+    for (const auto& other : kCases) {
+      if (other.toml.empty() && n > 1) continue;
+      Booster ob(make(other));
+      auto m2 = fresh_model(7);
+      auto r2 = ob.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), sgd()));
+      ob.load_model(*r2.model, m);
+      ob.load_optimizer(*r2.optimizer, o);
+      expect_params_close(*m2, *model, 0, "loaded from " + GetParam().name + " into " + other.name);
+      if (shard) continue;
+      auto m3 = fresh_model(7);  // the uninterrupted reference continues from a clone
+      train(ob, r2, K1, K1 + K2);
+      Booster cb(make(GetParam()));
+      auto ref = std::static_pointer_cast<nn::ViTForImageClassification>(model->clone());
+      auto rr = cb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
+      rr.optimizer->load_state_dict(run.optimizer->state_dict());
+      train(cb, rr, K1, K1 + K2);
+      expect_params_close(*m2, *ref, 1e-5, "continued after loading into " + other.name);
+    }
   }
 }
 

@@ -1,0 +1,157 @@
+// Container reading and writing (see container.h).
+#include "booster/checkpoint/container.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace booster::ckpt {
+
+namespace {
+constexpr char kMagic[8] = {'B', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
+constexpr uint64_t kMaxMessage = uint64_t(1) << 31;  // protobuf's parse limit
+}  // namespace
+
+uint64_t checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+proto::DType to_proto(DType t) {
+  switch (t) {
+    case DType::f32: return proto::F32;
+    case DType::bf16: return proto::BF16;
+    case DType::f16: return proto::F16;
+    case DType::i64: return proto::I64;
+    case DType::u8: return proto::U8;
+  }
+  return proto::F32;
+}
+
+DType from_proto(int t, const std::string& where) {
+  switch (t) {
+    case proto::F32: return DType::f32;
+    case proto::BF16: return DType::bf16;
+    case proto::F16: return DType::f16;
+    case proto::I64: return DType::i64;
+    case proto::U8: return DType::u8;
+    default: break;
+  }
+  BOOSTER_THROW(IOError, where, ": unknown dtype code ", t);
+}
+
+ContainerWriter::ContainerWriter(std::string path) : path_(std::move(path)) {
+  const auto p = std::filesystem::path(path_);
+  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  BOOSTER_CHECK_T(IOError, fd_ >= 0, "checkpoint: cannot create '", tmp_, "': ", std::strerror(errno));
+  write(kMagic, sizeof kMagic);
+}
+
+ContainerWriter::~ContainerWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void ContainerWriter::write(const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t w = ::write(fd_, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    BOOSTER_CHECK_T(IOError, w > 0, "checkpoint: writing '", tmp_, "' failed: ", std::strerror(errno));
+    c += w;
+    n -= size_t(w);
+  }
+}
+
+void ContainerWriter::append(const google::protobuf::MessageLite& m) {
+  std::string bytes;
+  BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
+                  path_, "'");
+  BOOSTER_CHECK_T(IOError, bytes.size() < kMaxMessage, "checkpoint: a ", m.GetTypeName(), " of ", bytes.size(),
+                  " bytes exceeds the 2 GB message limit; lower size_per_shard");
+  uint64_t v = bytes.size();
+  unsigned char len[10];
+  size_t k = 0;
+  do {
+    len[k++] = uint8_t((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  write(len, k);
+  write(bytes.data(), bytes.size());
+}
+
+void ContainerWriter::commit() {
+  BOOSTER_CHECK_T(IOError, ::fsync(fd_) == 0, "checkpoint: fsync of '", tmp_, "' failed: ", std::strerror(errno));
+  ::close(fd_);
+  fd_ = -1;
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    BOOSTER_THROW(IOError, "checkpoint: cannot rename '", tmp_, "' to '", path_, "': ", std::strerror(err));
+  }
+  const auto dir = std::filesystem::path(path_).parent_path();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+ContainerReader::ContainerReader(std::string path) : path_(std::move(path)) {
+  f_ = std::fopen(path_.c_str(), "rb");
+  BOOSTER_CHECK_T(IOError, f_ != nullptr, "checkpoint: cannot open '", path_, "': ", std::strerror(errno));
+  std::error_code ec;
+  size_ = std::filesystem::file_size(path_, ec);
+  char magic[8] = {};
+  const size_t got = std::fread(magic, 1, 8, f_);
+  BOOSTER_CHECK_T(IOError, got == 8 && std::memcmp(magic, kMagic, 8) == 0, "checkpoint: '", path_,
+                  "' is not a booster-cpp checkpoint file (bad magic)");
+}
+
+ContainerReader::~ContainerReader() {
+  if (f_) std::fclose(f_);
+}
+
+bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
+  uint64_t len = 0;
+  int shift = 0;
+  for (int i = 0;; ++i) {
+    const int c = std::fgetc(f_);
+    if (c == EOF) {
+      BOOSTER_CHECK_T(IOError, i == 0, "checkpoint: '", path_, "' is truncated (inside a length prefix)");
+      return false;
+    }
+    len |= uint64_t(c & 0x7f) << shift;
+    shift += 7;
+    if (!(c & 0x80)) break;
+    BOOSTER_CHECK_T(IOError, shift < 64, "checkpoint: '", path_, "' is corrupt (bad length prefix)");
+  }
+  BOOSTER_CHECK_T(IOError, len < kMaxMessage, "checkpoint: '", path_, "' is corrupt (a ", what, " claims ", len,
+                  " bytes)");
+  const long pos = std::ftell(f_);
+  BOOSTER_CHECK_T(IOError, pos >= 0 && len <= size_ - uint64_t(pos), "checkpoint: '", path_, "' is truncated: a ", what,
+                  " needs ", len, " bytes, ", size_ - uint64_t(std::max(pos, 0L)), " remain");
+  std::string bytes(len, '\0');
+  const size_t got = std::fread(bytes.data(), 1, len, f_);
+  BOOSTER_CHECK_T(IOError, got == len, "checkpoint: '", path_, "' is truncated: a ", what, " needs ", len,
+                  " bytes, the file holds ", got);
+  BOOSTER_CHECK_T(IOError, m.ParseFromString(bytes), "checkpoint: '", path_, "' holds a corrupt ", what);
+  return true;
+}
+
+void write_message_file(const std::string& path, const google::protobuf::MessageLite& m) {
+  ContainerWriter w(path);
+  w.append(m);
+  w.commit();
+}
+
+void read_message_file(const std::string& path, google::protobuf::MessageLite& m, const char* what) {
+  ContainerReader r(path);
+  BOOSTER_CHECK_T(IOError, r.next(m, what), "checkpoint: '", path, "' holds no ", what);
+}
+
+}  // namespace booster::ckpt

@@ -1,0 +1,63 @@
+// The checkpoint container: magic "BSTCKPT1", then length-delimited protobuf messages.
+// Writes go to a temp file that is fsynced and renamed into place (atomic); reads check
+// the magic and every length, so a truncated or foreign file is a clear IOError.
+#pragma once
+
+#include <google/protobuf/message_lite.h>
+
+#include <cstdio>
+#include <string>
+
+#include "core/tensor/tensor.h"
+#include "proto/checkpoint.pb.h"
+
+namespace booster::ckpt {
+
+constexpr uint32_t kFormatVersion = 1;
+
+/// XXH3-64 of bytes.
+uint64_t checksum(const void* data, size_t n);
+proto::DType to_proto(DType t);
+/// Converts back; IOError naming `where` for an unknown value.
+DType from_proto(int t, const std::string& where);
+
+/// Appends messages to a new file; commit() makes it appear atomically.
+class ContainerWriter {
+ public:
+  explicit ContainerWriter(std::string path);
+  ~ContainerWriter();  // without commit(): the temp file is removed
+  ContainerWriter(const ContainerWriter&) = delete;
+  ContainerWriter& operator=(const ContainerWriter&) = delete;
+  void append(const google::protobuf::MessageLite& m);
+  /// fsync, rename to the final path, fsync the folder.
+  void commit();
+
+ private:
+  void write(const void* p, size_t n);
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+/// Reads the messages of a container in order.
+class ContainerReader {
+ public:
+  explicit ContainerReader(std::string path);
+  ~ContainerReader();
+  ContainerReader(const ContainerReader&) = delete;
+  ContainerReader& operator=(const ContainerReader&) = delete;
+  /// Parses the next message into m; false at the clean end of the file.
+  bool next(google::protobuf::MessageLite& m, const char* what);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t size_ = 0;  // file size: no length may claim more than what is left
+};
+
+/// Writes one message as a whole container file.
+void write_message_file(const std::string& path, const google::protobuf::MessageLite& m);
+/// Reads a container holding exactly one message of the given kind.
+void read_message_file(const std::string& path, google::protobuf::MessageLite& m, const char* what);
+
+}  // namespace booster::ckpt

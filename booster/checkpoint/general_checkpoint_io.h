@@ -1,0 +1,38 @@
+// GeneralCheckpointIO: the full logical model, optimizer and scheduler state in the
+// protobuf container. Rank 0 writes (every rank waits for it); every rank reads. Any
+// plugin whose ranks hold full tensors (none, DDP) uses it as is; sharding plugins gather
+// into it and scatter out of it.
+#pragma once
+
+#include <string>
+
+#include "booster/checkpoint_io.h"
+#include "proto/checkpoint.pb.h"
+
+namespace booster {
+
+class GeneralCheckpointIO : public CheckpointIO {
+ public:
+  /// `layout` is recorded in every index (informational).
+  explicit GeneralCheckpointIO(proto::Layout layout = {}) : layout_(std::move(layout)) {}
+  void save_model(BoostedModel& model, const std::string& path, bool shard, const std::string& prefix,
+                  int64_t size_per_shard_mb) override;
+  /// strict: missing, unexpected or mismatched tensors are an error; otherwise the rest
+  /// loads and they are logged.
+  void load_model(BoostedModel& model, const std::string& path, bool strict) override;
+  void save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard, const std::string& prefix,
+                      int64_t size_per_shard_mb) override;
+  void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) override;
+  void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
+  void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
+
+ private:
+  proto::Layout layout_;
+};
+
+/// Writes a TrainingProgress (rank 0) atomically.
+void save_progress(const std::string& path, const proto::TrainingProgress& p);
+/// Reads a TrainingProgress.
+proto::TrainingProgress load_progress(const std::string& path);
+
+}  // namespace booster

@@ -1,0 +1,243 @@
+// Checkpoint format: round trips, splitting, every corruption, strict = false, and a
+// writer killed at random points never damages the previous checkpoint.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "booster/booster.h"
+#include "booster/checkpoint/general_checkpoint_io.h"
+#include "booster/checkpoint/tensor_store.h"
+#include "core/autograd/grad_mode.h"
+#include "nn/vit.h"
+#include "optim/adam.h"
+
+using namespace booster;
+namespace fs = std::filesystem;
+
+namespace {
+
+nn::ViTConfig small() {
+  nn::ViTConfig c;
+  c.hidden_size = 16, c.num_hidden_layers = 1, c.num_attention_heads = 2, c.intermediate_size = 32;
+  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
+  return c;
+}
+
+fs::path temp(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("booster_ckpt_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+void expect_same(const nn::StateDict& a, const nn::StateDict& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.dtype(), b[i].second.dtype()) << a[i].first;
+    EXPECT_EQ(a[i].second.to_vector(), b[i].second.to_vector()) << a[i].first;
+  }
+}
+
+nn::StateDict sample() {
+  return {{"w", Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5})},
+          {"h", Tensor::from_vector({0.5f, -1.f}, {2}, DType::bf16)},
+          {"ids", Tensor::from_ints({3, 1, 4}, {3})}};
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const IOError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripShardedAndSingleWithSplitting) {
+  for (bool shard : {true, false}) {
+    auto p = temp(shard ? "rt_shard" : "rt_file");
+    ckpt::SaveOptions o;
+    o.shard = shard;
+    o.max_shard_bytes = 16;  // 4 floats: "w" splits across 3 records
+    ckpt::save_tensors(p.string(), sample(), o);
+    auto l = ckpt::load_tensors(p.string(), "model");
+    expect_same(l.tensors, sample());
+    EXPECT_GE(l.index.tensors(0).records_size(), 3);
+    if (shard) EXPECT_GE(l.index.shard_files_size(), 3);
+    EXPECT_NE(error_of([&] { ckpt::load_tensors(p.string(), "optimizer"); }), "");
+  }
+}
+
+class Corruption : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = temp("corrupt");
+    ckpt::SaveOptions o;
+    o.shard = true;
+    o.max_shard_bytes = 24;
+    ckpt::save_tensors(dir.string(), sample(), o);
+    index = ckpt::load_tensors(dir.string(), "model").index;
+  }
+  fs::path shard(int i) { return dir / index.shard_files(i); }
+  void rewrite_index(const std::function<void(proto::Index&)>& edit) {
+    proto::Index copy = index;
+    edit(copy);
+    ckpt::write_message_file((dir / "model.index").string(), copy);
+  }
+  std::string load_error() { return error_of([&] { ckpt::load_tensors(dir.string(), "model"); }); }
+  fs::path dir;
+  proto::Index index;
+};
+
+TEST_F(Corruption, FlippedByteIsAChecksumErrorNamingFileAndTensor) {
+  std::fstream f(shard(0), std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(-3, std::ios::end);
+  char c;
+  f.read(&c, 1);
+  f.seekp(-3, std::ios::end);
+  c ^= 0x10;
+  f.write(&c, 1);
+  f.close();
+  const std::string e = load_error();
+  EXPECT_NE(e.find(shard(0).string()), std::string::npos) << e;
+  EXPECT_NE(e.find("checksum mismatch in tensor 'w'"), std::string::npos) << e;
+}
+
+TEST_F(Corruption, TruncatedShard) {
+  fs::resize_file(shard(1), fs::file_size(shard(1)) - 5);
+  const std::string e = load_error();
+  EXPECT_NE(e.find(shard(1).string()), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST_F(Corruption, MissingShard) {
+  fs::remove(shard(1));
+  const std::string e = load_error();
+  EXPECT_NE(e.find("lists shard '" + index.shard_files(1) + "', which is missing"), std::string::npos) << e;
+}
+
+TEST_F(Corruption, IndexPointingToAMissingTensor) {
+  rewrite_index([&](proto::Index& i) { i.mutable_tensors(2)->mutable_records(0)->set_file(index.shard_files(0)); });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("lists tensor 'ids'"), std::string::npos) << e;
+  EXPECT_NE(e.find("which does not hold it"), std::string::npos) << e;
+}
+
+TEST_F(Corruption, WrongDtypeAndShape) {
+  rewrite_index([&](proto::Index& i) { i.mutable_tensors(1)->set_dtype(proto::F32); });
+  EXPECT_NE(load_error().find("tensor 'h' is bf16 but its index says f32"), std::string::npos) << load_error();
+  rewrite_index([&](proto::Index& i) {
+    i.mutable_tensors(0)->set_shape(0, 5);
+    i.mutable_tensors(0)->set_shape(1, 2);
+  });
+  EXPECT_NE(load_error().find("tensor 'w' has shape [2, 5] but its index says [5, 2]"), std::string::npos) << load_error();
+}
+
+TEST_F(Corruption, ForeignAndShardFromAnotherSave) {
+  std::ofstream(dir / "model.index") << "{\"json\": true}";
+  EXPECT_NE(load_error().find("not a booster-cpp checkpoint file"), std::string::npos) << load_error();
+  ckpt::write_message_file((dir / "model.index").string(), index);
+  proto::Shard other;
+  other.set_format_version(1);
+  other.set_save_id("someone-else");
+  ckpt::write_message_file(shard(0).string(), other);
+  EXPECT_NE(load_error().find("belongs to another save"), std::string::npos) << load_error();
+}
+
+TEST(Checkpoint, BoosterModelOptimizerSchedulerRoundTrip) {
+  auto dir = temp("booster");
+  manual_seed(1);
+  auto model = std::make_shared<nn::ViTForImageClassification>(small());
+  auto opt = std::make_shared<optim::AdamW>(model->named_parameters());
+  auto sched = std::make_shared<optim::CosineAnnealingWarmupLR>(*opt, 10, 2);
+  Booster booster;
+  auto b = booster.boost(model, opt, {}, nullptr, sched);
+  Tensor x = Tensor::ones({2, 3, 8, 8});
+  Tensor y = Tensor::from_ints({0, 2}, {2});
+  auto step = [&](decltype(b)& bb) {
+    bb.optimizer->zero_grad();
+    Tensor loss = (*bb.model)(x, y).loss;
+    booster.backward(loss, *bb.optimizer);
+    bb.optimizer->step();
+    bb.lr_scheduler->step();
+    return loss.item();
+  };
+  step(b);
+  step(b);
+  for (bool shard : {true, false}) {
+    const std::string m = (dir / (shard ? "model_dir" : "model.ckpt")).string();
+    const std::string o = (dir / (shard ? "optim_dir" : "optim.ckpt")).string();
+    booster.save_model(*b.model, m, shard);
+    booster.save_optimizer(*b.optimizer, o, shard);
+    booster.save_lr_scheduler(*b.lr_scheduler, (dir / "sched.ckpt").string());
+    manual_seed(99);
+    auto model2 = std::make_shared<nn::ViTForImageClassification>(small());
+    auto opt2 = std::make_shared<optim::AdamW>(model2->named_parameters());
+    auto sched2 = std::make_shared<optim::CosineAnnealingWarmupLR>(*opt2, 10, 2);
+    auto b2 = booster.boost(model2, opt2, {}, nullptr, sched2);
+    booster.load_model(*b2.model, m);
+    booster.load_optimizer(*b2.optimizer, o);
+    booster.load_lr_scheduler(*b2.lr_scheduler, (dir / "sched.ckpt").string());
+    expect_same(model2->state_dict(), model->state_dict());
+    EXPECT_EQ(opt2->param_groups()[0].lr(), opt->param_groups()[0].lr());
+    if (!shard) {
+      // Both continue identically.
+      auto bb = b;
+      const double l1 = step(bb), l2 = step(b2);
+      EXPECT_EQ(l1, l2);
+      expect_same(model2->state_dict(), model->state_dict());
+    }
+  }
+  // strict = false loads what matches and reports the rest.
+  nn::ViTConfig other = small();
+  other.num_labels = 5;
+  auto model3 = std::make_shared<nn::ViTForImageClassification>(other);
+  auto b3 = booster.boost(model3);
+  EXPECT_THROW(booster.load_model(*b3.model, (dir / "model.ckpt").string()), ValueError);
+  booster.load_model(*b3.model, (dir / "model.ckpt").string(), /*strict=*/false);
+  const auto saved = ckpt::load_tensors((dir / "model.ckpt").string(), "model").tensors;
+  for (auto& [n, t] : saved)
+    if (n.rfind("classifier", 0) != 0) EXPECT_EQ(model3->get_tensor(n).to_vector(), t.to_vector()) << n;
+}
+
+// A writer SIGKILLed at random points of a save: the previous checkpoint always loads.
+TEST(Checkpoint, KilledWriterNeverDamagesThePreviousCheckpoint) {
+  auto dir = temp("kill");
+  auto params = [](float v) {
+    nn::StateDict sd;
+    for (int i = 0; i < 12; ++i) sd.emplace_back("t" + std::to_string(i), Tensor::full({64 * 1024}, v));  // 3 MB
+    return sd;
+  };
+  ckpt::SaveOptions o;
+  o.shard = true;
+  o.max_shard_bytes = 512 * 1024;
+  ckpt::save_tensors(dir.string(), params(0), o);
+  std::mt19937 rng(7);
+  int kills_mid_save = 0;
+  for (int round = 1; round <= 25; ++round) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (int k = 0;; ++k) ckpt::save_tensors(dir.string(), params(float(round * 100 + k)), o);
+    }
+    usleep(useconds_t(rng() % 40000));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    auto l = ckpt::load_tensors(dir.string(), "model");  // must verify
+    const float v = l.tensors[0].second.to_vector()[0];
+    for (auto& [n, t] : l.tensors) ASSERT_EQ(t.to_vector()[100], v) << "mixed saves in one checkpoint";
+    kills_mid_save += fs::exists(dir) ? 1 : 0;
+  }
+  EXPECT_EQ(kills_mid_save, 25);
+  // Stale temp files and orphan shards never accumulate beyond one save's worth.
+  size_t shards = 0;
+  for (auto& e : fs::directory_iterator(dir)) shards += e.path().extension() == ".shard";
+  EXPECT_LE(shards, 2 * 24u);
+}
