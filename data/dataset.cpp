@@ -97,6 +97,12 @@ Example ImageFolder::get(size_t index, Generator& g) const {
   return Example{opts_.transform(*img, g), samples_[index].second};
 }
 
+Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<size_t> indices)
+    : base_(std::move(base)), indices_(std::move(indices)) {
+  for (size_t i : indices_)
+    BOOSTER_CHECK(i < base_->size(), "Subset: index ", i, " out of range (", base_->size(), " samples)");
+}
+
 ImageTransform train_transform(const ViTImageProcessor& processor) {
   RandomResizedCrop crop;
   crop.height = processor.height;

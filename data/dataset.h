@@ -32,6 +32,18 @@ class Dataset {
   virtual Example get(size_t index, Generator& g) const = 0;
 };
 
+/// torch.utils.data.Subset: the samples of `base` at `indices`.
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> base, std::vector<size_t> indices);
+  size_t size() const override { return indices_.size(); }
+  Example get(size_t index, Generator& g) const override { return base_->get(indices_.at(index), g); }
+
+ private:
+  std::shared_ptr<const Dataset> base_;
+  std::vector<size_t> indices_;
+};
+
 /// Image -> tensor, with a generator for random augmentation.
 using ImageTransform = std::function<Tensor(const Image&, Generator&)>;
 

@@ -41,6 +41,19 @@ ViTImageProcessor ViTImageProcessor::from_pretrained(const std::string& dir) {
   return std::filesystem::exists(f) ? from_json_file(f.string()) : ViTImageProcessor{};
 }
 
+std::string ViTImageProcessor::to_json_string() const {
+  nlohmann::json j{{"do_resize", do_resize},
+                   {"size", {{"height", height}, {"width", width}}},
+                   {"resample", int(resample)},
+                   {"do_rescale", do_rescale},
+                   {"rescale_factor", rescale_factor},
+                   {"do_normalize", do_normalize},
+                   {"image_mean", image_mean},
+                   {"image_std", image_std},
+                   {"image_processor_type", "ViTImageProcessor"}};
+  return j.dump(2);
+}
+
 void ViTImageProcessor::to_tensor(const Image& img, float* out) const {
   const int64_t hw = img.height * img.width;
   for (int c = 0; c < 3; ++c) {

@@ -27,6 +27,9 @@ class ViTImageProcessor {
   /// The processor of a model folder: its preprocessor_config.json, or the defaults.
   static ViTImageProcessor from_pretrained(const std::string& dir);
 
+  /// preprocessor_config.json text with Hugging Face's keys.
+  std::string to_json_string() const;
+
   /// image -> [3, H, W] f32 (resized when do_resize).
   Tensor operator()(const Image& img) const;
   /// Rescales and normalizes an already-sized image into out ([3, H, W] f32, contiguous).

@@ -49,3 +49,22 @@ std::vector<size_t> DistributedSampler::indices(int64_t epoch) const {
 }
 
 }  // namespace booster::data
+
+namespace booster::data {
+
+InferenceShardSampler::InferenceShardSampler(size_t dataset_size, int num_replicas, int rank)
+    : n_(dataset_size), num_replicas_(num_replicas), rank_(rank) {
+  BOOSTER_CHECK(num_replicas > 0 && rank >= 0 && rank < num_replicas, "InferenceShardSampler: invalid rank ", rank);
+}
+
+std::vector<size_t> InferenceShardSampler::indices(int64_t) const {
+  std::vector<size_t> out;
+  for (size_t i = size_t(rank_); i < n_; i += size_t(num_replicas_)) out.push_back(i);
+  return out;
+}
+
+size_t InferenceShardSampler::size() const {
+  return n_ > size_t(rank_) ? (n_ - size_t(rank_) + size_t(num_replicas_) - 1) / size_t(num_replicas_) : 0;
+}
+
+}  // namespace booster::data

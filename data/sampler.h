@@ -59,6 +59,19 @@ class DistributedSampler : public Sampler {
   size_t num_samples_, total_size_;
 };
 
+/// For evaluation: rank r takes indices r, r + R, r + 2R, ... with no padding, so every
+/// sample is counted exactly once over all ranks (slices may differ by one).
+class InferenceShardSampler : public Sampler {
+ public:
+  InferenceShardSampler(size_t dataset_size, int num_replicas, int rank);
+  std::vector<size_t> indices(int64_t) const override;
+  size_t size() const override;
+
+ private:
+  size_t n_;
+  int num_replicas_, rank_;
+};
+
 /// A uniform random permutation of 0..n-1 from (seed, stream).
 std::vector<size_t> random_permutation(size_t n, uint64_t seed, uint64_t stream);
 

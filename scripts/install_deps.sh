@@ -16,6 +16,7 @@ PACKAGES=(
   libxxhash-dev               # checkpoint checksums
   nlohmann-json3-dev          # safetensors headers, HF config.json
   libcli11-dev                # command lines
+  gnuplot-nox                 # the example's loss and accuracy curves (PNG)
 )
 
 missing=()

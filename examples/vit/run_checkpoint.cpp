@@ -1,0 +1,91 @@
+// Run checkpoints (see run_checkpoint.h).
+#include "run_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "booster/checkpoint/general_checkpoint_io.h"
+#include "core/comm/collectives.h"
+#include "core/comm/runtime.h"
+#include "core/common/file_util.h"
+
+namespace booster::examples {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::vector<fs::path> complete_steps(const std::string& dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / "progress.ckpt"))
+      out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::string& dir, bool shard, int keep_last,
+                                proto::TrainingProgress progress) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", (long long)progress.step());
+  const std::string step_dir = (fs::path(dir) / name).string();
+  const bool writer = !dist::is_initialized() || dist::world_rank() == 0;
+  if (writer) {
+    fs::create_directories(step_dir);
+    s.config->save((fs::path(step_dir) / "config.json").string());
+    write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), s.processor->to_json_string());
+  }
+  booster.save_model(*s.model, (fs::path(step_dir) / (shard ? "model" : "model.ckpt")).string(), shard);
+  booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard);
+  booster.save_lr_scheduler(*s.scheduler, (fs::path(step_dir) / "scheduler.ckpt").string());
+  // Every rank's generator state, so a resume draws the same numbers.
+  const GeneratorState g = default_generator().state();
+  Tensor mine = Tensor::from_ints({int64_t(g.seed), int64_t(g.stream), int64_t(g.counter)}, {3});
+  const int world = dist::is_initialized() ? dist::world_size() : 1;
+  Tensor all = Tensor::empty({world, 3}, DType::i64);
+  if (world > 1) dist::all_gather(all, mine);
+  else all = mine.view({1, 3});
+  auto v = all.to_int_vector();
+  for (int r = 0; r < world; ++r) {
+    auto* s_ = progress.add_rng();
+    s_->set_rank(r);
+    s_->set_seed(uint64_t(v[size_t(3 * r)]));
+    s_->set_stream(uint64_t(v[size_t(3 * r + 1)]));
+    s_->set_counter(uint64_t(v[size_t(3 * r + 2)]));
+  }
+  save_progress((fs::path(step_dir) / "progress.ckpt").string(), progress);  // last: marks it complete
+  if (writer) {
+    auto steps = complete_steps(dir);
+    for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i) fs::remove_all(steps[i]);
+  }
+  return step_dir;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / "progress.ckpt")) return dir;
+  auto steps = complete_steps(dir);
+  if (steps.empty()) return std::nullopt;
+  return steps.back().string();
+}
+
+proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir) {
+  const fs::path d(step_dir);
+  const bool shard = fs::is_directory(d / "model");
+  booster.load_model(*s.model, (d / (shard ? "model" : "model.ckpt")).string());
+  booster.load_optimizer(*s.optimizer, (d / (shard ? "optimizer" : "optimizer.ckpt")).string());
+  booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());
+  proto::TrainingProgress p = load_progress((d / "progress.ckpt").string());
+  const int world = dist::is_initialized() ? dist::world_size() : 1, me = dist::is_initialized() ? dist::world_rank() : 0;
+  if (p.rng_size() == world) {
+    const auto& g = p.rng(me);
+    default_generator().set_state({g.seed(), g.stream(), g.counter()});
+  } else {
+    spdlog::warn("resume: checkpoint written by {} ranks, running on {}; generators are re-seeded", p.rng_size(), world);
+  }
+  return p;
+}
+
+}  // namespace booster::examples

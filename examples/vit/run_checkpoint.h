@@ -1,0 +1,34 @@
+// A run's checkpoints: <dir>/step-<N>/ holds the model and optimizer (through the
+// Booster), the scheduler, the Hugging Face config and processor, and the training
+// progress (written last: its presence marks a complete checkpoint). Older ones beyond
+// keep_last are removed.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "booster/booster.h"
+#include "data/image_processor.h"
+#include "nn/vit.h"
+#include "proto/checkpoint.pb.h"
+
+namespace booster::examples {
+
+struct RunState {
+  BoostedModel* model;
+  OptimizerWrapper* optimizer;
+  optim::LRScheduler* scheduler;
+  const nn::ViTConfig* config;
+  const data::ViTImageProcessor* processor;
+};
+
+/// Saves step `progress.step()` under dir and prunes to keep_last; returns its folder.
+std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::string& dir, bool shard, int keep_last,
+                                proto::TrainingProgress progress);
+/// The newest complete step folder under dir (or dir itself when it is one).
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+/// Loads model, optimizer and scheduler from a step folder and returns its progress; each
+/// rank's generator state is restored when the world size matches.
+proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir);
+
+}  // namespace booster::examples

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# vit_train under DDP on 2 ranks (small setting), then --eval-only and vit_predict on its
+# checkpoint. Usage: train_eval_predict.sh MPIEXEC BUILD_DIR SOURCE_DIR
+set -euo pipefail
+mpiexec=$1 build=$2 src=$3
+work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
+small=(--set model.image_size=32 --set train.epochs=2 --set data.limit=48 --set train.batch_size=4 --set train.log_every=2)
+"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/torch_ddp.toml" \
+  --no-progress "${small[@]}" --set checkpoint.every_steps=4 --set run.output_dir=runs 2>&1 | tee train.log
+grep -q "done: best validation accuracy" train.log
+test -s runs/vit_beans/metrics.jsonl
+grep -q '"type":"epoch"' runs/vit_beans/metrics.jsonl
+if command -v gnuplot >/dev/null; then test -s runs/vit_beans/curves.png; fi
+ls runs/vit_beans/checkpoints
+[ "$(ls runs/vit_beans/checkpoints | wc -l)" -le 2 ]   # keep_last = 2
+"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --eval-only --checkpoint runs/vit_beans/checkpoints \
+  --split validation "${small[@]}" | tee eval.txt
+grep -q "validation: 105 images, accuracy" eval.txt
+grep -q "confusion matrix" eval.txt
+img=$(ls "$src"/../shared/data/beans/validation/healthy/*.jpg | head -1)
+"$build/examples/vit/vit_predict" --checkpoint runs/vit_beans/checkpoints "$img" | tee predict.txt
+grep -Eq "(angular_leaf_spot|bean_rust|healthy) [0-9.]+" predict.txt
+"$build/tools/checkpoint_inspect" "$(ls -d runs/vit_beans/checkpoints/step-* | tail -1)/model" | tail -1
+echo PASS

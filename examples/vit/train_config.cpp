@@ -1,0 +1,47 @@
+// vit_train's config schema (see train_config.h). Defaults follow Colossal-AI's ViT
+// example where it has one (lr 3e-4 x world size, warm-up ratio 0.3, weight decay 0.1,
+// seed 42, drop_last and shuffle on).
+#include "train_config.h"
+
+namespace booster::examples {
+
+ConfigSchema vit_train_schema() {
+  using T = ConfigType;
+  ConfigSchema s;
+  s.add("model.preset", T::string, "vit-tiny", "vit-tiny, vit-small, vit-base, vit-large, vit-huge")
+      .add("model.pretrained", T::string, "", "Hugging Face model folder (config.json + model.safetensors)")
+      .add("model.image_size", T::integer, 224)
+      .add("model.hidden_dropout_prob", T::floating, 0.0)
+      .add("data.root", T::string, "", "dataset root with <split>/<class>/<image>; empty: the shared beans")
+      .add("data.train_split", T::string, "train")
+      .add("data.val_split", T::string, "validation")
+      .add("data.num_workers", T::integer, 1)
+      .add("data.augment", T::boolean, true, "RandomResizedCrop + RandomHorizontalFlip")
+      .add("data.shuffle", T::boolean, true)
+      .add("data.cache_mb", T::integer, 2048, "decoded-image cache per dataset")
+      .add("data.limit", T::integer, 0, "use only the first N images of each split (0: all)")
+      .add("train.epochs", T::integer, 10)
+      .add("train.batch_size", T::integer, 32, "per rank")
+      .add("train.lr", T::floating, 3e-4, "multiplied by the world size, as Colossal-AI's example")
+      .add("train.warmup_ratio", T::floating, 0.3)
+      .add("train.weight_decay", T::floating, 0.1)
+      .add("train.label_smoothing", T::floating, 0.0)
+      .add("train.mixup_alpha", T::floating, 0.0, "0: no Mixup")
+      .add("train.max_norm", T::floating, 0.0, "gradient clipping by global norm (0: off)")
+      .add("train.seed", T::integer, 42)
+      .add("train.log_every", T::integer, 10)
+      .add("train.kill_after_steps", T::integer, 0, "testing: SIGKILL this process after N steps")
+      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16 or fp16 (plugins that own precision ignore it)")
+      .add("checkpoint.dir", T::string, "", "empty: <run.output_dir>/<run.name>/checkpoints")
+      .add("checkpoint.every_steps", T::integer, 0, "0: only at the end")
+      .add("checkpoint.keep_last", T::integer, 2)
+      .add("checkpoint.shard", T::boolean, true)
+      .add("run.name", T::string, "vit_beans")
+      .add("run.output_dir", T::string, "runs")
+      .add("log.level", T::string, "info")
+      .add("log.all_ranks", T::boolean, false)
+      .open_table("plugin");
+  return s;
+}
+
+}  // namespace booster::examples

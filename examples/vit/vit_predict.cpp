@@ -1,0 +1,63 @@
+// vit_predict: the top classes of each image, with label names and probabilities.
+// Usage: vit_predict --checkpoint <run checkpoint folder> | --model <HF folder>  <image>...
+#include <CLI/CLI.hpp>
+#include <filesystem>
+
+#include "booster/booster.h"
+#include "core/autograd/grad_mode.h"
+#include "core/comm/runtime.h"
+#include "data/image_processor.h"
+#include "nn/pretrained.h"
+#include "run_checkpoint.h"
+
+using namespace booster;
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Classify images with a trained ViT"};
+  std::string checkpoint, model_dir;
+  std::vector<std::string> images;
+  int top = 3;
+  auto* c = app.add_option("--checkpoint", checkpoint, "a vit_train checkpoint folder (step-N or its parent)");
+  app.add_option("--model", model_dir, "a Hugging Face model folder")->excludes(c);
+  app.add_option("--top", top, "classes to print per image");
+  app.add_option("images", images, "JPEG or PNG files")->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    std::shared_ptr<nn::ViTForImageClassification> model;
+    data::ViTImageProcessor proc;
+    if (!checkpoint.empty()) {
+      auto dir = examples::latest_checkpoint(checkpoint);
+      BOOSTER_CHECK_T(IOError, dir.has_value(), "no complete checkpoint under '", checkpoint, "'");
+      model = std::make_shared<nn::ViTForImageClassification>(
+          nn::ViTConfig::from_json_file((fs::path(*dir) / "config.json").string()));
+      proc = data::ViTImageProcessor::from_pretrained(*dir);
+      Booster booster;
+      auto b = booster.boost(model);
+      const bool shard = fs::is_directory(fs::path(*dir) / "model");
+      booster.load_model(*b.model, (fs::path(*dir) / (shard ? "model" : "model.ckpt")).string());
+    } else {
+      BOOSTER_CHECK(!model_dir.empty(), "give --checkpoint or --model");
+      model = nn::vit_from_pretrained(model_dir);
+      proc = data::ViTImageProcessor::from_pretrained(model_dir);
+    }
+    model->eval();
+    NoGradGuard ng;
+    const auto& cfg = model->config();
+    for (auto& path : images) {
+      Tensor x = proc(data::decode_image(path)).unsqueeze(0);
+      auto probs = softmax(model->forward(x).logits).to_vector();
+      std::vector<int64_t> order(probs.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return probs[size_t(a)] > probs[size_t(b)]; });
+      std::printf("%s:", path.c_str());
+      for (int k = 0; k < std::min<int>(top, int(order.size())); ++k)
+        std::printf(" %s %.3f%s", cfg.label(order[size_t(k)]).c_str(), probs[size_t(order[size_t(k)])], k + 1 < top ? "," : "");
+      std::printf("\n");
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vit_predict: %s\n", e.what());
+    return 1;
+  }
+}
