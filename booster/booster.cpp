@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
+#include "booster/mixed_precision.h"
 
 #include <algorithm>
 
@@ -29,8 +30,11 @@ Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precis
 void Booster::configure(BoostedObjects& o) {
   BOOSTER_CHECK(o.model != nullptr, "Booster.boost: the model is required");
   if (plugin_) plugin_->configure(o);
-  BOOSTER_CHECK(mixed_precision_.empty(), "Booster: mixed_precision '", mixed_precision_,
-                "' is not available yet in this build (the mixed-precision layer is not implemented); use fp32");
+  if (!mixed_precision_.empty()) {
+    MixedPrecisionOptions mp;
+    mp.precision = mixed_precision_;
+    apply_mixed_precision(o, mp);
+  }
 }
 
 NoSyncScope Booster::no_sync(BoostedModel& model, OptimizerWrapper* optimizer) {

@@ -37,6 +37,10 @@ class OptimizerWrapper {
   std::vector<optim::ParamGroup>& param_groups() { return optim_->param_groups(); }
   /// The wrapped optimizer.
   std::shared_ptr<optim::Optimizer> unwrap() const { return optim_; }
+  /// Finishes pending gradient communication (plugins) so gradients can be read.
+  void synchronize() { sync_grads(); }
+  /// Combines a local norm piece across the ranks that hold different gradients.
+  optim::NormReducer reducer() const { return norm_reducer(); }
   /// Every parameter the optimizer updates.
   std::vector<Tensor> parameters() const;
 

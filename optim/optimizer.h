@@ -39,6 +39,7 @@ struct OptimizerStateDict {
   };
   std::vector<Group> param_groups;
   std::map<std::string, ParamState> state;  // by parameter name
+  std::map<std::string, double> extra;       // wrapper state (e.g. the loss scaler's)
 };
 
 /// Base of every optimizer.

@@ -52,12 +52,12 @@ ckpt::SaveOptions options(bool shard, const std::string& prefix, int64_t mb, con
 void GeneralCheckpointIO::save_model(BoostedModel& model, const std::string& path, bool shard, const std::string& prefix,
                                      int64_t size_per_shard_mb) {
   auto opts = options(shard, prefix, size_per_shard_mb, "model", layout_);
-  on_writer([&] { ckpt::save_tensors(path, model.module()->state_dict(), opts); }, "save_model to '" + path + "'");
+  on_writer([&] { ckpt::save_tensors(path, model.checkpoint_state(), opts); }, "save_model to '" + path + "'");
 }
 
 void GeneralCheckpointIO::load_model(BoostedModel& model, const std::string& path, bool strict) {
   auto loaded = ckpt::load_tensors(path, "model");
-  nn::LoadResult r = model.module()->load_state_dict(loaded.tensors, strict);
+  nn::LoadResult r = model.load_checkpoint_state(loaded.tensors, strict);
   if (!r.ok()) {
     std::string msg;
     for (auto& k : r.missing_keys) msg += "\n  missing: " + k;
@@ -77,6 +77,7 @@ void GeneralCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std:
     for (auto& [k, v] : g.options) (*pg->mutable_options())[k] = v;
     for (auto& n : g.param_names) pg->add_param_names(n);
   }
+  for (auto& [k, v] : sd.extra) (*meta.mutable_extra())[k] = v;
   nn::StateDict tensors;
   for (auto& [name, st] : sd.state) {
     (*meta.mutable_steps())[name] = st.step;
@@ -99,6 +100,7 @@ void GeneralCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std:
     sd.param_groups.push_back(std::move(gs));
   }
   for (auto& [name, step] : meta.steps()) sd.state[name].step = step;
+  for (auto& [k, v] : meta.extra()) sd.extra[k] = v;
   for (auto& [key, t] : loaded.tensors) {
     const auto slash = key.rfind('/');
     BOOSTER_CHECK_T(IOError, slash != std::string::npos, loaded.source, ": optimizer tensor '", key,

@@ -8,6 +8,7 @@
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
 #include "core/kernels/reference.h"
+#include "core/tensor/strided.h"
 
 namespace booster {
 namespace kernels {
@@ -108,10 +109,23 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
   if (dnnl_matmul(ac, bc, bias, c)) return c;
   if (a.dtype() != DType::f32) {  // no low-precision kernel on this CPU: compute in f32
     Tensor c32 = Tensor::empty(out_shape, DType::f32);
-    if (dnnl_matmul(f32_contig(a), f32_contig(b), bias.defined() ? f32_contig(bias) : bias, c32))
-      return c32.to(a.dtype());
+    Tensor a32 = to_dtype_same_layout(a, DType::f32), b32 = to_dtype_same_layout(b, DType::f32);
+    if (!matrix_layout_ok(a32)) a32 = a32.contiguous();
+    if (!matrix_layout_ok(b32)) b32 = b32.contiguous();
+    if (dnnl_matmul(a32, b32, bias.defined() ? f32_contig(bias) : bias, c32)) return c32.to(a.dtype());
   }
   return ref_matmul(a, b, bias, out_shape);
+}
+
+std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n) {
+  Tensor a = Tensor::zeros({m, k}, t), b = Tensor::zeros({k, n}, t), c = Tensor::empty({m, n}, t);
+  KeyBuilder key("matmul");
+  key.add(a).add(b).add(c);
+  const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md_of(a), md_of(b), md_of(c)), cpu_engine());
+    return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
+  });
+  return cp.prim ? cp.impl : "";
 }
 
 }  // namespace kernels

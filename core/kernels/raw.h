@@ -1,6 +1,8 @@
 // Raw kernels without autograd, for the engine, optimizers and collectives.
 #pragma once
 
+#include <string>
+
 #include "core/tensor/tensor.h"
 
 namespace booster::kernels {
@@ -16,6 +18,9 @@ bool all_finite(const Tensor& t);
 
 /// a x b (+ bias broadcast over rows) into a new tensor of out_shape (matmul_ops.cpp).
 Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape);
+/// oneDNN's implementation name for an [m, k] x [k, n] matmul of dtype t ("brg:avx512_core_amx",
+/// "gemm:jit", ...), or "" when oneDNN has none for this CPU (matmul_ops.cpp).
+std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n);
 /// Sum over dims, in x's dtype, computed in f32 (reduce_ops.cpp).
 Tensor sum_dims(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
 

@@ -1,6 +1,7 @@
 // Strided row walking and the strided, converting copy behind contiguous() and copy_().
 #include "core/tensor/strided.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace booster {
@@ -26,6 +27,37 @@ void coalesce(Shape& shape, Shape& sa, Shape& sb) {
 }
 }  // namespace detail
 
+namespace {
+
+inline float load_f(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return from_bf16(static_cast<const bf16_t*>(p)[i]);
+    case DType::f16: return from_f16(static_cast<const f16_t*>(p)[i]);
+    case DType::i64: return float(static_cast<const int64_t*>(p)[i]);
+    case DType::u8: return static_cast<const uint8_t*>(p)[i];
+  }
+  return 0;
+}
+
+// A strided row between float dtypes: the dtype switch is hoisted out of the loop.
+template <typename S, typename D, typename Conv>
+void row_loop(const char* s, int64_t is, char* d, int64_t id, int64_t n, Conv conv) {
+  const S* sp = reinterpret_cast<const S*>(s);
+  D* dp = reinterpret_cast<D*>(d);
+  for (int64_t i = 0; i < n; ++i) dp[i * id] = conv(sp[i * is]);
+}
+
+bool float_row(DType st, DType dt, const char* s, int64_t is, char* d, int64_t id, int64_t n) {
+  if (st == DType::bf16 && dt == DType::f32) return row_loop<bf16_t, float>(s, is, d, id, n, from_bf16), true;
+  if (st == DType::f32 && dt == DType::bf16) return row_loop<float, bf16_t>(s, is, d, id, n, to_bf16), true;
+  if (st == DType::f16 && dt == DType::f32) return row_loop<f16_t, float>(s, is, d, id, n, from_f16), true;
+  if (st == DType::f32 && dt == DType::f16) return row_loop<float, f16_t>(s, is, d, id, n, to_f16), true;
+  return false;
+}
+
+}  // namespace
+
 void strided_copy(const Tensor& dst, const Tensor& src) {
   BOOSTER_CHECK_T(ShapeError, dst.shape() == src.shape(), "copy_: shape mismatch, destination ",
                   shape_str(dst.shape()), " vs source ", shape_str(src.shape()));
@@ -40,11 +72,45 @@ void strided_copy(const Tensor& dst, const Tensor& src) {
                  if (id == 1 && is == 1) {
                    convert(sr, st, dr, dt, n);
                  } else if (dt == st) {
-                   for (int64_t i = 0; i < n; ++i) std::memcpy(dr + i * id * des, sr + i * is * ses, des);
-                 } else {
-                   for (int64_t i = 0; i < n; ++i) convert(sr + i * is * ses, st, dr + i * id * des, dt, 1);
+                   if (des == 4) row_loop<uint32_t, uint32_t>(sr, is, dr, id, n, [](uint32_t v) { return v; });
+                   else if (des == 2) row_loop<uint16_t, uint16_t>(sr, is, dr, id, n, [](uint16_t v) { return v; });
+                   else for (int64_t i = 0; i < n; ++i) std::memcpy(dr + i * id * des, sr + i * is * ses, des);
+                 } else if (!float_row(st, dt, sr, is, dr, id, n)) {
+                   for (int64_t i = 0; i < n; ++i) {
+                     const float v = load_f(sr, st, i * is);
+                     convert(&v, DType::f32, dr + i * id * int64_t(des), dt, 1);
+                   }
                  }
                });
+}
+
+bool dense_permuted(const Tensor& t) {
+  std::vector<int64_t> order(size_t(t.dim()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  const auto& st = t.strides();
+  const auto& sh = t.shape();
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return st[size_t(a)] > st[size_t(b)]; });
+  int64_t expect = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const size_t d = size_t(order[k]);
+    if (sh[d] == 1) continue;
+    if (st[d] != expect) return false;
+    expect *= sh[d];
+  }
+  return true;
+}
+
+Tensor to_dtype_same_layout(const Tensor& t, DType dtype) {
+  if (!dense_permuted(t)) {
+    Tensor c = Tensor::empty(t.shape(), dtype);
+    strided_copy(c, t);
+    return c;
+  }
+  // Convert the block the view covers in memory order, then view it the same way.
+  const int64_t n = t.numel();
+  Tensor flat = Tensor::empty({n}, dtype);
+  convert(t.raw_data(), t.dtype(), flat.raw_data(), dtype, n);
+  return make_view(flat, t.shape(), t.strides(), 0);
 }
 
 }  // namespace booster

@@ -17,6 +17,11 @@ void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel = true
 
 /// Copies src into dst (same shape; any strides; converts dtype).
 void strided_copy(const Tensor& dst, const Tensor& src);
+/// True when t covers its memory densely in some dim order (contiguous or permuted).
+bool dense_permuted(const Tensor& t);
+/// t converted to dtype; a dense permuted view keeps its strides (a transposed weight
+/// converts as one block, no transposing copy).
+Tensor to_dtype_same_layout(const Tensor& t, DType dtype);
 
 // ---- implementation ----
 namespace detail {
