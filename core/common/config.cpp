@@ -61,6 +61,18 @@ bool matches(const toml::value& v, ConfigType t) {
   return false;
 }
 
+// The table that holds the last part of a dotted key, created on the way when absent.
+toml::value& parent_table(toml::value& root, const std::vector<std::string>& parts, const std::string& key) {
+  toml::value* t = &root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    auto& tab = t->as_table();
+    if (!tab.count(parts[i])) tab[parts[i]] = toml::table{};
+    t = &tab[parts[i]];
+    BOOSTER_CHECK(t->is_table(), key, ": '", parts[i], "' is not a table");
+  }
+  return *t;
+}
+
 std::string loc(const toml::value& v) {
   const auto l = v.location();
   return l.file_name() + ":" + std::to_string(l.line());
@@ -125,15 +137,8 @@ void Config::set(const std::string& assignment) {
   } catch (const std::exception&) {
     v = toml::value(text);  // a bare word: take it as a string
   }
-  auto parts = split_key(key);
-  toml::value* t = &root_;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    auto& tab = t->as_table();
-    if (!tab.count(parts[i])) tab[parts[i]] = toml::table{};
-    t = &tab[parts[i]];
-    BOOSTER_CHECK(t->is_table(), "--set ", key, ": '", parts[i], "' is not a table");
-  }
-  t->as_table()[parts.back()] = v;
+  const auto parts = split_key(key);
+  parent_table(root_, parts, "--set " + key).as_table()[parts.back()] = v;
   overridden_[key] = "--set " + key;
 }
 
@@ -173,14 +178,8 @@ void Config::apply(const ConfigSchema& schema) {
     if (e.required) {
       errors.push_back(name_ + ": required key '" + key + "' is missing" + (e.doc.empty() ? "" : " (" + e.doc + ")"));
     } else if (e.has_default) {
-      auto parts = split_key(key);
-      toml::value* t = &root_;
-      for (size_t i = 0; i + 1 < parts.size(); ++i) {
-        auto& tab = t->as_table();
-        if (!tab.count(parts[i])) tab[parts[i]] = toml::table{};
-        t = &tab[parts[i]];
-      }
-      t->as_table()[parts.back()] = e.def;
+      const auto parts = split_key(key);
+      parent_table(root_, parts, name_ + ": " + key).as_table()[parts.back()] = e.def;
     }
   }
   if (!errors.empty()) {

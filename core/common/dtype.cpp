@@ -32,11 +32,7 @@ f16_t to_f16(float f) {
 }
 float from_f16(f16_t h) { return _cvtsh_ss(h.bits); }
 
-namespace {
-
-// Reads element i of a buffer of type t as double (exact for every supported dtype but
-// i64 beyond 2^53, which conversion to a float type rounds anyway).
-inline double load_as_double(const void* p, DType t, int64_t i) {
+double load_element(const void* p, DType t, int64_t i) {
   switch (t) {
     case DType::f32: return static_cast<const float*>(p)[i];
     case DType::bf16: return from_bf16(static_cast<const bf16_t*>(p)[i]);
@@ -46,6 +42,8 @@ inline double load_as_double(const void* p, DType t, int64_t i) {
   }
   return 0;
 }
+
+namespace {
 
 inline void store_from_double(void* p, DType t, int64_t i, double v) {
   switch (t) {
@@ -97,7 +95,7 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
     } else if (st == DType::f16 && dt == DType::f32) {
       f16_to_f32(static_cast<const f16_t*>(src) + b, static_cast<float*>(dst) + b, e - b);
     } else {
-      for (int64_t i = b; i < e; ++i) store_from_double(dst, dt, i, load_as_double(src, st, i));
+      for (int64_t i = b; i < e; ++i) store_from_double(dst, dt, i, load_element(src, st, i));
     }
   }
 }

@@ -52,6 +52,9 @@ f16_t to_f16(float f);
 /// f16 -> f32 (exact).
 float from_f16(f16_t h);
 
+/// Element i of a buffer of dtype t, as double (exact but for i64 beyond 2^53).
+double load_element(const void* p, DType t, int64_t i);
+
 /// Converts n elements between any two dtypes (floats through f32; ints by value).
 void convert(const void* src, DType src_t, void* dst, DType dst_t, int64_t n);
 

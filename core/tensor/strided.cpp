@@ -29,17 +29,6 @@ void coalesce(Shape& shape, Shape& sa, Shape& sb) {
 
 namespace {
 
-inline float load_f(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::bf16: return from_bf16(static_cast<const bf16_t*>(p)[i]);
-    case DType::f16: return from_f16(static_cast<const f16_t*>(p)[i]);
-    case DType::i64: return float(static_cast<const int64_t*>(p)[i]);
-    case DType::u8: return static_cast<const uint8_t*>(p)[i];
-  }
-  return 0;
-}
-
 // A strided row between float dtypes: the dtype switch is hoisted out of the loop.
 template <typename S, typename D, typename Conv>
 void row_loop(const char* s, int64_t is, char* d, int64_t id, int64_t n, Conv conv) {
@@ -77,7 +66,7 @@ void strided_copy(const Tensor& dst, const Tensor& src) {
                    else for (int64_t i = 0; i < n; ++i) std::memcpy(dr + i * id * des, sr + i * is * ses, des);
                  } else if (!float_row(st, dt, sr, is, dr, id, n)) {
                    for (int64_t i = 0; i < n; ++i) {
-                     const float v = load_f(sr, st, i * is);
+                     const float v = float(load_element(sr, st, i * is));
                      convert(&v, DType::f32, dr + i * id * int64_t(des), dt, 1);
                    }
                  }
