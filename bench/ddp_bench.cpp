@@ -19,11 +19,12 @@ int main(int argc, char** argv) {
   dist::launch_from_openmpi();
   const std::string preset = argc > 1 ? argv[1] : "vit-tiny";
   const int batch = argc > 2 ? std::atoi(argv[2]) : 16, steps = argc > 3 ? std::atoi(argv[3]) : 4;
+  const std::string precision = argc > 4 ? argv[4] : "fp32";
   nn::ViTConfig c = nn::ViTConfig::preset(preset);
   c.num_labels = 3;
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
   auto plugin = std::make_shared<plugins::TorchDDPPlugin>();
-  Booster booster(plugin);
+  Booster booster(plugin, precision);
   auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.01, 0.9}));
   Tensor x = Tensor::empty({batch, 3, 224, 224});
   Generator(dist::world_rank()).normal_(x);
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   const double ips = double(batch) * dist::world_size() * steps / s;
   const double wait = dist::all_reduce_scalar(plugin->reducer()->wait_seconds(), dist::ReduceOp::max) / steps;
   if (dist::world_rank() == 0)
-    std::printf("ddp %s ranks=%d threads=%d batch/rank=%d img/s=%.3f step_s=%.3f allreduce_wait_s=%.4f buckets=%zu\n",
-                preset.c_str(), dist::world_size(), dist::omp_threads(), batch, ips, s / steps, wait,
+    std::printf("ddp %s %s ranks=%d threads=%d batch/rank=%d img/s=%.3f step_s=%.3f allreduce_wait_s=%.4f buckets=%zu\n",
+                preset.c_str(), precision.c_str(), dist::world_size(), dist::omp_threads(), batch, ips, s / steps, wait,
                 plugin->reducer()->num_buckets());
 }

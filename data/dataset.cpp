@@ -103,8 +103,10 @@ Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<size_t> indices)
     BOOSTER_CHECK(i < base_->size(), "Subset: index ", i, " out of range (", base_->size(), " samples)");
 }
 
-ImageTransform train_transform(const ViTImageProcessor& processor) {
+ImageTransform train_transform(const ViTImageProcessor& processor, double crop_scale_min) {
+  BOOSTER_CHECK(crop_scale_min > 0 && crop_scale_min <= 1, "crop_scale_min must be in (0, 1], got ", crop_scale_min);
   RandomResizedCrop crop;
+  crop.scale = {crop_scale_min, 1.0};
   crop.height = processor.height;
   crop.width = processor.width;
   crop.resample = processor.resample;
@@ -123,9 +125,9 @@ ImageTransform eval_transform(const ViTImageProcessor& processor) {
 std::string BeansDataset::default_root() { return BOOSTER_SHARED_DIR "/data/beans"; }
 
 BeansDataset::BeansDataset(const std::string& root, const std::string& split, const ViTImageProcessor& processor,
-                           bool augment, int tp_size, ImageFolderOptions opts)
+                           bool augment, int tp_size, ImageFolderOptions opts, double crop_scale_min)
     : ImageFolder((fs::path(root) / split).string(), [&] {
-        opts.transform = augment ? train_transform(processor) : eval_transform(processor);
+        opts.transform = augment ? train_transform(processor, crop_scale_min) : eval_transform(processor);
         return opts;
       }()) {
   BOOSTER_CHECK(tp_size >= 1, "BeansDataset: tp_size must be >= 1");

@@ -82,9 +82,10 @@ class ImageFolder : public Dataset {
   mutable size_t cache_used_ = 0;
 };
 
-/// The training transform of the beans example: RandomResizedCrop to the processor's size,
-/// RandomHorizontalFlip, then rescale and normalize.
-ImageTransform train_transform(const ViTImageProcessor& processor);
+/// The training transform of the beans example: RandomResizedCrop to the processor's size
+/// (area fraction in [crop_scale_min, 1]; torchvision's default 0.08), RandomHorizontalFlip,
+/// then rescale and normalize.
+ImageTransform train_transform(const ViTImageProcessor& processor, double crop_scale_min = 0.08);
 /// The evaluation transform: the processor itself.
 ImageTransform eval_transform(const ViTImageProcessor& processor);
 
@@ -96,7 +97,7 @@ class BeansDataset : public ImageFolder {
   /// `augment` selects the training transform; label names are padded with pad_label_i
   /// to a multiple of tp_size, as Colossal-AI's example does.
   BeansDataset(const std::string& root, const std::string& split, const ViTImageProcessor& processor,
-               bool augment = false, int tp_size = 1, ImageFolderOptions opts = {});
+               bool augment = false, int tp_size = 1, ImageFolderOptions opts = {}, double crop_scale_min = 0.08);
   int64_t num_labels() const { return int64_t(label_names_.size()); }
   const std::vector<std::string>& label_names() const { return label_names_; }
   std::map<int64_t, std::string> id2label() const;

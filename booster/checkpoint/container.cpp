@@ -116,8 +116,8 @@ ContainerReader::~ContainerReader() {
   if (f_) std::fclose(f_);
 }
 
-bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
-  uint64_t len = 0;
+bool ContainerReader::next_length(uint64_t& len, const char* what) {
+  len = 0;
   int shift = 0;
   for (int i = 0;; ++i) {
     const int c = std::fgetc(f_);
@@ -135,6 +135,12 @@ bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
   const long pos = std::ftell(f_);
   BOOSTER_CHECK_T(IOError, pos >= 0 && len <= size_ - uint64_t(pos), "checkpoint: '", path_, "' is truncated: a ", what,
                   " needs ", len, " bytes, ", size_ - uint64_t(std::max(pos, 0L)), " remain");
+  return true;
+}
+
+bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
+  uint64_t len;
+  if (!next_length(len, what)) return false;
   std::string bytes(len, '\0');
   const size_t got = std::fread(bytes.data(), 1, len, f_);
   BOOSTER_CHECK_T(IOError, got == len, "checkpoint: '", path_, "' is truncated: a ", what, " needs ", len,
@@ -142,6 +148,15 @@ bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
   BOOSTER_CHECK_T(IOError, m.ParseFromString(bytes), "checkpoint: '", path_, "' holds a corrupt ", what);
   return true;
 }
+
+bool ContainerReader::skip(const char* what) {
+  uint64_t len;
+  if (!next_length(len, what)) return false;
+  BOOSTER_CHECK_T(IOError, std::fseek(f_, long(len), SEEK_CUR) == 0, "checkpoint: cannot seek in '", path_, "'");
+  return true;
+}
+
+void ContainerReader::rewind() { std::fseek(f_, 8, SEEK_SET); }
 
 void write_message_file(const std::string& path, const google::protobuf::MessageLite& m) {
   ContainerWriter w(path);

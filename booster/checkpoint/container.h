@@ -47,9 +47,15 @@ class ContainerReader {
   ContainerReader& operator=(const ContainerReader&) = delete;
   /// Parses the next message into m; false at the clean end of the file.
   bool next(google::protobuf::MessageLite& m, const char* what);
+  /// Skips the next message without reading it; false at the clean end of the file.
+  bool skip(const char* what);
+  /// Goes back to the first message.
+  void rewind();
   const std::string& path() const { return path_; }
 
  private:
+  /// Reads the next length prefix; false at the clean end of the file.
+  bool next_length(uint64_t& len, const char* what);
   std::string path_;
   std::FILE* f_ = nullptr;
   uint64_t size_ = 0;  // file size: no length may claim more than what is left

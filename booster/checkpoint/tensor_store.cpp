@@ -114,13 +114,11 @@ void save_tensors(const std::string& path, const nn::StateDict& tensors, const S
     return sh;
   };
   if (!opts.shard) {
-    // One file: the index needs the checksums, so shards are built first (one file's
-    // worth of memory), then written after the index.
-    std::vector<proto::Shard> built;
-    for (size_t s = 0; s < shards.size(); ++s) built.push_back(fill_shard(s));
+    // One file: the shards, one in memory at a time, then the index (which needs their
+    // checksums) as the last message.
     ContainerWriter w(path);
+    for (size_t s = 0; s < shards.size(); ++s) w.append(fill_shard(s));
     w.append(index);
-    for (auto& sh : built) w.append(sh);
     w.commit();
     return;
   }
@@ -145,15 +143,24 @@ LoadedTensors load_tensors(const std::string& path, const std::string& kind, con
   const bool folder = fs::is_directory(path);
   BOOSTER_CHECK_T(IOError, folder || fs::exists(path), "checkpoint '", path, "' does not exist");
   std::unique_ptr<ContainerReader> single;
+  int single_shards = 0;
   if (folder) {
     out.source = (fs::path(path) / index_file_name(prefix, kind)).string();
     BOOSTER_CHECK_T(IOError, fs::exists(out.source), "checkpoint folder '", path, "' has no ", index_file_name(prefix, kind),
                     " (not a ", kind, " checkpoint, or a save that never finished)");
     read_message_file(out.source, out.index, "index");
   } else {
+    // The index is the last message: skip the shards to reach it, then come back.
     out.source = path;
     single = std::make_unique<ContainerReader>(path);
-    BOOSTER_CHECK_T(IOError, single->next(out.index, "index"), "checkpoint '", path, "' is empty");
+    int messages = 0;
+    while (single->skip("message")) ++messages;
+    BOOSTER_CHECK_T(IOError, messages > 0, "checkpoint '", path, "' is empty");
+    single->rewind();
+    for (int i = 0; i + 1 < messages; ++i) single->skip("shard");
+    BOOSTER_CHECK_T(IOError, single->next(out.index, "index"), "checkpoint '", path, "' lost its index");
+    single->rewind();
+    single_shards = messages - 1;
   }
   const proto::Index& idx = out.index;
   BOOSTER_CHECK_T(IOError, idx.format_version() == kFormatVersion, out.source, ": format version ", idx.format_version(),
@@ -240,8 +247,11 @@ LoadedTensors load_tensors(const std::string& path, const std::string& kind, con
     }
   };
   if (single) {
-    proto::Shard sh;
-    while (single->next(sh, "shard")) consume(sh, path);
+    for (int i = 0; i < single_shards; ++i) {  // one shard in memory at a time
+      proto::Shard sh;
+      BOOSTER_CHECK_T(IOError, single->next(sh, "shard"), path, ": truncated before shard ", i + 1);
+      consume(sh, path);
+    }
   } else {
     for (auto& [file, list] : wanted) {
       const std::string full = (fs::path(path) / file).string();

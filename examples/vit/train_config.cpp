@@ -17,6 +17,7 @@ ConfigSchema vit_train_schema() {
       .add("data.val_split", T::string, "validation")
       .add("data.num_workers", T::integer, 1)
       .add("data.augment", T::boolean, true, "RandomResizedCrop + RandomHorizontalFlip")
+      .add("data.crop_scale_min", T::floating, 0.08, "RandomResizedCrop's smallest area fraction")
       .add("data.shuffle", T::boolean, true)
       .add("data.cache_mb", T::integer, 2048, "decoded-image cache per dataset")
       .add("data.limit", T::integer, 0, "use only the first N images of each split (0: all)")

@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
   }
 
   auto train_set = std::make_shared<data::BeansDataset>(root, cfg.get_string("data.train_split"), processor,
-                                                        cfg.get_bool("data.augment"), 1, io);
+                                                        cfg.get_bool("data.augment"), 1, io,
+                                                        cfg.get_float("data.crop_scale_min"));
   auto val_set = std::make_shared<data::BeansDataset>(root, cfg.get_string("data.val_split"), processor, false, 1, io);
   const auto labels = train_set->label_names();
   auto train_data = limited(train_set, cfg.get_int("data.limit"));

@@ -20,5 +20,11 @@ grep -q "confusion matrix" eval.txt
 img=$(ls "$src"/../shared/data/beans/validation/healthy/*.jpg | head -1)
 "$build/examples/vit/vit_predict" --checkpoint runs/vit_beans/checkpoints "$img" | tee predict.txt
 grep -Eq "(angular_leaf_spot|bean_rust|healthy) [0-9.]+" predict.txt
-"$build/tools/checkpoint_inspect" "$(ls -d runs/vit_beans/checkpoints/step-* | tail -1)/model" | tail -1
+last=$(ls -d runs/vit_beans/checkpoints/step-* | tail -1)
+"$build/tools/checkpoint_inspect" "$last/model" | tail -1
+# Export to Hugging Face layout and predict from the exported folder: same answer.
+"$build/tools/export_hf" "$last" hf
+test -s hf/config.json && test -s hf/model.safetensors && test -s hf/preprocessor_config.json
+"$build/examples/vit/vit_predict" --model hf "$img" | tee predict_hf.txt
+diff predict.txt predict_hf.txt
 echo PASS
