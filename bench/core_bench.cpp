@@ -8,6 +8,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/kernels/dnnl_util.h"
+#include "ceiling.h"
 #include "core/kernels/ops.h"
 
 using namespace booster;
@@ -22,52 +23,9 @@ Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
   return t.to(dt);
 }
 
-// The ceiling: one raw oneDNN matmul [M, K] x [K, N] with weights in oneDNN's preferred
-// (packed) layout, as ../shared/bench/dnnl_peak.cpp measures it.
-class RawMatmul {
- public:
-  RawMatmul(int64_t m, int64_t k, int64_t n, DType dt) {
-    using dnnl::memory;
-    auto ddt = kernels::dnnl_type(dt);
-    memory::desc a({m, k}, ddt, memory::format_tag::ab), b({k, n}, ddt, memory::format_tag::any),
-        c({m, n}, memory::data_type::f32, memory::format_tag::ab);
-    try {
-      pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), kernels::cpu_engine());
-    } catch (const dnnl::error&) {
-      return;  // no kernel for this dtype on this CPU
-    }
-    prim_ = dnnl::matmul(pd_);
-    a_ = random_tensor({m, k}, dt, 1);
-    c_ = Tensor::empty({m, n});
-    Tensor plain = random_tensor({k, n}, dt, 2);
-    b_mem_ = memory(pd_.weights_desc(), kernels::cpu_engine());
-    memory src(memory::desc({k, n}, ddt, memory::format_tag::ab), kernels::cpu_engine(), plain.raw_data());
-    dnnl::reorder(src, b_mem_).execute(kernels::cpu_stream(), src, b_mem_);
-    kernels::cpu_stream().wait();
-    ok_ = true;
-  }
-  bool ok() const { return ok_; }
-  std::string impl() const { return ok_ ? pd_.impl_info_str() : "none"; }
-  double run_seconds() {
-    auto t0 = Clock::now();
-    prim_.execute(kernels::cpu_stream(), {{DNNL_ARG_SRC, dnnl::memory(pd_.src_desc(), kernels::cpu_engine(), a_.raw_data())},
-                                          {DNNL_ARG_WEIGHTS, b_mem_},
-                                          {DNNL_ARG_DST, dnnl::memory(pd_.dst_desc(), kernels::cpu_engine(), c_.raw_data())}});
-    kernels::cpu_stream().wait();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-
- private:
-  bool ok_ = false;
-  dnnl::matmul::primitive_desc pd_;
-  dnnl::primitive prim_;
-  dnnl::memory b_mem_;
-  Tensor a_, c_;
-};
-
 void BM_LinearFwdBwd(benchmark::State& state, DType dt) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  RawMatmul ceiling(m, k, n, dt);
+  bench::RawMatmul ceiling(m, k, n, dt);
   if (!ceiling.ok()) {
     state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
     return;
