@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
+#include <sstream>
 
 namespace booster::bench {
 
@@ -31,6 +32,14 @@ std::optional<PeerResult> run_peer(const std::string& script, const std::string&
   }
   PeerResult r{std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), out.substr(0, out.find('\n'))};
   return r;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
 }
 
 double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {

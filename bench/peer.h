@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace booster::bench {
 
@@ -18,6 +19,8 @@ bool peer_available();
 /// Runs the peer for a model/batch/precision; nullopt (with a message on stderr) on failure.
 std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
                                    bool bf16, int steps);
+/// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& s);
 /// ViT forward FLOPs per image, with the peer's formula (fwd + bwd = 3x).
 double vit_fwd_flops(int64_t hidden, int64_t layers, int64_t image = 224, int64_t patch = 16);
 

@@ -1,5 +1,5 @@
-// ViT training-step benchmark against the PyTorch peer, run alternately in one
-// invocation: images/s, model GFLOP/s (the peer's FLOP formula) and the ratio.
+// ViT training-step benchmark (forward, backward, AdamW) against the PyTorch peer, run
+// alternately in one invocation: images/s, model GFLOP/s (the peer's FLOP formula) and the ratio.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +7,7 @@
 
 #include "core/common/profiler.h"
 #include "nn/vit.h"
+#include "optim/adam.h"
 #include "peer.h"
 
 using namespace booster;
@@ -16,24 +17,25 @@ namespace {
 
 bool g_profile = false;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
-  return out;
-}
-
-// Seconds per forward+backward step of ViT `preset` at `batch`, median of `steps`.
+// Seconds per training step (forward, backward, AdamW step: the peer's step) of ViT
+// `preset` at `batch`, median of `steps`.
 double our_step_seconds(const std::string& preset, int batch, int steps) {
   nn::ViTConfig c = nn::ViTConfig::preset(preset);
   c.num_labels = 3;
   nn::ViTForImageClassification model(c);
+  optim::AdamW opt(model.named_parameters(), [] {
+    optim::AdamOptions o;  // torch.optim.AdamW(lr=1e-4), as the peer
+    o.lr = 1e-4;
+    o.weight_decay = 0.01;
+    return o;
+  }());
   Tensor x = Tensor::empty({batch, 3, 224, 224});
   Generator(1).normal_(x);
   Tensor y = Tensor::from_ints(std::vector<int64_t>(size_t(batch), 1), {batch});
   auto step = [&] {
-    model.zero_grad();
+    opt.zero_grad();
     model(x, y).loss.backward();
+    opt.step();
   };
   step();  // warm-up: primitive creation
   std::vector<double> t;
@@ -76,8 +78,8 @@ int main(int argc, char** argv) {
   std::printf("%-6s %5s | %10s %10s | %10s %10s | %6s\n", "model", "batch", "ours img/s", "GFLOP/s", "torch img/s",
               "GFLOP/s", "ratio");
   const std::map<std::string, std::pair<int64_t, int64_t>> dims{{"tiny", {192, 12}}, {"small", {384, 12}}, {"base", {768, 12}}};
-  for (auto& m : split(models)) {
-    for (auto& bs : split(batches)) {
+  for (auto& m : bench::split_list(models)) {
+    for (auto& bs : bench::split_list(batches)) {
       const int b = std::stoi(bs);
       const double s = our_step_seconds("vit-" + m, b, steps);
       const double ips = b / s, gf = 3 * bench::vit_fwd_flops(dims.at(m).first, dims.at(m).second) * ips / 1e9;

@@ -52,19 +52,9 @@ PipelineResult Booster::execute_pipeline(const std::function<std::optional<data:
 
 CheckpointIO& Booster::checkpoint_io() {
   if (!checkpoint_io_ && plugin_ && plugin_->control_checkpoint_io()) checkpoint_io_ = plugin_->get_checkpoint_io();
-  if (!checkpoint_io_) {
-    proto::Layout layout;
-    layout.set_plugin(plugin_ ? plugin_->name() : "none");
-    layout.set_world_size(1);
-    layout.set_dp_size(1);
-    layout.set_tp_size(1);
-    layout.set_pp_size(1);
-    layout.set_precision(mixed_precision_.empty() ? "fp32" : mixed_precision_);
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(layout);
-  }
-  BOOSTER_CHECK(checkpoint_io_ != nullptr, "Booster: no checkpoint IO is available for ",
-                plugin_ ? "plugin '" + plugin_->name() + "'" : std::string("a booster without plugin"),
-                " in this build");
+  if (!checkpoint_io_)
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
+        plugin_ ? plugin_->name() : "none", 1, 1, 1, 1, mixed_precision_.empty() ? "fp32" : mixed_precision_));
   return *checkpoint_io_;
 }
 

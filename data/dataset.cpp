@@ -35,6 +35,12 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
       samples_.emplace_back(f, int64_t(c));
     }
   }
+  if (opts_.limit > 0 && opts_.limit < samples_.size()) {  // before verification: decode only what is kept
+    std::vector<std::pair<std::string, int64_t>> kept;
+    const size_t stride = samples_.size() / opts_.limit;
+    for (size_t i = 0; i < samples_.size() && kept.size() < opts_.limit; i += stride) kept.push_back(samples_[i]);
+    samples_ = std::move(kept);
+  }
   if (opts_.verify) {
     // Decode everything once (in parallel); keep what fits in the cache, drop the corrupt.
     std::vector<std::string> errors(samples_.size());
@@ -95,12 +101,6 @@ size_t ImageFolder::cached_bytes() const {
 Example ImageFolder::get(size_t index, Generator& g) const {
   auto img = load(index);
   return Example{opts_.transform(*img, g), samples_[index].second};
-}
-
-Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<size_t> indices)
-    : base_(std::move(base)), indices_(std::move(indices)) {
-  for (size_t i : indices_)
-    BOOSTER_CHECK(i < base_->size(), "Subset: index ", i, " out of range (", base_->size(), " samples)");
 }
 
 ImageTransform train_transform(const ViTImageProcessor& processor, double crop_scale_min) {

@@ -32,23 +32,12 @@ class Dataset {
   virtual Example get(size_t index, Generator& g) const = 0;
 };
 
-/// torch.utils.data.Subset: the samples of `base` at `indices`.
-class Subset : public Dataset {
- public:
-  Subset(std::shared_ptr<const Dataset> base, std::vector<size_t> indices);
-  size_t size() const override { return indices_.size(); }
-  Example get(size_t index, Generator& g) const override { return base_->get(indices_.at(index), g); }
-
- private:
-  std::shared_ptr<const Dataset> base_;
-  std::vector<size_t> indices_;
-};
-
 /// Image -> tensor, with a generator for random augmentation.
 using ImageTransform = std::function<Tensor(const Image&, Generator&)>;
 
 struct ImageFolderOptions {
   bool verify = true;                 // decode every image once up front; corrupt ones are skipped
+  size_t limit = 0;                   // keep at most this many images, evenly spread over the sorted list (0: all)
   bool strict = false;                // a corrupt image is an error instead of a warning
   size_t cache_bytes = size_t(2) << 30;  // decoded-image cache bound (0: no cache)
   ImageTransform transform;           // default: ViTImageProcessor()

@@ -127,6 +127,18 @@ void GeneralCheckpointIO::load_lr_scheduler(optim::LRScheduler& scheduler, const
   scheduler.load_state_dict({m.type(), m.last_epoch(), std::vector<double>(m.base_lrs().begin(), m.base_lrs().end())});
 }
 
+proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int dp, int tp, int pp,
+                                const std::string& precision) {
+  proto::Layout l;
+  l.set_plugin(plugin);
+  l.set_world_size(world_size);
+  l.set_dp_size(dp);
+  l.set_tp_size(tp);
+  l.set_pp_size(pp);
+  l.set_precision(precision);
+  return l;
+}
+
 void save_progress(const std::string& path, const proto::TrainingProgress& p) {
   on_writer([&] { ckpt::write_message_file(path, p); }, "saving training progress to '" + path + "'");
 }

@@ -30,6 +30,11 @@ class GeneralCheckpointIO : public CheckpointIO {
   proto::Layout layout_;
 };
 
+/// The layout recorded in a checkpoint's index (informational; any layout loads).
+/// `precision` is left empty by plugins that do not own it.
+proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int dp, int tp, int pp,
+                                const std::string& precision);
+
 /// Writes a TrainingProgress (rank 0) atomically.
 void save_progress(const std::string& path, const proto::TrainingProgress& p);
 /// Reads a TrainingProgress.

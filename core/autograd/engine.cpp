@@ -33,21 +33,24 @@ AccumulateGrad::AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : Node("Accumul
   seq_ = UINT64_MAX;  // leaves run as soon as their gradient is complete
 }
 
-std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
-  Tensor g = std::move(grad_outputs[0]);
-  Tensor leaf(leaf_);
-  if (g.defined()) {
-    if (!leaf_->grad) {
-      // Take the incoming buffer when nothing else holds it; otherwise copy.
-      if (g.impl_ptr().use_count() == 1 && g.is_contiguous() && g.storage().use_count() == 1 && g.dtype() == leaf.dtype())
-        leaf_->grad = g.impl_ptr();
-      else
-        leaf_->grad = (g.dtype() == leaf.dtype() ? g.contiguous().clone() : g.to(leaf.dtype())).impl_ptr();
-    } else {
-      Tensor acc(leaf_->grad);
-      kernels::add_(acc, g);
-    }
+namespace {
+// Adds g into impl's .grad, in impl's dtype; takes g's buffer when nothing else holds it.
+void add_to_grad(TensorImpl& impl, Tensor g) {
+  if (impl.grad) {
+    Tensor acc(impl.grad);
+    kernels::add_(acc, g);
+  } else if (g.dtype() == impl.dtype && g.is_contiguous() && g.impl_ptr().use_count() == 1 &&
+             g.storage().use_count() == 1) {
+    impl.grad = g.impl_ptr();
+  } else {
+    impl.grad = (g.dtype() == impl.dtype ? g.contiguous().clone() : g.to(impl.dtype)).impl_ptr();
   }
+}
+}  // namespace
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
+  if (grad_outputs[0].defined()) add_to_grad(*leaf_, std::move(grad_outputs[0]));
+  Tensor leaf(leaf_);
   for (auto& hook : leaf_->post_accumulate_grad_hooks) hook(leaf);
   return {};
 }
@@ -201,14 +204,8 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     buffers.erase(n);
     in.resize(size_t(n->num_outputs));
     for (size_t k = 0; k < n->retained.size(); ++k) {
-      if (auto impl = n->retained[k].lock(); impl && in[k].defined()) {
-        Tensor holder(impl);
-        if (!impl->grad) impl->grad = in[k].contiguous().clone().impl_ptr();
-        else {
-          Tensor acc(impl->grad);
-          kernels::add_(acc, in[k]);
-        }
-      }
+      // The buffer also flows on into the node, so it is never taken: add_to_grad copies.
+      if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
     }
     std::vector<Tensor> out;
     if (Profiler::enabled()) {

@@ -70,6 +70,17 @@ void chunks(int64_t n, F&& post) {
 // Elements [off, off + len) of a flat tensor, as a view.
 Tensor piece(const Tensor& t, int64_t off, int64_t len) { return t.detach().view({-1}).narrow(0, off, len); }
 
+// Posts one non-blocking operation per chunk of buf into w: post(address, count, request)
+// returns MPI's error code.
+template <typename Post>
+void post_chunks(Work& w, const Tensor& buf, const char* op, const ProcessGroup& g, Post&& post) {
+  chunks(buf.numel(), [&](int64_t off, int count) {
+    MPI_Request r;
+    mpi_check(post(at(buf, off), count, &r), op, g);
+    w.requests.push_back(r);
+  });
+}
+
 WorkPtr finish(WorkPtr w, bool async_op) {
   if (!async_op) w->wait();
   return w;
@@ -127,11 +138,8 @@ WorkPtr all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g, bool async_op)
   auto w = std::make_shared<Work>("all_reduce", g);
   const bool staged = needs_staging(t.dtype());
   Tensor buf = staged ? t.detach().to(DType::f32) : t.detach();
-  chunks(buf.numel(), [&](int64_t off, int count) {
-    MPI_Request r;
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off), count, raw_type(buf.dtype()), mpi_op(op), g.comm(), &r),
-              "all_reduce", g);
-    w->requests.push_back(r);
+  post_chunks(*w, buf, "all_reduce", g, [&](void* p, int count, MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, p, count, raw_type(buf.dtype()), mpi_op(op), g.comm(), r);
   });
   w->keep_alive = {t, buf};
   Tensor target = t;
@@ -262,10 +270,8 @@ WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g, bool async_op) {
   check_tensor("broadcast", t);
   const int root = g.group_rank_of(src);
   auto w = std::make_shared<Work>("broadcast", g);
-  chunks(t.numel(), [&](int64_t off, int count) {
-    MPI_Request r;
-    mpi_check(MPI_Ibcast(at(t, off), count, raw_type(t.dtype()), root, g.comm(), &r), "broadcast", g);
-    w->requests.push_back(r);
+  post_chunks(*w, t, "broadcast", g, [&](void* p, int count, MPI_Request* r) {
+    return MPI_Ibcast(p, count, raw_type(t.dtype()), root, g.comm(), r);
   });
   w->keep_alive = {t};
   return finish(w, async_op);
@@ -279,12 +285,9 @@ WorkPtr reduce(Tensor& t, int dst, ReduceOp op, const ProcessGroup& g, bool asyn
   auto w = std::make_shared<Work>("reduce", g);
   const bool staged = needs_staging(t.dtype());
   Tensor buf = staged ? t.detach().to(DType::f32) : t.detach();
-  chunks(buf.numel(), [&](int64_t off, int count) {
-    MPI_Request r;
-    mpi_check(MPI_Ireduce(is_root ? MPI_IN_PLACE : at(buf, off), is_root ? at(buf, off) : nullptr, count,
-                          raw_type(buf.dtype()), mpi_op(op), root, g.comm(), &r),
-              "reduce", g);
-    w->requests.push_back(r);
+  post_chunks(*w, buf, "reduce", g, [&](void* p, int count, MPI_Request* r) {
+    return MPI_Ireduce(is_root ? MPI_IN_PLACE : p, is_root ? p : nullptr, count, raw_type(buf.dtype()), mpi_op(op), root,
+                       g.comm(), r);
   });
   w->keep_alive = {t, buf};
   Tensor target = t;
@@ -301,10 +304,8 @@ WorkPtr send(const Tensor& t, int dst, int tag, const ProcessGroup& g, bool asyn
   check_tensor("send", t);
   const int peer = g.group_rank_of(dst);
   auto w = std::make_shared<Work>("send", g);
-  chunks(t.numel(), [&](int64_t off, int count) {
-    MPI_Request r;
-    mpi_check(MPI_Isend(at(t, off), count, raw_type(t.dtype()), peer, tag, g.comm(), &r), "send", g);
-    w->requests.push_back(r);
+  post_chunks(*w, t, "send", g, [&](void* p, int count, MPI_Request* r) {
+    return MPI_Isend(p, count, raw_type(t.dtype()), peer, tag, g.comm(), r);
   });
   w->keep_alive = {t};
   return finish(w, async_op);
@@ -314,10 +315,8 @@ WorkPtr recv(Tensor& t, int src, int tag, const ProcessGroup& g, bool async_op) 
   check_tensor("recv", t);
   const int peer = g.group_rank_of(src);
   auto w = std::make_shared<Work>("recv", g);
-  chunks(t.numel(), [&](int64_t off, int count) {
-    MPI_Request r;
-    mpi_check(MPI_Irecv(at(t, off), count, raw_type(t.dtype()), peer, tag, g.comm(), &r), "recv", g);
-    w->requests.push_back(r);
+  post_chunks(*w, t, "recv", g, [&](void* p, int count, MPI_Request* r) {
+    return MPI_Irecv(p, count, raw_type(t.dtype()), peer, tag, g.comm(), r);
   });
   w->keep_alive = {t};
   return finish(w, async_op);

@@ -85,7 +85,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   });
   const float s = p >= 1.0 ? 0.f : float(1.0 / (1.0 - p));
   auto apply_mask = [mask, s](const Tensor& t) {
-    Tensor f = kernels::f32_contig(t).clone();
+    Tensor f = kernels::f32_copy(t);
     float* q = f.data<float>();
     const uint8_t* mk = mask.data<uint8_t>();
     kernels::parallel_for(f.numel(), kernels::kGrain, [&](int64_t b, int64_t e) {

@@ -159,8 +159,7 @@ Tensor div(const Tensor& a, const Tensor& b) { return kernels::binary(kernels::B
 Tensor scale(const Tensor& x, double s) {
   ProfileScope prof_("scale");
   kernels::check_floating("scale", x);
-  Tensor y = kernels::f32_contig(x);
-  y = y.shares_storage(x) ? y.clone() : y;
+  Tensor y = kernels::f32_copy(x);
   kernels::scale_(y, s);
   return autograd::record("scale", {x}, y.to(x.dtype()), [s](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{scale(g[0], s)};
@@ -171,8 +170,7 @@ Tensor scale(const Tensor& x, double s) {
 Tensor add_scalar(const Tensor& x, double s) {
   ProfileScope prof_("add_scalar");
   kernels::check_floating("add_scalar", x);
-  Tensor y = kernels::f32_contig(x);
-  y = y.shares_storage(x) ? y.clone() : y;
+  Tensor y = kernels::f32_copy(x);
   float* p = y.data<float>();
   const float f = float(s);
   kernels::parallel_for(y.numel(), kernels::kGrain, [&](int64_t b, int64_t e) {

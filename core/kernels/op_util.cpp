@@ -30,6 +30,12 @@ Tensor f32_contig(const Tensor& t) {
   return c;
 }
 
+Tensor f32_copy(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), DType::f32);
+  c.copy_(t.detach());
+  return c;
+}
+
 int64_t wrap_dim(const char* op, int64_t d, int64_t ndim) {
   const int64_t w = d < 0 ? d + ndim : d;
   BOOSTER_CHECK_T(ShapeError, w >= 0 && w < std::max<int64_t>(ndim, 1), op, ": dim ", d, " out of range for a ", ndim,

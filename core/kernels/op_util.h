@@ -14,6 +14,8 @@ void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts);
 void check_floating(const char* op, const Tensor& t);
 /// A contiguous f32 copy of t without history (t itself when already so).
 Tensor f32_contig(const Tensor& t);
+/// A new contiguous f32 tensor holding t's values (never t's storage): for in-place work.
+Tensor f32_copy(const Tensor& t);
 /// Wraps a negative dim index; throws ShapeError naming op.
 int64_t wrap_dim(const char* op, int64_t d, int64_t ndim);
 

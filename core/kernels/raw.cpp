@@ -21,8 +21,7 @@ void add_(Tensor& dst, const Tensor& src) {
     });
     return;
   }
-  Tensor sum = f32_contig(dst);
-  if (sum.shares_storage(dst)) sum = sum.clone();
+  Tensor sum = f32_copy(dst);
   add_(sum, src);
   dst.copy_(sum);
 }
@@ -38,7 +37,7 @@ void scale_(Tensor& dst, double s) {
     });
     return;
   }
-  Tensor t = f32_contig(dst).clone();
+  Tensor t = f32_copy(dst);
   scale_(t, s);
   dst.copy_(t);
 }

@@ -20,7 +20,7 @@ ConfigSchema vit_train_schema() {
       .add("data.crop_scale_min", T::floating, 0.08, "RandomResizedCrop's smallest area fraction")
       .add("data.shuffle", T::boolean, true)
       .add("data.cache_mb", T::integer, 2048, "decoded-image cache per dataset")
-      .add("data.limit", T::integer, 0, "use only the first N images of each split (0: all)")
+      .add("data.limit", T::integer, 0, "use only N images of each split, spread over it (0: all)")
       .add("train.epochs", T::integer, 10)
       .add("train.batch_size", T::integer, 32, "per rank")
       .add("train.lr", T::floating, 3e-4, "multiplied by the world size, as Colossal-AI's example")

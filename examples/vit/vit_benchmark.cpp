@@ -26,14 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 struct Result {
   double step_s, images_per_s, gflops, ceiling_gflops, alloc_peak_mb, os_peak_mb;
 };
@@ -102,8 +94,8 @@ int main(int argc, char** argv) {
   if (master)
     std::printf("%-28s %-5s %5s | %8s %8s %6s | %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s", "GFLOP/s",
                 "ceil%", "alloc MB", "rss MB", "torch i/s", "ratio");
-  for (auto& cfg : split(configs)) {
-    for (auto& prec : split(precisions)) {
+  for (auto& cfg : bench::split_list(configs)) {
+    for (auto& prec : bench::split_list(precisions)) {
       const Result r = measure(cfg, prec, preset, batch, steps);
       std::optional<bench::PeerResult> pr;
       // The peer runs one process with this rank's threads; compare per process.

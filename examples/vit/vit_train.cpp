@@ -25,14 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<const data::Dataset> limited(std::shared_ptr<const data::Dataset> ds, int64_t limit) {
-  if (limit <= 0 || size_t(limit) >= ds->size()) return ds;
-  std::vector<size_t> idx;
-  for (size_t i = 0; i < ds->size(); i += ds->size() / size_t(limit)) idx.push_back(i);  // spread over classes
-  idx.resize(std::min(idx.size(), size_t(limit)));
-  return std::make_shared<data::Subset>(ds, idx);
-}
-
 // The loss of the example: cross entropy on hard labels, or on Mixup's soft targets.
 Criterion make_criterion(double label_smoothing) {
   return [label_smoothing](const Tensor& logits, const Tensor& labels) {
@@ -87,6 +79,7 @@ int main(int argc, char** argv) {
   if (pretrained.empty()) processor.height = processor.width = cfg.get_int("model.image_size");
   data::ImageFolderOptions io;
   io.cache_bytes = size_t(cfg.get_int("data.cache_mb")) << 20;
+  io.limit = size_t(cfg.get_int("data.limit"));
 
   // ---- model ----
   auto make_model = [&](const std::vector<std::string>& labels) {
@@ -108,7 +101,9 @@ int main(int argc, char** argv) {
     auto step_dir = examples::latest_checkpoint(checkpoint);
     BOOSTER_CHECK_T(IOError, step_dir.has_value(), "no complete checkpoint under '", checkpoint, "'");
     auto proc = data::ViTImageProcessor::from_pretrained(*step_dir);
-    auto ds = std::make_shared<data::BeansDataset>(root, split, proc, false, 1, io);
+    data::ImageFolderOptions eval_io = io;
+    eval_io.limit = 0;  // --eval-only scores the whole split
+    auto ds = std::make_shared<data::BeansDataset>(root, split, proc, false, 1, eval_io);
     nn::ViTConfig c = nn::ViTConfig::from_json_file((fs::path(*step_dir) / "config.json").string());
     auto model = std::make_shared<nn::ViTForImageClassification>(c);
     Booster booster;
@@ -132,8 +127,7 @@ int main(int argc, char** argv) {
                                                         cfg.get_float("data.crop_scale_min"));
   auto val_set = std::make_shared<data::BeansDataset>(root, cfg.get_string("data.val_split"), processor, false, 1, io);
   const auto labels = train_set->label_names();
-  auto train_data = limited(train_set, cfg.get_int("data.limit"));
-  auto val_data = limited(val_set, cfg.get_int("data.limit"));
+  std::shared_ptr<const data::Dataset> train_data = train_set, val_data = val_set;
   manual_seed(uint64_t(cfg.get_int("train.seed")), 0);  // every rank builds the same initial model
   auto model = make_model(labels);
   const nn::ViTConfig model_config = model->config();

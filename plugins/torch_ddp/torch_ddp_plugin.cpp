@@ -89,16 +89,9 @@ void TorchDDPPlugin::configure(BoostedObjects& o) {
 }
 
 std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
-  if (!checkpoint_io_) {
-    proto::Layout layout;
-    layout.set_plugin(name());
-    layout.set_world_size(dist::world_size());
-    layout.set_dp_size(dist::world_size());
-    layout.set_tp_size(1);
-    layout.set_pp_size(1);
-    layout.set_precision("fp32");
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(layout);
-  }
+  if (!checkpoint_io_)  // precision belongs to the Booster's mixed-precision layer, not to DDP
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
+        checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, ""));
   return checkpoint_io_;
 }
 

@@ -34,6 +34,17 @@ TEST(Beans, LabelOrderAndCounts) {
   EXPECT_EQ(padded.label_names()[3], "pad_label_0");
 }
 
+TEST(Beans, LimitKeepsAnEvenSpreadBeforeDecoding) {
+  ImageFolderOptions o;
+  o.limit = 30;
+  BeansDataset train(BeansDataset::default_root(), "train", ViTImageProcessor{}, false, 1, o);
+  EXPECT_EQ(train.size(), 30u);
+  std::vector<int> counts(3);
+  for (auto& [p, l] : train.samples()) ++counts[size_t(l)];
+  for (int c : counts) EXPECT_GE(c, 9) << "every class is represented";
+  EXPECT_EQ(train.cached_bytes(), size_t(30 * 500 * 500 * 3));  // only the kept images were decoded
+}
+
 TEST(Beans, MissingSplitSaysWhatLayoutIsExpected) {
   try {
     BeansDataset(BeansDataset::default_root(), "test", ViTImageProcessor{});
