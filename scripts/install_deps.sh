@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages booster-cpp builds and runs with; idempotent.
 # Runs apt-get only when something is missing. Needs root (or sudo) for that case.
+# --peer adds what the PyTorch peer benchmarks run with (python3-torch, python3-pil).
 set -euo pipefail
 
 PACKAGES=(
@@ -18,6 +19,7 @@ PACKAGES=(
   libcli11-dev                # command lines
   gnuplot-nox                 # the example's loss and accuracy curves (PNG)
 )
+[ "${1:-}" = "--peer" ] && PACKAGES+=(python3-torch python3-pil)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,8 +4,12 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include "core/common/check.h"
 
 namespace booster::examples {
 
@@ -32,9 +36,16 @@ void ProgressBar::finish() {
   if (interactive_) std::fprintf(stderr, "\n");
 }
 
-MetricsLog::MetricsLog(const std::string& dir, bool append) : dir_(dir) {
+MetricsLog::MetricsLog(const std::string& dir, bool append, bool writer) : dir_(dir) {
+  if (!writer) return;
   std::filesystem::create_directories(dir);
-  f_ = std::fopen((std::filesystem::path(dir) / "metrics.jsonl").c_str(), append ? "a" : "w");
+  const auto path = std::filesystem::path(dir) / "metrics.jsonl";
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
+  BOOSTER_CHECK_T(IOError, f_ != nullptr, "cannot open '", path.string(), "' for writing: ", std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (f_) std::fclose(f_);
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
@@ -44,6 +55,7 @@ void MetricsLog::write(const nlohmann::json& line) {
 }
 
 void MetricsLog::epoch(int64_t epoch, double train_loss, double val_loss, double val_accuracy) {
+  if (!f_) return;
   points_.push_back({epoch, train_loss, val_loss, val_accuracy});
   plot();
 }

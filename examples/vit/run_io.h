@@ -27,9 +27,14 @@ class ProgressBar {
 };
 
 /// Appends JSON lines to <dir>/metrics.jsonl and keeps the per-epoch curves for plots.
+/// Only the writing rank opens the file (another rank's truncating open would punch a hole
+/// of NUL bytes into what the writer already wrote); on the others every call is a no-op.
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::string& dir, bool append);
+  MetricsLog(const std::string& dir, bool append, bool writer);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const nlohmann::json& line);
   /// Records an epoch and redraws <dir>/curves.png with gnuplot (a warning when absent).
   void epoch(int64_t epoch, double train_loss, double val_loss, double val_accuracy);

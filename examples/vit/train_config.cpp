@@ -11,6 +11,7 @@ ConfigSchema vit_train_schema() {
   s.add("model.preset", T::string, "vit-tiny", "vit-tiny, vit-small, vit-base, vit-large, vit-huge")
       .add("model.pretrained", T::string, "", "Hugging Face model folder (config.json + model.safetensors)")
       .add("model.image_size", T::integer, 224)
+      .add("model.patch_size", T::integer, 0, "0: the preset's (16; 14 for vit-huge)")
       .add("model.hidden_dropout_prob", T::floating, 0.0)
       .add("data.root", T::string, "", "dataset root with <split>/<class>/<image>; empty: the shared beans")
       .add("data.train_split", T::string, "train")

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 
 #include "booster/booster.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     }
     nn::ViTConfig c = nn::ViTConfig::preset(cfg.get_string("model.preset"));
     c.image_size = cfg.get_int("model.image_size");
+    if (cfg.get_int("model.patch_size") > 0) c.patch_size = cfg.get_int("model.patch_size");
     c.hidden_dropout_prob = cfg.get_float("model.hidden_dropout_prob");
     c.set_labels(labels);
     return std::make_shared<nn::ViTForImageClassification>(c);
@@ -179,7 +181,14 @@ int main(int argc, char** argv) {
     if (p.metrics().count("best_accuracy")) best_accuracy = p.metrics().at("best_accuracy");
     log.info("resumed from {} at epoch {}, step {}", *step_dir, start_epoch, step);
   }
-  examples::MetricsLog metrics(run_dir.string(), !resume.empty());
+  examples::MetricsLog metrics(run_dir.string(), !resume.empty(), coordinator.is_master());
+  if (coordinator.is_master()) {
+    // The effective config (defaults filled, --set applied) and the launch shape, so a run
+    // can be repeated, or mirrored by the PyTorch peer (bench/torch_beans_train.py --run).
+    std::ofstream(run_dir / "config.toml") << toml::format(cfg.root());
+    metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
+                   {"plugin", plugin ? plugin->name() : "none"}, {"resumed", !resume.empty()}});
+  }
   data::Mixup mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), int64_t(labels.size())};
   Generator mix_rng(uint64_t(cfg.get_int("train.seed")), 7);
   const double max_norm = cfg.get_float("train.max_norm");

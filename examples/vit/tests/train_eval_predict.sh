@@ -10,6 +10,8 @@ small=(--set model.image_size=32 --set train.epochs=2 --set data.limit=48 --set 
 grep -q "done: best validation accuracy" train.log
 test -s runs/vit_beans/metrics.jsonl
 grep -q '"type":"epoch"' runs/vit_beans/metrics.jsonl
+grep -q '"type":"run","world_size":2' runs/vit_beans/metrics.jsonl
+grep -q 'image_size = 32' runs/vit_beans/config.toml   # the effective config, --set applied
 if command -v gnuplot >/dev/null; then test -s runs/vit_beans/curves.png; fi
 ls runs/vit_beans/checkpoints
 [ "$(ls runs/vit_beans/checkpoints | wc -l)" -le 2 ]   # keep_last = 2
@@ -27,4 +29,11 @@ last=$(ls -d runs/vit_beans/checkpoints/step-* | tail -1)
 test -s hf/config.json && test -s hf/model.safetensors && test -s hf/preprocessor_config.json
 "$build/examples/vit/vit_predict" --model hf "$img" | tee predict_hf.txt
 diff predict.txt predict_hf.txt
+# The PyTorch peer mirrors the run (its config.toml) and compares, when torch is installed.
+if /usr/bin/python3 -c "import torch, PIL" 2>/dev/null; then
+  /usr/bin/python3 "$src/bench/torch_beans_train.py" --shared "$src/../shared" --run runs/vit_beans | tee peer.txt
+  grep -q '"global_batch": 8' peer.txt && grep -q '"event": "summary"' peer.txt
+else
+  echo "peer comparison skipped: no python3-torch / python3-pil"
+fi
 echo PASS
