@@ -7,5 +7,7 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 if [ ! -f build/CMakeCache.txt ]; then
   cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release
+elif [ ! -f build/build.ninja ] && [ ! -f build/Makefile ]; then
+  cmake -S . -B build  # an earlier configure failed half-way: run it again
 fi
 cmake --build build -j "$(nproc)"

@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   g++ cmake ninja-build make pkg-config
   libdnnl-dev                 # oneDNN: matmul, conv, norm, softmax, eltwise kernels
+  ocl-icd-opencl-dev          # Debian's oneDNN is built with an OpenCL GPU runtime: its CMake config needs it
   libopenmpi-dev openmpi-bin  # collectives and mpirun
   libspdlog-dev               # logging
   libtoml11-dev               # run configs
