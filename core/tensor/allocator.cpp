@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/common/check.h"
+#include "core/tensor/caching_tier.h"
 
 namespace booster {
 
@@ -40,7 +41,7 @@ struct Registry {
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;  // never destroyed: tensors may outlive static destruction
-    reg->tiers.emplace("host", std::make_unique<MemoryTier>("host"));
+    reg->tiers.emplace("host", std::make_unique<CachingHostTier>("host", host_cache_limit_from_env()));
     return reg;
   }();
   return *r;

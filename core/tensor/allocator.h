@@ -1,5 +1,5 @@
 // Memory tiers: every tensor byte is allocated from a tier that accounts bytes in use and
-// the peak. "host" (RAM, 64-byte aligned) is the default; later plugins register slower
+// the peak. "host" (RAM, 64-byte aligned, freed large blocks cached) is the default; later plugins register slower
 // tiers (a file-backed store for offload) and report their memory from these counters.
 #pragma once
 
@@ -35,6 +35,10 @@ class MemoryTier {
   size_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   /// Sets the peak to the current use.
   void reset_peak() { peak_.store(bytes_in_use(), std::memory_order_relaxed); }
+  /// Bytes freed by tensors but kept by the tier for reuse (not in bytes_in_use()).
+  virtual size_t bytes_cached() const { return 0; }
+  /// Returns the cached bytes to the system.
+  virtual void empty_cache() {}
 
  protected:
   void account_alloc(size_t nbytes);
@@ -46,7 +50,7 @@ class MemoryTier {
   std::atomic<size_t> peak_{0};
 };
 
-/// The default tier: RAM.
+/// The default tier: RAM, caching freed large blocks (caching_tier.h).
 MemoryTier& host_tier();
 /// Registers a tier under its name; throws ValueError if the name is taken.
 MemoryTier& register_tier(std::unique_ptr<MemoryTier> tier);

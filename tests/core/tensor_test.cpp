@@ -5,6 +5,7 @@
 
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
+#include "core/tensor/caching_tier.h"
 #include "core/tensor/tensor.h"
 
 using namespace booster;
@@ -119,6 +120,39 @@ TEST(Allocator, AccountsBytesAndPeak) {
   }
   EXPECT_EQ(host.bytes_in_use(), before);
   EXPECT_EQ(host.peak_bytes(), before + 5120);
+}
+
+TEST(Allocator, HostTierReusesFreedLargeBlocks) {
+  CachingHostTier tier("test_cache", size_t(64) << 20);
+  const size_t n = size_t(3) << 20;
+  void* a = tier.allocate(n);
+  tier.deallocate(a, n);
+  EXPECT_EQ(tier.bytes_in_use(), 0u);
+  EXPECT_EQ(tier.bytes_cached(), CachingHostTier::size_class(n));
+  void* b = tier.allocate(n - 4096);  // same size class: the same block
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(tier.bytes_cached(), 0u);
+  EXPECT_EQ(tier.bytes_in_use(), n - 4096);
+  tier.deallocate(b, n - 4096);
+  tier.empty_cache();
+  EXPECT_EQ(tier.bytes_cached(), 0u);
+  // Small blocks are never cached; past the limit, freed blocks go back to the OS.
+  void* s = tier.allocate(1000);
+  tier.deallocate(s, 1000);
+  EXPECT_EQ(tier.bytes_cached(), 0u);
+  CachingHostTier tight("test_tight", size_t(1) << 20);
+  void* big = tight.allocate(n);
+  tight.deallocate(big, n);
+  EXPECT_EQ(tight.bytes_cached(), 0u);
+}
+
+TEST(Allocator, SizeClassesBoundTheSlack) {
+  for (size_t n : {size_t(1) << 18, (size_t(1) << 18) + 1, size_t(3152) * 3072 * 4, size_t(1) << 30}) {
+    const size_t c = CachingHostTier::size_class(n);
+    EXPECT_GE(c, n);
+    EXPECT_LE(double(c), double(n) * 1.0625 + 64);
+    EXPECT_EQ(c % kAlignment, 0u);
+  }
 }
 
 TEST(Allocator, SecondTierIsSeparate) {
