@@ -39,8 +39,7 @@ void add_to_grad(TensorImpl& impl, Tensor g) {
   if (impl.grad) {
     Tensor acc(impl.grad);
     kernels::add_(acc, g);
-  } else if (g.dtype() == impl.dtype && g.is_contiguous() && g.impl_ptr().use_count() == 1 &&
-             g.storage().use_count() == 1) {
+  } else if (g.dtype() == impl.dtype && g.is_contiguous() && g.is_sole_owner()) {
     impl.grad = g.impl_ptr();
   } else {
     impl.grad = (g.dtype() == impl.dtype ? g.contiguous().clone() : g.to(impl.dtype)).impl_ptr();
@@ -128,7 +127,7 @@ namespace {
 void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
-  } else if (slot.impl_ptr().use_count() == 1 && slot.is_contiguous() && slot.storage().use_count() == 1) {
+  } else if (slot.is_contiguous() && slot.is_sole_owner()) {
     kernels::add_(slot, g);
   } else {
     Tensor sum = slot.contiguous().clone();

@@ -20,17 +20,21 @@ dnnl::eltwise_forward::primitive_desc gelu_fwd_pd(const dnnl::memory::desc& md, 
   return dnnl::eltwise_forward::primitive_desc(d, cpu_engine());
 }
 
-void gelu_fast(const Tensor& x, const Tensor& y, bool tanh_approx) {
+const CachedPrimitive& gelu_fwd_prim(const Tensor& x, bool tanh_approx) {
   KeyBuilder key("gelu_fwd");
   key.add(x).add(int64_t(tanh_approx));
-  const auto& cp = cached_primitive(key.str(), [&] {
+  return cached_primitive(key.str(), [&] {
     auto pd = gelu_fwd_pd(md_of(x), tanh_approx);
     return std::make_pair(dnnl::primitive(dnnl::eltwise_forward(pd)), dnnl::primitive_desc_base(pd));
   });
-  execute(*cp.prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
 }
 
-void gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tanh_approx) {
+void gelu_fast(const Tensor& x, const Tensor& y, bool tanh_approx) {
+  execute(*gelu_fwd_prim(x, tanh_approx).prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
+}
+
+// dx = gelu'(x) * dy in x's dtype; false when oneDNN has no kernel for that dtype.
+bool gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tanh_approx) {
   KeyBuilder key("gelu_bwd");
   key.add(x).add(int64_t(tanh_approx));
   const auto& cp = cached_primitive(key.str(), [&] {
@@ -39,9 +43,11 @@ void gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tan
     dnnl::eltwise_backward::primitive_desc pd(d, cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::eltwise_backward(pd)), dnnl::primitive_desc_base(pd));
   });
+  if (!cp.native()) return false;
   execute(*cp.prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)},
                      {DNNL_ARG_DIFF_DST, mem_of(md_of(dy), dy)},
                      {DNNL_ARG_DIFF_SRC, mem_of(md_of(dx), dx)}});
+  return true;
 }
 
 }  // namespace
@@ -54,16 +60,24 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   BOOSTER_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
                 approximate, "\"");
   const bool tanh_approx = approximate == "tanh", ref = kernels::use_reference();
-  Tensor xf = kernels::f32_contig(x);
-  Tensor y = Tensor::empty(x.shape());
-  if (ref) kernels::ref::gelu_fwd(xf.data<float>(), y.data<float>(), xf.numel(), tanh_approx);
-  else kernels::gelu_fast(xf, y, tanh_approx);
+  // In x's own dtype where oneDNN has a kernel for it (bf16 on AVX512-BF16/AMX: no
+  // conversions, half the traffic; it computes in f32 inside), else staged through f32.
+  Tensor xs = kernels::contig_as(x, ref ? DType::f32 : x.dtype());
+  if (!ref && xs.dtype() != DType::f32 && !kernels::gelu_fwd_prim(xs, tanh_approx).native()) xs = kernels::f32_contig(x);
+  Tensor y = Tensor::empty(x.shape(), xs.dtype());
+  if (ref) kernels::ref::gelu_fwd(xs.data<float>(), y.data<float>(), xs.numel(), tanh_approx);
+  else kernels::gelu_fast(xs, y, tanh_approx);
   const DType dt = x.dtype();
-  return autograd::record("gelu", {x}, y.to(dt), [xf, tanh_approx, ref, dt](const std::vector<Tensor>& g) {
-    Tensor dy = kernels::f32_contig(g[0]);
-    Tensor dx = Tensor::empty(xf.shape());
-    if (ref) kernels::ref::gelu_bwd(xf.data<float>(), dy.data<float>(), dx.data<float>(), xf.numel(), tanh_approx);
-    else kernels::gelu_bwd_fast(xf, dy, dx, tanh_approx);
+  return autograd::record("gelu", {x}, y.to(dt), [xs, tanh_approx, ref, dt](const std::vector<Tensor>& g) {
+    Tensor dy = kernels::contig_as(g[0], xs.dtype());
+    Tensor dx = Tensor::empty(xs.shape(), xs.dtype());
+    if (ref) {
+      kernels::ref::gelu_bwd(xs.data<float>(), dy.data<float>(), dx.data<float>(), xs.numel(), tanh_approx);
+    } else if (!kernels::gelu_bwd_fast(xs, dy, dx, tanh_approx)) {  // no low-precision backward kernel
+      dx = Tensor::empty(xs.shape());
+      BOOSTER_CHECK_T(BackendError, kernels::gelu_bwd_fast(kernels::f32_contig(xs), kernels::f32_contig(dy), dx, tanh_approx),
+                      "gelu backward: oneDNN has no f32 kernel");
+    }
     return std::vector<Tensor>{dx.to(dt)};
   });
 }

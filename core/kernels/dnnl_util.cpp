@@ -94,6 +94,19 @@ size_t primitive_cache_size() {
   return cache().map.size();
 }
 
+void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std::string& dst_key, void* dst) {
+  const dnnl::memory::desc src_md = md_of(src);
+  KeyBuilder key("reorder");
+  key.add(src);
+  const CachedPrimitive& cp = cached_primitive(key.str() + dst_key, [&] {
+    dnnl::reorder::primitive_desc pd(cpu_engine(), src_md, cpu_engine(), dst_md);
+    return std::make_pair(dnnl::primitive(dnnl::reorder(pd)), dnnl::primitive_desc_base(pd));
+  });
+  BOOSTER_CHECK_T(BackendError, cp.prim.has_value(), "oneDNN has no reorder from ", shape_str(src.shape()), " (",
+                  dtype_name(src.dtype()), ")");
+  execute(*cp.prim, {{DNNL_ARG_FROM, mem_of(src_md, src)}, {DNNL_ARG_TO, dnnl::memory(dst_md, cpu_engine(), dst)}});
+}
+
 void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
   try {
     p.execute(cpu_stream(), args);

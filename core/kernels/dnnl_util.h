@@ -51,6 +51,8 @@ struct CachedPrimitive {
   std::optional<dnnl::primitive> prim;
   dnnl::primitive_desc_base pd;
   std::string impl;  // oneDNN's implementation name, e.g. "brg:avx512_core_amx"
+  /// True when oneDNN has an optimized (not its reference) kernel for this case.
+  bool native() const { return prim.has_value() && impl.rfind("ref", 0) != 0; }
 };
 
 /// Returns the cached primitive for `key`, creating it with `make` on first use. A
@@ -59,6 +61,10 @@ const CachedPrimitive& cached_primitive(const std::string& key,
                                         const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make);
 /// Number of primitives in the cache (for tests).
 size_t primitive_cache_size();
+
+/// Copies src's values into dst's memory (same dims; any strides or a oneDNN blocked
+/// layout) with a oneDNN reorder cached under `dst_key`, which must name dst_md.
+void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std::string& dst_key, void* dst);
 
 /// Executes a primitive with arguments and waits.
 void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);

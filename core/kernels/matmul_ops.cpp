@@ -29,25 +29,52 @@ bool matrix_layout_ok(const Tensor& t) {
   return true;
 }
 
+// Weights at least this large are packed into the blocked layout oneDNN's kernel reads
+// fastest, by a reorder before the matmul (a plain-layout kernel packs them inside,
+// slower). Measured at ViT-B MLP shapes, 2 threads: dx = dy W +10-40 % in f32 and bf16,
+// the reorder of a 768x3072 weight ~0.6 ms. Activations (the x of dW = dy^T x) are not
+// packed: the reorder of a [1576, 768] activation costs what it saves (core_bench and
+// vit_benchmark, alternated runs).
+constexpr int64_t kPackMinElements = 1 << 16;
+
 // c = a x b (+ bias) on oneDNN; false when oneDNN has only its slow reference kernel or
 // none at all for this case.
-bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c) {
+bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right) {
+  const bool pack = right == RightOperand::weight && b.dim() == 2 && b.numel() >= kPackMinElements;
   KeyBuilder key("matmul");
-  key.add(a).add(b).add(c);
+  key.add(a).add(b).add(c).add(int64_t(pack));
   if (bias.defined()) key.add(bias);
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
-    auto d = bias.defined() ? dnnl::matmul::desc(md_of(a), md_of(b), md_of(bias), md_of(c))
-                            : dnnl::matmul::desc(md_of(a), md_of(b), md_of(c));
+    const auto bmd = pack ? dnnl::memory::desc({b.size(0), b.size(1)}, dnnl_type(b.dtype()), dnnl::memory::format_tag::any)
+                          : md_of(b);
+    auto d = bias.defined() ? dnnl::matmul::desc(md_of(a), bmd, md_of(bias), md_of(c))
+                            : dnnl::matmul::desc(md_of(a), bmd, md_of(c));
     dnnl::matmul::primitive_desc pd(d, cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
   });
-  if (!cp.prim || cp.impl.rfind("ref", 0) == 0) return false;
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem_of(cp.pd.src_desc(), a)},
-                                             {DNNL_ARG_WEIGHTS, mem_of(cp.pd.weights_desc(), b)},
-                                             {DNNL_ARG_DST, mem_of(cp.pd.dst_desc(), c)}};
+  if (!cp.native()) return false;
+  const dnnl::memory::desc wmd = cp.pd.weights_desc();
+  Tensor packed;
+  if (pack && wmd != md_of(b)) {
+    packed = Tensor::empty({int64_t(wmd.get_size())}, DType::u8);
+    reorder_into(b, wmd, key.str(), packed.raw_data());
+  }
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, mem_of(cp.pd.src_desc(), a)},
+      {DNNL_ARG_WEIGHTS, packed.defined() ? dnnl::memory(wmd, cpu_engine(), packed.raw_data()) : mem_of(wmd, b)},
+      {DNNL_ARG_DST, mem_of(cp.pd.dst_desc(), c)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem_of(cp.pd.weights_desc(1), bias));
   execute(*cp.prim, args);
   return true;
+}
+
+// A column-major low-precision left operand (dW = dy^T x) made row-major first: oneDNN's
+// AMX kernel reads a transposed source slowly (dW at ViT-B MLP shapes: 490-810 GFLOP/s
+// transposed, 710-860 after a tiled transposing copy of 1-3 ms); f32 kernels read it as
+// fast as the copy would cost, so f32 keeps the view.
+Tensor row_major_left(const Tensor& a) {
+  if (a.dtype() == DType::f32 || a.dim() != 2 || a.strides()[0] != 1 || a.numel() < kPackMinElements) return a;
+  return a.detach().contiguous();
 }
 
 // c = a x b (+ bias) on the reference loops; b's batch dims are all 1 or equal to a's.
@@ -98,21 +125,21 @@ Tensor tiny_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const S
 }  // namespace
 
 /// a x b (+ bias broadcast over rows) without history; the core of matmul and linear.
-Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape) {
+Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape, RightOperand right) {
   if (use_reference()) return ref_matmul(a, b, bias, out_shape);
   if (a.dtype() == DType::f32 && a.size(-2) * a.size(-1) * b.size(-1) <= kTinyMacs &&
       (!bias.defined() || bias.is_contiguous()))
     return tiny_matmul(a, b, bias, out_shape);
   Tensor c = Tensor::empty(out_shape, a.dtype());
-  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(a, b, bias, c)) return c;
+  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right)) return c;
   Tensor ac = a.contiguous(), bc = b.contiguous();
-  if (dnnl_matmul(ac, bc, bias, c)) return c;
+  if (dnnl_matmul(ac, bc, bias, c, right)) return c;
   if (a.dtype() != DType::f32) {  // no low-precision kernel on this CPU: compute in f32
     Tensor c32 = Tensor::empty(out_shape, DType::f32);
     Tensor a32 = to_dtype_same_layout(a, DType::f32), b32 = to_dtype_same_layout(b, DType::f32);
     if (!matrix_layout_ok(a32)) a32 = a32.contiguous();
     if (!matrix_layout_ok(b32)) b32 = b32.contiguous();
-    if (dnnl_matmul(a32, b32, bias.defined() ? f32_contig(bias) : bias, c32)) return c32.to(a.dtype());
+    if (dnnl_matmul(a32, b32, bias.defined() ? f32_contig(bias) : bias, c32, right)) return c32.to(a.dtype());
   }
   return ref_matmul(a, b, bias, out_shape);
 }
@@ -151,7 +178,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       Tensor g2 = g[0].contiguous().view({-1, n});
       Tensor a2 = ad.contiguous().view({-1, k});
       Tensor da = ga ? kernels::mm(g2, bd.transpose(0, 1), Tensor(), {a2.size(0), k}).view(ad.shape()) : Tensor();
-      Tensor db = gb ? kernels::mm(a2.transpose(0, 1), g2, Tensor(), {k, n}) : Tensor();
+      Tensor db = gb ? kernels::mm(a2.transpose(0, 1), g2, Tensor(), {k, n}, kernels::RightOperand::activation) : Tensor();
       return std::vector<Tensor>{da, db};
     });
   }
@@ -195,7 +222,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor g2 = g[0].contiguous().view({m, n});
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
     Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
-    Tensor dw = gw ? kernels::mm(g2.transpose(0, 1), x2, Tensor(), {n, k}) : Tensor();
+    Tensor dw = gw ? kernels::mm(g2.transpose(0, 1), x2, Tensor(), {n, k}, kernels::RightOperand::activation) : Tensor();
     Tensor db = gb ? kernels::sum_dims(g2, {0}, false) : Tensor();
     return std::vector<Tensor>{dx, dw, db};
   });

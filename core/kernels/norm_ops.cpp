@@ -23,15 +23,20 @@ dnnl::layer_normalization_forward::primitive_desc ln_fwd_pd(const dnnl::memory::
   return dnnl::layer_normalization_forward::primitive_desc(d, cpu_engine());
 }
 
-// Fast forward: y, mean, variance for x2 [rows, C] (contiguous f32).
-void ln_forward(const Tensor& x2, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean, Tensor& var) {
-  const bool affine = w.defined();
+const CachedPrimitive& ln_fwd_prim(const Tensor& x2, double eps, bool affine) {
   KeyBuilder key("ln_fwd");
   key.add(x2).add(eps).add(int64_t(affine));
-  const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
+  return cached_primitive(key.str(), [&] {
     auto pd = ln_fwd_pd(md_of(x2), eps, affine);
     return std::make_pair(dnnl::primitive(dnnl::layer_normalization_forward(pd)), dnnl::primitive_desc_base(pd));
   });
+}
+
+// Fast forward: y, mean, variance for x2 [rows, C] (contiguous f32, or bf16 where oneDNN
+// has the kernel; statistics, weight and bias in f32).
+void ln_forward(const Tensor& x2, const Tensor& w, const Tensor& b, double eps, Tensor& y, Tensor& mean, Tensor& var) {
+  const bool affine = w.defined();
+  const CachedPrimitive& cp = ln_fwd_prim(x2, eps, affine);
   BOOSTER_CHECK_T(BackendError, cp.prim.has_value(), "layer_norm: oneDNN has no kernel for ", shape_str(x2.shape()));
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem_of(md_of(x2), x2)},
                                              {DNNL_ARG_DST, mem_of(md_of(y), y)},
@@ -44,7 +49,8 @@ void ln_forward(const Tensor& x2, const Tensor& w, const Tensor& b, double eps, 
   execute(*cp.prim, args);
 }
 
-void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& var, const Tensor& dy, double eps,
+// dx (x2's dtype), dw, db (f32); false when oneDNN has no kernel for x2's dtype.
+bool ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& var, const Tensor& dy, double eps,
                  Tensor& dx, Tensor& dw, Tensor& db) {
   const bool affine = w.defined();
   KeyBuilder key("ln_bwd");
@@ -55,7 +61,7 @@ void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tenso
     dnnl::layer_normalization_backward::primitive_desc pd(d, cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::layer_normalization_backward(pd)), dnnl::primitive_desc_base(pd));
   });
-  BOOSTER_CHECK_T(BackendError, cp.prim.has_value(), "layer_norm backward: oneDNN has no kernel");
+  if (!cp.native()) return false;
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, mem_of(md_of(x2), x2)},
                                              {DNNL_ARG_DIFF_DST, mem_of(md_of(dy), dy)},
                                              {DNNL_ARG_MEAN, mem_of(md_of(mean), mean)},
@@ -68,12 +74,45 @@ void ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tenso
     args.emplace(DNNL_ARG_DIFF_SHIFT, mem_of(md_of(db), db));
   }
   execute(*cp.prim, args);
+  return true;
 }
 
-// Fast softmax over rows of x2 [rows, C].
-dnnl::softmax_forward::primitive_desc sm_fwd_pd(const dnnl::memory::desc& md) {
-  dnnl::softmax_forward::desc d(prop_kind::forward_training, md, 1);
-  return dnnl::softmax_forward::primitive_desc(d, cpu_engine());
+// Softmax over the rows of x2 [rows, C].
+const CachedPrimitive& softmax_prim(const Tensor& x2) {
+  KeyBuilder key("softmax_fwd");
+  key.add(x2);
+  return cached_primitive(key.str(), [&] {
+    dnnl::softmax_forward::primitive_desc pd(dnnl::softmax_forward::desc(prop_kind::forward_training, md_of(x2), 1),
+                                             cpu_engine());
+    return std::make_pair(dnnl::primitive(dnnl::softmax_forward(pd)), dnnl::primitive_desc_base(pd));
+  });
+}
+
+float to_float(float v) { return v; }
+float to_float(bf16_t v) { return from_bf16(v); }
+float to_float(f16_t v) { return from_f16(v); }
+template <typename T> T from_float(float v);
+template <> float from_float<float>(float v) { return v; }
+template <> bf16_t from_float<bf16_t>(float v) { return to_bf16(v); }
+template <> f16_t from_float<f16_t>(float v) { return to_f16(v); }
+
+// dx = y * (dy - sum(y * dy)) per row, in f32 on T storage. oneDNN's softmax backward is
+// a scalar reference kernel on CPUs without AVX-512, so this loop is the fast path.
+template <typename T>
+void softmax_bwd_rows(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const int64_t rows = y.size(0), c = y.size(1);
+  const T *py = static_cast<const T*>(y.raw_data()), *pg = static_cast<const T*>(dy.raw_data());
+  T* px = static_cast<T*>(dx.raw_data());
+  parallel_for(rows, kGrain / std::max<int64_t>(c, 1), [&](int64_t b, int64_t e) {
+    std::vector<float> yr(static_cast<size_t>(c)), gr(static_cast<size_t>(c));
+    for (int64_t r = b; r < e; ++r) {
+      for (int64_t i = 0; i < c; ++i) yr[size_t(i)] = to_float(py[r * c + i]), gr[size_t(i)] = to_float(pg[r * c + i]);
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < c; ++i) dot += yr[size_t(i)] * gr[size_t(i)];
+      for (int64_t i = 0; i < c; ++i) px[r * c + i] = from_float<T>(yr[size_t(i)] * (gr[size_t(i)] - dot));
+    }
+  });
 }
 
 }  // namespace
@@ -91,9 +130,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
                     shape_str(w.shape()), " and bias ", shape_str(b.shape()), " must be [", c, "] for input ",
                     shape_str(x.shape()));
   const bool ref = kernels::use_reference(), affine = w.defined();
-  Tensor x2 = kernels::f32_contig(x).view({rows, c});
+  // In x's own dtype where oneDNN has a kernel (bf16: statistics still in f32 inside),
+  // else staged through f32.
+  Tensor x2 = kernels::contig_as(x, ref ? DType::f32 : x.dtype()).view({rows, c});
+  if (!ref && x2.dtype() != DType::f32 && !kernels::ln_fwd_prim(x2, eps, affine).native())
+    x2 = kernels::f32_contig(x).view({rows, c});
   Tensor w32 = affine ? kernels::f32_contig(w) : Tensor(), b32 = affine ? kernels::f32_contig(b) : Tensor();
-  Tensor y = Tensor::empty({rows, c}), mean = Tensor::empty({rows}), stat = Tensor::empty({rows});
+  Tensor y = Tensor::empty({rows, c}, x2.dtype()), mean = Tensor::empty({rows}), stat = Tensor::empty({rows});
   if (ref)  // stat = 1 / sqrt(var + eps)
     kernels::ref::layer_norm_fwd(x2.data<float>(), affine ? w32.data<float>() : nullptr,
                                  affine ? b32.data<float>() : nullptr, y.data<float>(), mean.data<float>(),
@@ -106,15 +149,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   return autograd::record(
       "layer_norm", {x, w, b}, y.view(shape).to(dt),
       [x2, w32, b32, mean, stat, eps, ref, affine, gw, dt, shape, rows, c](const std::vector<Tensor>& g) {
-        Tensor dy = kernels::f32_contig(g[0]).view({rows, c});
-        Tensor dx = Tensor::empty({rows, c});
+        Tensor dy = kernels::contig_as(g[0], x2.dtype()).view({rows, c});
+        Tensor dx = Tensor::empty({rows, c}, x2.dtype());
         Tensor dw = affine ? Tensor::empty({c}) : Tensor(), db = affine ? Tensor::empty({c}) : Tensor();
-        if (ref)
+        if (ref) {
           kernels::ref::layer_norm_bwd(x2.data<float>(), affine ? w32.data<float>() : nullptr, mean.data<float>(),
                                        stat.data<float>(), dy.data<float>(), dx.data<float>(),
                                        affine ? dw.data<float>() : nullptr, affine ? db.data<float>() : nullptr, rows, c);
-        else
-          kernels::ln_backward(x2, w32, b32, mean, stat, dy, eps, dx, dw, db);
+        } else if (!kernels::ln_backward(x2, w32, b32, mean, stat, dy, eps, dx, dw, db)) {  // no low-precision kernel
+          dx = Tensor::empty({rows, c});
+          BOOSTER_CHECK_T(BackendError,
+                          kernels::ln_backward(kernels::f32_contig(x2), w32, b32, mean, stat, kernels::f32_contig(dy), eps,
+                                               dx, dw, db),
+                          "layer_norm backward: oneDNN has no f32 kernel");
+        }
         return std::vector<Tensor>{dx.view(shape).to(dt), gw ? dw.to(dt) : Tensor(), gw ? db.to(dt) : Tensor()};
       });
 }
@@ -125,44 +173,24 @@ Tensor softmax(const Tensor& x) {
   kernels::check_floating("softmax", x);
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
   const bool ref = kernels::use_reference();
-  Tensor x2 = kernels::f32_contig(x).view({rows, c});
-  Tensor y = Tensor::empty({rows, c});
-  if (ref) {
+  // In x's own dtype where oneDNN has a kernel (bf16: it sums in f32 inside), else f32.
+  Tensor x2 = kernels::contig_as(x, ref ? DType::f32 : x.dtype()).view({rows, c});
+  if (!ref && x2.dtype() != DType::f32 && !kernels::softmax_prim(x2).native()) x2 = kernels::f32_contig(x).view({rows, c});
+  Tensor y = Tensor::empty({rows, c}, x2.dtype());
+  if (ref)
     kernels::ref::softmax_fwd(x2.data<float>(), y.data<float>(), rows, c);
-  } else {
-    kernels::KeyBuilder key("softmax_fwd");
-    key.add(x2);
-    const auto& cp = kernels::cached_primitive(key.str(), [&] {
-      auto pd = kernels::sm_fwd_pd(kernels::md_of(x2));
-      return std::make_pair(dnnl::primitive(dnnl::softmax_forward(pd)), dnnl::primitive_desc_base(pd));
-    });
-    kernels::execute(*cp.prim, {{DNNL_ARG_SRC, kernels::mem_of(kernels::md_of(x2), x2)},
-                                {DNNL_ARG_DST, kernels::mem_of(kernels::md_of(y), y)}});
-  }
+  else
+    kernels::execute(*kernels::softmax_prim(x2).prim, {{DNNL_ARG_SRC, kernels::mem_of(kernels::md_of(x2), x2)},
+                                                      {DNNL_ARG_DST, kernels::mem_of(kernels::md_of(y), y)}});
   const DType dt = x.dtype();
   const Shape shape = x.shape();
   return autograd::record("softmax", {x}, y.view(shape).to(dt), [y, ref, dt, shape, rows, c](const std::vector<Tensor>& g) {
-    Tensor dy = kernels::f32_contig(g[0]).view({rows, c});
-    Tensor dx = Tensor::empty({rows, c});
-    if (ref) {
-      kernels::ref::softmax_bwd(y.data<float>(), dy.data<float>(), dx.data<float>(), rows, c);
-    } else {
-      // dx = y * (dy - sum(y * dy)) per row; oneDNN's softmax backward is a scalar
-      // reference kernel on CPUs without AVX-512, so this loop is the fast path.
-      const float *py = y.data<float>(), *pg = dy.data<float>();
-      float* px = dx.data<float>();
-      kernels::parallel_for(rows, kernels::kGrain / std::max<int64_t>(c, 1), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          const float *yr = py + r * c, *gr = pg + r * c;
-          float dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < c; ++i) dot += yr[i] * gr[i];
-          float* xr = px + r * c;
-#pragma omp simd
-          for (int64_t i = 0; i < c; ++i) xr[i] = yr[i] * (gr[i] - dot);
-        }
-      });
-    }
+    Tensor dy = kernels::contig_as(g[0], y.dtype()).view({rows, c});
+    Tensor dx = Tensor::empty({rows, c}, y.dtype());
+    if (ref) kernels::ref::softmax_bwd(y.data<float>(), dy.data<float>(), dx.data<float>(), rows, c);
+    else if (y.dtype() == DType::f32) kernels::softmax_bwd_rows<float>(y, dy, dx);
+    else if (y.dtype() == DType::bf16) kernels::softmax_bwd_rows<bf16_t>(y, dy, dx);
+    else kernels::softmax_bwd_rows<f16_t>(y, dy, dx);
     return std::vector<Tensor>{dx.view(shape).to(dt)};
   });
 }

@@ -22,10 +22,10 @@ void check_floating(const char* op, const Tensor& t) {
                   dtype_name(t.dtype()), " ", shape_str(t.shape()));
 }
 
-Tensor f32_contig(const Tensor& t) {
+Tensor contig_as(const Tensor& t, DType dtype) {
   Tensor d = t.detach();
-  if (d.dtype() == DType::f32 && d.is_contiguous()) return d;
-  Tensor c = Tensor::empty(d.shape(), DType::f32);
+  if (d.dtype() == dtype && d.is_contiguous()) return d;
+  Tensor c = Tensor::empty(d.shape(), dtype);
   c.copy_(d);
   return c;
 }

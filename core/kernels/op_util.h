@@ -12,8 +12,10 @@ namespace booster::kernels {
 void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts);
 /// Throws DTypeError unless t is f32, bf16 or f16.
 void check_floating(const char* op, const Tensor& t);
+/// A contiguous copy of t in `dtype` without history (t itself when already so).
+Tensor contig_as(const Tensor& t, DType dtype);
 /// A contiguous f32 copy of t without history (t itself when already so).
-Tensor f32_contig(const Tensor& t);
+inline Tensor f32_contig(const Tensor& t) { return contig_as(t, DType::f32); }
 /// A new contiguous f32 tensor holding t's values (never t's storage): for in-place work.
 Tensor f32_copy(const Tensor& t);
 /// Wraps a negative dim index; throws ShapeError naming op.

@@ -16,8 +16,14 @@ double sum_squares(const Tensor& t);
 /// True when every element is finite.
 bool all_finite(const Tensor& t);
 
+/// How mm treats its right operand.
+enum class RightOperand {
+  weight,      // a weight: packed into oneDNN's blocked layout first when large
+  activation,  // an activation (dW = dy^T x): read in place
+};
 /// a x b (+ bias broadcast over rows) into a new tensor of out_shape (matmul_ops.cpp).
-Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape);
+Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape,
+          RightOperand right = RightOperand::weight);
 /// oneDNN's implementation name for an [m, k] x [k, n] matmul of dtype t ("brg:avx512_core_amx",
 /// "gemm:jit", ...), or "" when oneDNN has none for this CPU (matmul_ops.cpp).
 std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n);

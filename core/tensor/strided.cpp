@@ -45,11 +45,47 @@ bool float_row(DType st, DType dt, const char* s, int64_t is, char* d, int64_t i
   return false;
 }
 
+// dst[i][j] = src[j][i] for a rows x cols dst, in tiles that stay in L1 on both sides.
+// A row-at-a-time gather reads one element per cache line and, with power-of-two row
+// pitches, thrashes the cache sets: transposing a [1576, 3072] bf16 gradient took 23 ms
+// that way (and in oneDNN's reorder), 1-2 ms in tiles.
+template <typename T>
+void transpose_tiles(const T* src, int64_t src_ld, T* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
+  constexpr int64_t kTile = 32;
+  const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
+  for (int64_t t = 0; t < tr * tc; ++t) {
+    const int64_t i0 = (t / tc) * kTile, j0 = (t % tc) * kTile;
+    const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = j0; j < j1; ++j) dst[i * dst_ld + j] = src[j * src_ld + i];
+  }
+}
+
+// The coalesced copy is a 2D transpose of same-size elements: done in tiles.
+bool try_transpose(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype()) return false;
+  Shape shape = dst.shape(), sd = dst.strides(), ss = src.strides();
+  detail::coalesce(shape, sd, ss);
+  if (shape.size() != 2 || sd[1] != 1 || ss[0] != 1 || shape[0] * shape[1] < 4096) return false;
+  const size_t es = dtype_size(dst.dtype());
+  if (es == 2)
+    transpose_tiles(static_cast<const uint16_t*>(src.raw_data()), ss[1], static_cast<uint16_t*>(dst.raw_data()), sd[0],
+                    shape[0], shape[1]);
+  else if (es == 4)
+    transpose_tiles(static_cast<const uint32_t*>(src.raw_data()), ss[1], static_cast<uint32_t*>(dst.raw_data()), sd[0],
+                    shape[0], shape[1]);
+  else
+    return false;
+  return true;
+}
+
 }  // namespace
 
 void strided_copy(const Tensor& dst, const Tensor& src) {
   BOOSTER_CHECK_T(ShapeError, dst.shape() == src.shape(), "copy_: shape mismatch, destination ",
                   shape_str(dst.shape()), " vs source ", shape_str(src.shape()));
+  if (try_transpose(dst, src)) return;
   const DType dt = dst.dtype(), st = src.dtype();
   const size_t des = dtype_size(dt), ses = dtype_size(st);
   auto* d = static_cast<char*>(dst.raw_data());

@@ -87,6 +87,9 @@ class Tensor {
   /// True when both tensors view the same storage.
   bool shares_storage(const Tensor& o) const { return impl()->storage == o.impl()->storage; }
   std::shared_ptr<Storage> storage() const { return impl()->storage; }
+  /// True when no other handle shares this TensorImpl and no other view shares its
+  /// storage: its memory may be reused in place.
+  bool is_sole_owner() const { return impl_.use_count() == 1 && impl_->storage.use_count() == 1; }
   TensorImpl* impl() const {
     BOOSTER_CHECK(impl_ != nullptr, "use of an undefined Tensor");
     return impl_.get();

@@ -83,6 +83,45 @@ TEST(Tensor, CopyAndFillThroughViews) {
   EXPECT_EQ(t.to_vector()[1], 3.f);
 }
 
+TEST(Tensor, SoleOwnerSeesOtherHandlesAndViews) {
+  // Autograd reuses a gradient buffer in place only when nothing else can see it.
+  Tensor t = Tensor::zeros({4, 4});
+  EXPECT_TRUE(t.is_sole_owner());
+  {
+    Tensor other = t;
+    EXPECT_FALSE(t.is_sole_owner());
+  }
+  EXPECT_TRUE(t.is_sole_owner());
+  {
+    Tensor v = t.view({16});
+    EXPECT_FALSE(t.is_sole_owner());
+  }
+  EXPECT_TRUE(t.is_sole_owner());
+}
+
+TEST(Tensor, TransposedCopiesInTiles) {
+  // Sizes that are not multiples of the 32-element tile, in both 2- and 4-byte dtypes,
+  // and a batched transpose that coalesces to 2D only per batch.
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{37, 1000}, {300, 67}, {1, 5000}}) {
+      std::vector<float> v(size_t(r * c));
+      for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 251) - 125);
+      Tensor a = Tensor::from_vector(v, {r, c}, dt);
+      std::vector<float> t = a.transpose(0, 1).contiguous().to_vector();
+      for (int64_t i = 0; i < c; ++i)
+        for (int64_t j = 0; j < r; ++j) ASSERT_EQ(t[size_t(i * r + j)], v[size_t(j * c + i)]) << i << "," << j;
+    }
+    std::vector<float> v(3 * 40 * 70);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i % 97);
+    Tensor b = Tensor::from_vector(v, {3, 40, 70}, dt);
+    std::vector<float> t = b.transpose(1, 2).contiguous().to_vector();
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t i = 0; i < 70; ++i)
+        for (int64_t j = 0; j < 40; ++j)
+          ASSERT_EQ(t[size_t((k * 70 + i) * 40 + j)], v[size_t((k * 40 + j) * 70 + i)]);
+  }
+}
+
 TEST(DType, Bf16RoundsToNearestEven) {
   // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
   EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 256)), 1.0f);
