@@ -9,6 +9,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/comm/collectives.h"
 #include "core/comm/runtime.h"
+#include "core/common/profiler.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
 
@@ -29,6 +30,7 @@ void MixedPrecisionOptimizer::backward_by_grad(const Tensor& tensor, const Tenso
 }
 
 bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
+  ProfileScope prof_("non-finite check");
   bool bad = false;
   for (auto& [p, m] : param_master_) {
     Tensor g = p.grad();
@@ -87,6 +89,7 @@ void MixedPrecisionOptimizer::step() {
   optim_->step();
   optim_->set_grad_divisor(1.0);
   {
+    ProfileScope prof_("refresh compute copies");
     NoGradGuard ng;
     for (auto& [p, m] : param_master_) {
       Tensor t = p;

@@ -1,6 +1,8 @@
 // Optimizer base: group bookkeeping, the step loop with fp32 staging, state dicts.
 #include "optim/optimizer.h"
 
+#include "core/common/profiler.h"
+
 #include <set>
 
 #include "core/autograd/grad_mode.h"
@@ -44,6 +46,7 @@ void Optimizer::add_param_group(ParamGroup group) {
 }
 
 void Optimizer::step() {
+  ProfileScope prof_("optimizer step");
   NoGradGuard ng;
   for (auto& group : groups_) {
     for (auto& [name, param] : group.params) {

@@ -16,6 +16,7 @@
 #include "ceiling.h"
 #include "core/comm/collectives.h"
 #include "core/comm/runtime.h"
+#include "core/common/profiler.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
@@ -31,7 +32,7 @@ struct Result {
 };
 
 Result measure(const std::string& config, const std::string& precision, const std::string& preset, int batch,
-               int steps) {
+               int steps, bool profile) {
   nn::ViTConfig c = nn::ViTConfig::preset(preset);
   c.num_labels = 3;
   host_tier().reset_peak();
@@ -52,8 +53,18 @@ Result measure(const std::string& config, const std::string& precision, const st
   auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) step();
   dist::barrier();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (profile) {  // one more step, op by op (forward ops by name, backward as '<op> bwd')
+    Profiler::reset();
+    Profiler::enable();
+    step();
+    Profiler::enable(false);
+    if (dist::world_rank() == 0)
+      std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), precision.c_str(), batch,
+                  config.c_str(), Profiler::report().c_str());
+  }
   Result r{};
-  r.step_s = std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  r.step_s = elapsed / steps;
   r.images_per_s = double(batch) * dist::world_size() / r.step_s;
   r.gflops = 3 * bench::vit_fwd_flops(c.hidden_size, c.num_hidden_layers, c.image_size, c.patch_size) * r.images_per_s / 1e9;
   // The ceiling per rank, right after: the MLP matmul of this model and batch.
@@ -75,7 +86,7 @@ int main(int argc, char** argv) {
   std::string configs = "none", precisions = "fp32", preset = "vit-tiny", json_path;
   std::string peer_script = std::string(BOOSTER_SHARED_DIR) + "/bench/torch_vit_bench.py";
   int batch = 16, steps = 3;
-  bool no_peer = false;
+  bool no_peer = false, profile = false;
   app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
   app.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16");
   app.add_option("--model", preset, "vit-tiny, vit-small or vit-base");
@@ -84,6 +95,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also append JSON lines here");
   app.add_option("--peer-script", peer_script, "torch_vit_bench.py");
   app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
+  app.add_flag("--profile", profile, "print a per-op profile of one more step");
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   const bool master = dist::world_rank() == 0;
@@ -96,7 +108,7 @@ int main(int argc, char** argv) {
                 "ceil%", "alloc MB", "rss MB", "torch i/s", "ratio");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
-      const Result r = measure(cfg, prec, preset, batch, steps);
+      const Result r = measure(cfg, prec, preset, batch, steps, profile);
       std::optional<bench::PeerResult> pr;
       // The peer runs one process with this rank's threads; compare per process.
       if (peer && peer_model.count(preset))
