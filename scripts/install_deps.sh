@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs exactly the Debian packages booster-cpp builds and runs with; idempotent.
 # Runs apt-get only when something is missing. Needs root (or sudo) for that case.
-# --peer adds what the PyTorch peer benchmarks run with (python3-torch, python3-pil).
+# --peer adds what the PyTorch peer benchmarks run with (python3-torch, python3-pil, libopenblas0-openmp).
 set -euo pipefail
 
 PACKAGES=(
@@ -20,7 +20,7 @@ PACKAGES=(
   libcli11-dev                # command lines
   gnuplot-nox                 # the example's loss and accuracy curves (PNG)
 )
-[ "${1:-}" = "--peer" ] && PACKAGES+=(python3-torch python3-pil)
+[ "${1:-}" = "--peer" ] && PACKAGES+=(python3-torch python3-pil libopenblas0-openmp)  # without OpenBLAS, torch falls back to reference BLAS
 
 missing=()
 for p in "${PACKAGES[@]}"; do

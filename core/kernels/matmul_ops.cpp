@@ -68,12 +68,14 @@ bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
   return true;
 }
 
-// A column-major low-precision left operand (dW = dy^T x) made row-major first: oneDNN's
-// AMX kernel reads a transposed source slowly (dW at ViT-B MLP shapes: 490-810 GFLOP/s
-// transposed, 710-860 after a tiled transposing copy of 1-3 ms); f32 kernels read it as
-// fast as the copy would cost, so f32 keeps the view.
+// A column-major low-precision left operand (dW = dy^T x) made row-major first where
+// oneDNN's kernel is AMX: it reads a transposed source slowly (dW at ViT-B MLP shapes:
+// 490-810 GFLOP/s transposed, 710-860 after a tiled transposing copy of 1-3 ms). AVX-512
+// kernels (f32, and bf16 without AMX) read it as fast as the copy would cost: there the
+// copy lost 7 % of bf16 linear fwd+bwd (core_bench, Zen-class AVX512-BF16, alternated).
 Tensor row_major_left(const Tensor& a) {
-  if (a.dtype() == DType::f32 || a.dim() != 2 || a.strides()[0] != 1 || a.numel() < kPackMinElements) return a;
+  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  if (!amx || a.dtype() == DType::f32 || a.dim() != 2 || a.strides()[0] != 1 || a.numel() < kPackMinElements) return a;
   return a.detach().contiguous();
 }
 

@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -27,56 +29,86 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Result {
-  double step_s, images_per_s, gflops, ceiling_gflops, alloc_peak_mb, os_peak_mb;
-};
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
 
-Result measure(const std::string& config, const std::string& precision, const std::string& preset, int batch,
-               int steps, bool profile) {
-  nn::ViTConfig c = nn::ViTConfig::preset(preset);
-  c.num_labels = 3;
-  host_tier().reset_peak();
-  auto model = std::make_shared<nn::ViTForImageClassification>(c);
-  std::shared_ptr<Plugin> plugin = config == "none" ? nullptr : plugins::make_plugin(Config::from_file(config));
-  Booster booster(plugin, precision);
-  auto b = booster.boost(model, std::make_shared<optim::HybridAdam>(model->named_parameters()));
-  Tensor x = Tensor::empty({batch, 3, c.image_size, c.image_size});
-  Generator(uint64_t(dist::world_rank())).normal_(x);
-  Tensor y = Tensor::zeros({batch}, DType::i64);
-  auto step = [&] {
-    b.optimizer->zero_grad();
-    booster.backward((*b.model)(x, y).loss, *b.optimizer);
-    b.optimizer->step();
-  };
-  step();  // warm-up
-  dist::barrier();
-  auto t0 = Clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  dist::barrier();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (profile) {  // one more step, op by op (forward ops by name, backward as '<op> bwd')
+// One boosted ViT training step (zero_grad, forward, booster.backward, step) of a plugin
+// configuration and precision, timed round by round so the peer can run in between.
+class StepBench {
+ public:
+  StepBench(const std::string& config, const std::string& precision, const std::string& preset, int batch)
+      : precision_(precision), batch_(batch), c_(nn::ViTConfig::preset(preset)) {
+    c_.num_labels = 3;
+    host_tier().reset_peak();
+    model_ = std::make_shared<nn::ViTForImageClassification>(c_);
+    plugin_ = config == "none" ? nullptr : plugins::make_plugin(Config::from_file(config));
+    booster_.emplace(plugin_, precision);
+    boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
+    x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
+    Generator(uint64_t(dist::world_rank())).normal_(x_);
+    y_ = Tensor::zeros({batch}, DType::i64);
+    step();  // warm-up: primitive creation, first allocations
+  }
+
+  /// Seconds per step over `steps` steps, all ranks together.
+  double seconds(int steps) {
+    dist::barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    dist::barrier();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  }
+
+  /// One more step, op by op (forward ops by name, backward as '<op> bwd').
+  std::string profile() {
     Profiler::reset();
     Profiler::enable();
     step();
     Profiler::enable(false);
-    if (dist::world_rank() == 0)
-      std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), precision.c_str(), batch,
-                  config.c_str(), Profiler::report().c_str());
+    return Profiler::report();
   }
-  Result r{};
-  r.step_s = elapsed / steps;
-  r.images_per_s = double(batch) * dist::world_size() / r.step_s;
-  r.gflops = 3 * bench::vit_fwd_flops(c.hidden_size, c.num_hidden_layers, c.image_size, c.patch_size) * r.images_per_s / 1e9;
-  // The ceiling per rank, right after: the MLP matmul of this model and batch.
-  const DType dt = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
-  bench::RawMatmul mm(int64_t(batch) * (c.num_patches() + 1), c.hidden_size, c.intermediate_size, dt);
-  bench::RawMatmul mm32(int64_t(batch) * (c.num_patches() + 1), c.hidden_size, c.intermediate_size, DType::f32);
-  r.ceiling_gflops = (mm.ok() ? mm : mm32).gflops() * dist::world_size();
-  r.alloc_peak_mb = dist::all_reduce_scalar(double(host_tier().peak_bytes()) / (1 << 20), dist::ReduceOp::max);
+
+  double images_per_s(double step_s) const { return double(batch_) * dist::world_size() / step_s; }
+  double gflops(double step_s) const {
+    return 3 * bench::vit_fwd_flops(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size) *
+           images_per_s(step_s) / 1e9;
+  }
+  /// The ceiling, summed over ranks: the raw MLP matmul of this model and batch.
+  double ceiling_gflops() const {
+    const DType dt = precision_ == "bf16" ? DType::bf16 : precision_ == "fp16" ? DType::f16 : DType::f32;
+    const int64_t m = int64_t(batch_) * (c_.num_patches() + 1);
+    bench::RawMatmul mm(m, c_.hidden_size, c_.intermediate_size, dt);
+    bench::RawMatmul mm32(m, c_.hidden_size, c_.intermediate_size, DType::f32);
+    return (mm.ok() ? mm : mm32).gflops() * dist::world_size();
+  }
+
+ private:
+  void step() {
+    boosted_.optimizer->zero_grad();
+    booster_->backward((*boosted_.model)(x_, y_).loss, *boosted_.optimizer);
+    boosted_.optimizer->step();
+  }
+
+  std::string precision_;
+  int batch_;
+  nn::ViTConfig c_;
+  std::shared_ptr<nn::ViTForImageClassification> model_;
+  std::shared_ptr<Plugin> plugin_;
+  std::optional<Booster> booster_;
+  BoostResult<nn::ViTForImageClassification> boosted_;
+  Tensor x_, y_;
+};
+
+double peak_alloc_mb() {
+  return dist::all_reduce_scalar(double(host_tier().peak_bytes()) / (1 << 20), dist::ReduceOp::max);
+}
+
+double peak_rss_mb() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  r.os_peak_mb = dist::all_reduce_scalar(double(ru.ru_maxrss) / 1024.0, dist::ReduceOp::max);
-  return r;
+  return dist::all_reduce_scalar(double(ru.ru_maxrss) / 1024.0, dist::ReduceOp::max);
 }
 
 }  // namespace
@@ -85,13 +117,14 @@ int main(int argc, char** argv) {
   CLI::App app{"ViT training-step benchmark per plugin configuration and precision"};
   std::string configs = "none", precisions = "fp32", preset = "vit-tiny", json_path;
   std::string peer_script = std::string(BOOSTER_SHARED_DIR) + "/bench/torch_vit_bench.py";
-  int batch = 16, steps = 3;
+  int batch = 16, steps = 3, rounds = 1;
   bool no_peer = false, profile = false;
   app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
   app.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16");
   app.add_option("--model", preset, "vit-tiny, vit-small or vit-base");
   app.add_option("--batch", batch, "batch per rank");
-  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--steps", steps, "timed steps per round");
+  app.add_option("--rounds", rounds, "rounds of ours then the peer, alternated; medians reported")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also append JSON lines here");
   app.add_option("--peer-script", peer_script, "torch_vit_bench.py");
   app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
@@ -108,26 +141,45 @@ int main(int argc, char** argv) {
                 "ceil%", "alloc MB", "rss MB", "torch i/s", "ratio");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
-      const Result r = measure(cfg, prec, preset, batch, steps, profile);
-      std::optional<bench::PeerResult> pr;
-      // The peer runs one process with this rank's threads; compare per process.
-      if (peer && peer_model.count(preset))
-        pr = bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
-      const double per_rank = r.images_per_s / dist::world_size();
-      if (master) {
-        std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
-                    dist::world_size(), r.images_per_s, r.gflops, 100 * r.gflops / r.ceiling_gflops, r.alloc_peak_mb,
-                    r.os_peak_mb, pr ? std::to_string(pr->img_s).substr(0, 6).c_str() : "-",
-                    pr ? std::to_string(per_rank / pr->img_s).substr(0, 4).c_str() : "-");
-        nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
-                         {"batch_per_rank", batch}, {"images_per_s", r.images_per_s}, {"model_gflops", r.gflops},
-                         {"ceiling_gflops", r.ceiling_gflops}, {"ceiling_share", r.gflops / r.ceiling_gflops},
-                         {"alloc_peak_mb", r.alloc_peak_mb}, {"os_peak_mb", r.os_peak_mb}};
-        if (pr) j["torch_images_per_s"] = pr->img_s, j["ratio_per_process"] = per_rank / pr->img_s;
-        std::printf("%s\n", j.dump().c_str());
-        if (json.is_open()) json << j.dump() << "\n";
-        std::fflush(stdout);
+      StepBench sb(cfg, prec, preset, batch);
+      // Ours and the peer alternate round by round; each side's figure is its median round,
+      // the ratio the median of the rounds' ratios (the machines are shared and noisy).
+      std::vector<double> ours, theirs, ratios;
+      for (int round = 0; round < rounds; ++round) {
+        ours.push_back(sb.seconds(steps));
+        // The peer runs one process with this rank's threads; compare per process.
+        std::optional<bench::PeerResult> pr;
+        if (peer && peer_model.count(preset))
+          pr = bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
+        if (pr) {
+          theirs.push_back(pr->img_s);
+          ratios.push_back(sb.images_per_s(ours.back()) / dist::world_size() / pr->img_s);
+        }
       }
+      const double step_s = median(ours), ceiling = sb.ceiling_gflops();
+      const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
+      const std::string report = profile ? sb.profile() : "";
+      if (!master) continue;
+      if (profile)
+        std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
+                    cfg.c_str(), report.c_str());
+      const bool have_peer = !ratios.empty();
+      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
+                  dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s), 100 * sb.gflops(step_s) / ceiling,
+                  alloc_mb, rss_mb, have_peer ? std::to_string(median(theirs)).substr(0, 6).c_str() : "-",
+                  have_peer ? std::to_string(median(ratios)).substr(0, 4).c_str() : "-");
+      nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
+                       {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
+                       {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
+                       {"ceiling_share", sb.gflops(step_s) / ceiling}, {"alloc_peak_mb", alloc_mb},
+                       {"os_peak_mb", rss_mb}, {"rounds", rounds}};
+      if (have_peer) {
+        j["torch_images_per_s"] = median(theirs), j["ratio_per_process"] = median(ratios);
+        j["round_ratios"] = ratios;
+      }
+      std::printf("%s\n", j.dump().c_str());
+      if (json.is_open()) json << j.dump() << "\n";
+      std::fflush(stdout);
     }
   }
   return 0;
