@@ -56,13 +56,10 @@ Tensor ViTSelfAttention::forward(const Tensor& hidden) {
   auto heads = [&](const Tensor& x) {  // [B, T, h*d] -> [B, h, T, d]
     return x.view({b, t, x.size(-1) / head_dim, head_dim}).permute({0, 2, 1, 3});
   };
-  // Scaling q by 1/sqrt(d) before the product equals scaling the [T, T] scores after it,
-  // at a fraction of the elements.
-  Tensor q = heads(scale(query->forward(hidden), 1.0 / std::sqrt(double(head_dim))));
-  Tensor k = heads(key->forward(hidden)), v = heads(value->forward(hidden));
-  Tensor scores = matmul(q, k.transpose(-1, -2));  // [B, h, T, T]
-  Tensor probs = dropout->forward(softmax(scores));
-  Tensor ctx = matmul(probs, v).permute({0, 2, 1, 3});  // [B, T, h, d]
+  Tensor q = heads(query->forward(hidden)), k = heads(key->forward(hidden)), v = heads(value->forward(hidden));
+  // HF's sdpa attention: dropout on the probabilities only while training.
+  Tensor ctx = scaled_dot_product_attention(q, k, v, is_training() ? dropout->p() : 0.0)
+                   .permute({0, 2, 1, 3});  // [B, T, h, d], contiguous memory
   return ctx.reshape({b, t, ctx.size(2) * head_dim});
 }
 

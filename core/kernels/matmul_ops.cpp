@@ -37,19 +37,22 @@ bool matrix_layout_ok(const Tensor& t) {
 // vit_benchmark, alternated runs).
 constexpr int64_t kPackMinElements = 1 << 16;
 
-// c = a x b (+ bias) on oneDNN; false when oneDNN has only its slow reference kernel or
-// none at all for this case.
-bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right) {
+// c = alpha a x b (+ bias) on oneDNN (c: any strides with a unit last one); false when
+// oneDNN has only its slow reference kernel or none at all for this case.
+bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right,
+                 double alpha) {
   const bool pack = right == RightOperand::weight && b.dim() == 2 && b.numel() >= kPackMinElements;
   KeyBuilder key("matmul");
-  key.add(a).add(b).add(c).add(int64_t(pack));
+  key.add(a).add(b).add(c).add(int64_t(pack)).add(alpha);
   if (bias.defined()) key.add(bias);
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
     const auto bmd = pack ? dnnl::memory::desc({b.size(0), b.size(1)}, dnnl_type(b.dtype()), dnnl::memory::format_tag::any)
                           : md_of(b);
     auto d = bias.defined() ? dnnl::matmul::desc(md_of(a), bmd, md_of(bias), md_of(c))
                             : dnnl::matmul::desc(md_of(a), bmd, md_of(c));
-    dnnl::matmul::primitive_desc pd(d, cpu_engine());
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0) attr.set_output_scales(0, {float(alpha)});
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.native()) return false;
@@ -126,6 +129,23 @@ Tensor tiny_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const S
 
 }  // namespace
 
+void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right, double alpha) {
+  BOOSTER_CHECK(!bias.defined() || alpha == 1.0, "mm_into: a bias with a scale is not supported");
+  const int64_t nd = c.dim();
+  if (nd >= 2 && c.strides()[nd - 1] != 1 && c.strides()[nd - 2] == 1 && !bias.defined()) {
+    // A column-major destination: its transpose is row-major, c^T = b^T a^T.
+    mm_into(b.transpose(-1, -2), a.transpose(-1, -2), bias, c.transpose(-1, -2), RightOperand::activation, alpha);
+    return;
+  }
+  if (!use_reference() && c.dtype() == a.dtype() && matrix_layout_ok(c) && c.strides()[nd - 1] == 1) {
+    if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right, alpha)) return;
+    if (dnnl_matmul(a.contiguous(), b.contiguous(), bias, c, right, alpha)) return;
+  }
+  Tensor r = mm(a, b, bias, c.shape(), right);  // a new contiguous result, copied over
+  if (alpha != 1.0) scale_(r, alpha);
+  strided_copy(c, r);
+}
+
 /// a x b (+ bias broadcast over rows) without history; the core of matmul and linear.
 Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape, RightOperand right) {
   if (use_reference()) return ref_matmul(a, b, bias, out_shape);
@@ -133,15 +153,15 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
       (!bias.defined() || bias.is_contiguous()))
     return tiny_matmul(a, b, bias, out_shape);
   Tensor c = Tensor::empty(out_shape, a.dtype());
-  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right)) return c;
+  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right, 1.0)) return c;
   Tensor ac = a.contiguous(), bc = b.contiguous();
-  if (dnnl_matmul(ac, bc, bias, c, right)) return c;
+  if (dnnl_matmul(ac, bc, bias, c, right, 1.0)) return c;
   if (a.dtype() != DType::f32) {  // no low-precision kernel on this CPU: compute in f32
     Tensor c32 = Tensor::empty(out_shape, DType::f32);
     Tensor a32 = to_dtype_same_layout(a, DType::f32), b32 = to_dtype_same_layout(b, DType::f32);
     if (!matrix_layout_ok(a32)) a32 = a32.contiguous();
     if (!matrix_layout_ok(b32)) b32 = b32.contiguous();
-    if (dnnl_matmul(a32, b32, bias.defined() ? f32_contig(bias) : bias, c32, right)) return c32.to(a.dtype());
+    if (dnnl_matmul(a32, b32, bias.defined() ? f32_contig(bias) : bias, c32, right, 1.0)) return c32.to(a.dtype());
   }
   return ref_matmul(a, b, bias, out_shape);
 }

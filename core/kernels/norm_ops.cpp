@@ -5,6 +5,7 @@
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
+#include "core/kernels/raw.h"
 #include "core/kernels/reference.h"
 
 namespace booster {
@@ -184,15 +185,29 @@ Tensor softmax(const Tensor& x) {
                                                       {DNNL_ARG_DST, kernels::mem_of(kernels::md_of(y), y)}});
   const DType dt = x.dtype();
   const Shape shape = x.shape();
-  return autograd::record("softmax", {x}, y.view(shape).to(dt), [y, ref, dt, shape, rows, c](const std::vector<Tensor>& g) {
-    Tensor dy = kernels::contig_as(g[0], y.dtype()).view({rows, c});
-    Tensor dx = Tensor::empty({rows, c}, y.dtype());
-    if (ref) kernels::ref::softmax_bwd(y.data<float>(), dy.data<float>(), dx.data<float>(), rows, c);
-    else if (y.dtype() == DType::f32) kernels::softmax_bwd_rows<float>(y, dy, dx);
-    else if (y.dtype() == DType::bf16) kernels::softmax_bwd_rows<bf16_t>(y, dy, dx);
-    else kernels::softmax_bwd_rows<f16_t>(y, dy, dx);
-    return std::vector<Tensor>{dx.view(shape).to(dt)};
+  return autograd::record("softmax", {x}, y.view(shape).to(dt), [y, dt, shape](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{kernels::softmax_backward(y, g[0]).view(shape).to(dt)};
   });
 }
+
+namespace kernels {
+
+Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
+  const int64_t c = y_in.size(-1), rows = y_in.numel() / std::max<int64_t>(c, 1);
+  Tensor y = y_in.view({rows, c});
+  Tensor dy = contig_as(dy_in, y.dtype()).view({rows, c});
+  Tensor dx = Tensor::empty({rows, c}, y.dtype());
+  if (use_reference()) {
+    Tensor y32 = f32_contig(y), dy32 = f32_contig(dy), dx32 = Tensor::empty({rows, c});
+    ref::softmax_bwd(y32.data<float>(), dy32.data<float>(), dx32.data<float>(), rows, c);
+    return dx32.to(y.dtype());
+  }
+  if (y.dtype() == DType::f32) softmax_bwd_rows<float>(y, dy, dx);
+  else if (y.dtype() == DType::bf16) softmax_bwd_rows<bf16_t>(y, dy, dx);
+  else softmax_bwd_rows<f16_t>(y, dy, dx);
+  return dx;
+}
+
+}  // namespace kernels
 
 }  // namespace booster

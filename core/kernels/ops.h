@@ -4,6 +4,7 @@
 // bf16/f16 inputs are computed in f32 where oneDNN has no low-precision kernel.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,16 @@ namespace booster {
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x: [*, K], w: [N, K], b: [N] (optional) -> [*, N].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+
+// ---- attention (attention_ops.cpp) ----
+/// softmax(q k^T * scale) v over [B, h, T, d] views (PyTorch's scaled_dot_product_attention
+/// without masks; Hugging Face's "sdpa" attention). scale defaults to 1/sqrt(d) and is
+/// folded into the score product. The result is a [B, h, T, d] view of [B, T, h, d]
+/// memory and the gradients take their inputs' layouts, so splitting and merging heads by
+/// permute + view copies nothing. With dropout_p > 0 the probabilities go through dropout
+/// (the default generator) on the composite path of matmul, softmax and dropout.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0.0,
+                                    std::optional<double> scale = std::nullopt);
 
 // ---- convolution (conv_ops.cpp) ----
 /// x: [B, C, H, W], w: [O, C, kh, kw], b: [O] (optional) -> [B, O, H', W'].

@@ -24,6 +24,14 @@ enum class RightOperand {
 /// a x b (+ bias broadcast over rows) into a new tensor of out_shape (matmul_ops.cpp).
 Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out_shape,
           RightOperand right = RightOperand::weight);
+/// c = alpha a x b (+ bias; then alpha must be 1) written into the view c (any strides:
+/// oneDNN writes row- or column-major batches of matrices in place, other layouts go
+/// through a copy). a, b, c of one dtype (matmul_ops.cpp).
+void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c,
+             RightOperand right = RightOperand::weight, double alpha = 1.0);
+/// softmax's backward: dx for y = softmax(x) over the last dim ([rows, c] contiguous,
+/// any float dtype) and its output gradient dy (any layout), in y's dtype (norm_ops.cpp).
+Tensor softmax_backward(const Tensor& y, const Tensor& dy);
 /// oneDNN's implementation name for an [m, k] x [k, n] matmul of dtype t ("brg:avx512_core_amx",
 /// "gemm:jit", ...), or "" when oneDNN has none for this CPU (matmul_ops.cpp).
 std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n);

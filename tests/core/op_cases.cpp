@@ -26,6 +26,15 @@ std::vector<OpCase> op_cases() {
                {{2, 5, 3, 4}, {2, 5, 3, 4}},
                [](auto& x) { return matmul(x[0].permute({0, 2, 1, 3}), x[1].permute({0, 2, 3, 1})); },
                {}});
+  c.push_back({"attention_heads",  // q, k, v as heads of [B, T, h, d]; keys longer than queries
+               {{2, 5, 3, 4}, {2, 6, 3, 4}, {2, 6, 3, 2}},
+               [](auto& x) {
+                 auto heads = [](const Tensor& t) { return t.permute({0, 2, 1, 3}); };
+                 return scaled_dot_product_attention(heads(x[0]), heads(x[1]), heads(x[2]));
+               },
+               {}});
+  c.push_back({"attention_large_scaled", {{2, 2, 20, 16}, {2, 2, 20, 16}, {2, 2, 20, 16}},
+               [](auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], 0.0, 0.3); }, {}});
   c.push_back({"linear", {{2, 3, 8}, {5, 8}, {5}}, [](auto& x) { return linear(x[0], x[1], x[2]); }, {}});
   // Above the tiny-problem threshold, so the oneDNN path runs.
   c.push_back({"matmul_large", {{2, 40, 24}, {2, 24, 20}}, [](auto& x) { return matmul(x[0], x[1]); }, {}});

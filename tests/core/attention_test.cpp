@@ -1,0 +1,95 @@
+// scaled_dot_product_attention: the same values as its composite (matmul, scale, softmax,
+// matmul) on the fast path, and the layouts it promises (context in [B, T, h, d] memory,
+// gradients laid out like their inputs). Gradient checks and fast-vs-reference comparisons
+// run from the op table (op_cases.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/autograd/node.h"
+#include "core/kernels/ops.h"
+
+using namespace booster;
+
+namespace {
+
+// q, k, v: [B, T, h, d] leaves, fed in as [B, h, T, d] head views.
+struct Heads {
+  Tensor q, k, v;
+  explicit Heads(DType dt, uint64_t seed = 3, int64_t b = 2, int64_t t = 33, int64_t h = 3, int64_t d = 16) {
+    Generator g(seed);
+    for (Tensor* x : {&q, &k, &v}) {
+      Tensor f = Tensor::empty({b, t, h, d});
+      g.normal_(f);
+      *x = f.to(dt).requires_grad_();
+    }
+  }
+  static Tensor view(const Tensor& x) { return x.permute({0, 2, 1, 3}); }
+};
+
+void expect_close(const Tensor& a, const Tensor& b, double tol, const std::string& what) {
+  auto x = a.to_vector(), y = b.to_vector();
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], tol) << what << " element " << i;
+}
+
+TEST(Attention, MatchesItsCompositeWithGradients) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 2e-5 : 3e-2;
+    Heads a(dt), b(dt, 4);
+    b.q = a.q.detach().clone().requires_grad_();
+    b.k = a.k.detach().clone().requires_grad_();
+    b.v = a.v.detach().clone().requires_grad_();
+    Tensor fused = scaled_dot_product_attention(Heads::view(a.q), Heads::view(a.k), Heads::view(a.v));
+    const double s = 1.0 / std::sqrt(16.0);
+    Tensor composite = matmul(softmax(scale(matmul(Heads::view(b.q), Heads::view(b.k).transpose(-1, -2)), s)),
+                              Heads::view(b.v));
+    expect_close(fused, composite, tol, "context");
+    Tensor w = Tensor::empty(fused.shape());
+    Generator(9).uniform_(w, -1, 1);
+    sum(mul(fused, w.to(dt))).backward();
+    sum(mul(composite, w.to(dt))).backward();
+    expect_close(a.q.grad(), b.q.grad(), 2 * tol, "dq");
+    expect_close(a.k.grad(), b.k.grad(), 2 * tol, "dk");
+    expect_close(a.v.grad(), b.v.grad(), 2 * tol, "dv");
+  }
+}
+
+TEST(Attention, ContextAndGradientsKeepTheHeadLayout) {
+  Heads h(DType::f32);
+  Tensor q = Heads::view(h.q), k = Heads::view(h.k), v = Heads::view(h.v);
+  Tensor ctx = scaled_dot_product_attention(q, k, v);
+  EXPECT_TRUE(ctx.permute({0, 2, 1, 3}).is_contiguous()) << "context not in [B, T, h, d] memory";
+  // The op's own backward: each gradient in its input's layout, so permuting it back to
+  // [B, T, h, d] (the view's backward) is contiguous without a copy.
+  std::vector<Tensor> grads = ctx.grad_fn()->apply({Tensor::ones(ctx.shape())});
+  ASSERT_EQ(grads.size(), 3u);
+  EXPECT_EQ(grads[0].strides(), q.strides());
+  EXPECT_EQ(grads[1].strides(), k.strides());
+  EXPECT_EQ(grads[2].strides(), v.strides());
+}
+
+TEST(Attention, DropoutFollowsTheDefaultGenerator) {
+  Heads h(DType::f32);
+  manual_seed(5);
+  Tensor a = scaled_dot_product_attention(Heads::view(h.q), Heads::view(h.k), Heads::view(h.v), 0.3);
+  manual_seed(5);
+  Tensor b = matmul(dropout(softmax(scale(matmul(Heads::view(h.q), Heads::view(h.k).transpose(-1, -2)), 0.25)), 0.3, true),
+                    Heads::view(h.v));
+  expect_close(a, b, 1e-5, "dropout context");
+  Tensor c = scaled_dot_product_attention(Heads::view(h.q), Heads::view(h.k), Heads::view(h.v));
+  EXPECT_GT(std::abs(a.to_vector()[0] - c.to_vector()[0]) + std::abs(a.to_vector()[7] - c.to_vector()[7]), 0.0f);
+}
+
+TEST(Attention, RefusesShapesThatDoNotFit) {
+  Tensor q = Tensor::empty({2, 3, 5, 4}), k = Tensor::empty({2, 3, 6, 8}), v = Tensor::empty({2, 3, 6, 4});
+  try {
+    scaled_dot_product_attention(q, k, v);
+    FAIL() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3, 6, 8]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(scaled_dot_product_attention(q, Tensor::empty({2, 3, 6, 4}), v, 1.0), std::exception);
+}
+
+}  // namespace
