@@ -1,11 +1,14 @@
 // PyTorch peer subprocess (see peer.h).
 #include "peer.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
 #include <sstream>
+
+#include "core/common/profiler.h"
 
 namespace booster::bench {
 
@@ -40,6 +43,19 @@ std::vector<std::string> split_list(const std::string& s) {
   for (std::string x; std::getline(ss, x, ',');)
     if (!x.empty()) out.push_back(x);
   return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string profile_step(const std::function<void()>& step) {
+  Profiler::reset();
+  Profiler::enable();
+  step();
+  Profiler::enable(false);
+  return Profiler::report();
 }
 
 double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {

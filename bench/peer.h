@@ -2,6 +2,7 @@
 // and parses its one-line result, so ratios come from the same invocation.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ std::optional<PeerResult> run_peer(const std::string& script, const std::string&
                                    bool bf16, int steps);
 /// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& s);
+/// The median (the upper one for an even count); 0 for none.
+double median(std::vector<double> v);
+/// Runs `step` once with the per-op profiler on and returns its report (forward ops by
+/// name, backward as '<op> bwd').
+std::string profile_step(const std::function<void()>& step);
 /// ViT forward FLOPs per image, with the peer's formula (fwd + bwd = 3x).
 double vit_fwd_flops(int64_t hidden, int64_t layers, int64_t image = 224, int64_t patch = 16);
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/common/profiler.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
@@ -44,16 +43,10 @@ double our_step_seconds(const std::string& preset, int batch, int steps) {
     step();
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  if (g_profile) {
-    Profiler::reset();
-    Profiler::enable();
-    step();
-    Profiler::enable(false);
+  if (g_profile)
     std::printf("per-op profile of one %s step, batch %d (forward ops by name, backward as '<op> bwd'):\n%s", preset.c_str(),
-                batch, Profiler::report().c_str());
-  }
-  return t[t.size() / 2];
+                batch, bench::profile_step(step).c_str());
+  return bench::median(t);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 namespace booster::ckpt {
 
@@ -41,9 +42,26 @@ DType from_proto(int t, const std::string& where) {
   BOOSTER_THROW(IOError, where, ": unknown dtype code ", t);
 }
 
+namespace {
+constexpr std::string_view kTempTag = ".tmp.";
+}
+
+std::string temp_file_name(const std::string& name) {
+  return std::string(".").append(name).append(kTempTag).append(std::to_string(::getpid()));
+}
+
+std::string temp_file_target(const std::string& name) {
+  const size_t at = name.rfind(kTempTag);
+  const size_t pid = at + kTempTag.size();
+  if (name.empty() || name[0] != '.' || at == std::string::npos || at < 2 || pid == name.size() ||
+      name.find_first_not_of("0123456789", pid) != std::string::npos)
+    return "";
+  return name.substr(1, at - 1);
+}
+
 ContainerWriter::ContainerWriter(std::string path) : path_(std::move(path)) {
   const auto p = std::filesystem::path(path_);
-  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  tmp_ = (p.parent_path() / temp_file_name(p.filename().string())).string();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   BOOSTER_CHECK_T(IOError, fd_ >= 0, "checkpoint: cannot create '", tmp_, "': ", std::strerror(errno));
   write(kMagic, sizeof kMagic);

@@ -21,6 +21,13 @@ proto::DType to_proto(DType t);
 /// Converts back; IOError naming `where` for an unknown value.
 DType from_proto(int t, const std::string& where);
 
+/// The name of the temp file a ContainerWriter of this process writes `name` to before
+/// commit(): ".<name>.tmp.<pid>", in the same folder.
+std::string temp_file_name(const std::string& name);
+/// The file name a writer's temp file stands for (of any process), or "" when `name` is
+/// not such a temp file.
+std::string temp_file_target(const std::string& name);
+
 /// Appends messages to a new file; commit() makes it appear atomically.
 class ContainerWriter {
  public:

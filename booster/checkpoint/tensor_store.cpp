@@ -127,22 +127,17 @@ void save_tensors(const std::string& path, const nn::StateDict& tensors, const S
     w.append(fill_shard(s));
     w.commit();
   }
-  write_message_file((fs::path(path) / index_file_name(opts.prefix, opts.kind)).string(), index);
+  const std::string index_name = index_file_name(opts.prefix, opts.kind);
+  write_message_file((fs::path(path) / index_name).string(), index);
   // Only now are the previous save's shards unreferenced. Shards and temp files of saves
   // that were killed midway go too (one writer owns a checkpoint folder at a time).
   const std::string stem = opts.prefix + opts.kind + "-";
-  const std::string stem_tmp = std::string(".").append(stem);
-  const std::string index_tmp = std::string(".").append(index_file_name(opts.prefix, opts.kind)).append(".tmp.");
   const std::set<std::string> keep(files.begin(), files.end());
-  auto ends_with = [](const std::string& f, const std::string& tail) {
-    return f.size() >= tail.size() && f.compare(f.size() - tail.size(), tail.size(), tail) == 0;
-  };
   for (auto& e : fs::directory_iterator(path)) {
-    const std::string f = e.path().filename().string();
-    const bool shard = f.rfind(stem, 0) == 0 && ends_with(f, ".shard") && !keep.count(f);
-    const bool tmp = (f.rfind(stem_tmp, 0) == 0 && f.find(".shard.tmp.") != std::string::npos) ||
-                     f.rfind(index_tmp, 0) == 0;
-    if (shard || tmp) fs::remove(e.path());
+    const std::string f = e.path().filename().string(), target = temp_file_target(f);
+    const std::string& name = target.empty() ? f : target;
+    const bool shard = name.rfind(stem, 0) == 0 && name.size() > 6 && name.compare(name.size() - 6, 6, ".shard") == 0;
+    if ((shard && !keep.count(f)) || (!target.empty() && name == index_name)) fs::remove(e.path());
   }
 }
 

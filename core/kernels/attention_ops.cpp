@@ -8,6 +8,7 @@
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
+#include "core/tensor/strided.h"
 
 namespace booster {
 
@@ -46,7 +47,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor gout = g[0].detach();
     Tensor dv, dq, dk;
     if (gv) {  // dV = P^T dO
-      dv = kernels::empty_like_layout(vd, vd.dtype());
+      dv = empty_same_layout(vd, vd.dtype());
       kernels::mm_into(probs.transpose(-1, -2), gout, Tensor(), dv, RightOperand::activation);
     }
     if (gq || gk) {
@@ -54,11 +55,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
       Tensor dprobs = kernels::mm(gout, vd.transpose(-1, -2), Tensor(), probs.shape(), RightOperand::activation);
       Tensor dscores = kernels::softmax_backward(probs, dprobs).view(probs.shape());
       if (gq) {
-        dq = kernels::empty_like_layout(qd, qd.dtype());
+        dq = empty_same_layout(qd, qd.dtype());
         kernels::mm_into(dscores, kd, Tensor(), dq, RightOperand::activation, alpha);
       }
       if (gk) {
-        dk = kernels::empty_like_layout(kd, kd.dtype());
+        dk = empty_same_layout(kd, kd.dtype());
         kernels::mm_into(dscores.transpose(-1, -2), qd, Tensor(), dk, RightOperand::activation, alpha);
       }
     }

@@ -14,7 +14,6 @@ namespace {
 
 using dnnl::memory;
 
-memory::dims dims2(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
 
 dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ref::ConvShape& s, bool bias) {
   memory::desc x({s.n, s.c, s.h, s.w}, memory::data_type::f32, memory::format_tag::nchw);

@@ -127,6 +127,13 @@ Tensor tiny_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const S
   return c;
 }
 
+// c = alpha a x b (+ bias) on oneDNN, reading a and b in place where it can and from
+// contiguous copies otherwise; false when oneDNN has no fast kernel for the case.
+bool dnnl_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right, double alpha) {
+  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right, alpha)) return true;
+  return dnnl_matmul(a.contiguous(), b.contiguous(), bias, c, right, alpha);
+}
+
 }  // namespace
 
 void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c, RightOperand right, double alpha) {
@@ -137,10 +144,9 @@ void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor&
     mm_into(b.transpose(-1, -2), a.transpose(-1, -2), bias, c.transpose(-1, -2), RightOperand::activation, alpha);
     return;
   }
-  if (!use_reference() && c.dtype() == a.dtype() && matrix_layout_ok(c) && c.strides()[nd - 1] == 1) {
-    if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right, alpha)) return;
-    if (dnnl_matmul(a.contiguous(), b.contiguous(), bias, c, right, alpha)) return;
-  }
+  if (!use_reference() && c.dtype() == a.dtype() && matrix_layout_ok(c) && c.strides()[nd - 1] == 1 &&
+      dnnl_into(a, b, bias, c, right, alpha))
+    return;
   Tensor r = mm(a, b, bias, c.shape(), right);  // a new contiguous result, copied over
   if (alpha != 1.0) scale_(r, alpha);
   strided_copy(c, r);
@@ -153,9 +159,7 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
       (!bias.defined() || bias.is_contiguous()))
     return tiny_matmul(a, b, bias, out_shape);
   Tensor c = Tensor::empty(out_shape, a.dtype());
-  if (matrix_layout_ok(a) && matrix_layout_ok(b) && dnnl_matmul(row_major_left(a), b, bias, c, right, 1.0)) return c;
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  if (dnnl_matmul(ac, bc, bias, c, right, 1.0)) return c;
+  if (dnnl_into(a, b, bias, c, right, 1.0)) return c;
   if (a.dtype() != DType::f32) {  // no low-precision kernel on this CPU: compute in f32
     Tensor c32 = Tensor::empty(out_shape, DType::f32);
     Tensor a32 = to_dtype_same_layout(a, DType::f32), b32 = to_dtype_same_layout(b, DType::f32);

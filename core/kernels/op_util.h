@@ -18,10 +18,6 @@ Tensor contig_as(const Tensor& t, DType dtype);
 inline Tensor f32_contig(const Tensor& t) { return contig_as(t, DType::f32); }
 /// A new contiguous f32 tensor holding t's values (never t's storage): for in-place work.
 Tensor f32_copy(const Tensor& t);
-/// An uninitialized tensor of t's shape and `dtype` with t's strides when t densely
-/// covers its elements in some dim order (a permuted view), contiguous otherwise: a
-/// gradient laid out like its input, so permuting it back costs no copy.
-Tensor empty_like_layout(const Tensor& t, DType dtype);
 /// Wraps a negative dim index; throws ShapeError naming op.
 int64_t wrap_dim(const char* op, int64_t d, int64_t ndim);
 

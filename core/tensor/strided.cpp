@@ -125,17 +125,17 @@ bool dense_permuted(const Tensor& t) {
   return true;
 }
 
+Tensor empty_same_layout(const Tensor& t, DType dtype) {
+  if (!dense_permuted(t)) return Tensor::empty(t.shape(), dtype);
+  return make_view(Tensor::empty({t.numel()}, dtype), t.shape(), t.strides(), 0);
+}
+
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype) {
-  if (!dense_permuted(t)) {
-    Tensor c = Tensor::empty(t.shape(), dtype);
-    strided_copy(c, t);
-    return c;
-  }
-  // Convert the block the view covers in memory order, then view it the same way.
-  const int64_t n = t.numel();
-  Tensor flat = Tensor::empty({n}, dtype);
-  convert(t.raw_data(), t.dtype(), flat.raw_data(), dtype, n);
-  return make_view(flat, t.shape(), t.strides(), 0);
+  Tensor out = empty_same_layout(t, dtype);
+  // A dense permuted view converts as the block it covers, in memory order.
+  if (dense_permuted(t)) convert(t.raw_data(), t.dtype(), out.raw_data(), dtype, t.numel());
+  else strided_copy(out, t);
+  return out;
 }
 
 }  // namespace booster

@@ -19,6 +19,10 @@ void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel = true
 void strided_copy(const Tensor& dst, const Tensor& src);
 /// True when t covers its memory densely in some dim order (contiguous or permuted).
 bool dense_permuted(const Tensor& t);
+/// An uninitialized tensor of t's shape in `dtype`: with t's strides when t is dense
+/// permuted (a gradient laid out like its input, so permuting it back copies nothing),
+/// contiguous otherwise.
+Tensor empty_same_layout(const Tensor& t, DType dtype);
 /// t converted to dtype; a dense permuted view keeps its strides (a transposed weight
 /// converts as one block, no transposing copy).
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype);

@@ -8,7 +8,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -18,7 +17,6 @@
 #include "ceiling.h"
 #include "core/comm/collectives.h"
 #include "core/comm/runtime.h"
-#include "core/common/profiler.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
@@ -29,11 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 // One boosted ViT training step (zero_grad, forward, booster.backward, step) of a plugin
 // configuration and precision, timed round by round so the peer can run in between.
 class StepBench {
@@ -43,8 +36,7 @@ class StepBench {
     c_.num_labels = 3;
     host_tier().reset_peak();
     model_ = std::make_shared<nn::ViTForImageClassification>(c_);
-    plugin_ = config == "none" ? nullptr : plugins::make_plugin(Config::from_file(config));
-    booster_.emplace(plugin_, precision);
+    booster_.emplace(config == "none" ? nullptr : plugins::make_plugin(Config::from_file(config)), precision);
     boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
     x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
     Generator(uint64_t(dist::world_rank())).normal_(x_);
@@ -61,14 +53,8 @@ class StepBench {
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   }
 
-  /// One more step, op by op (forward ops by name, backward as '<op> bwd').
-  std::string profile() {
-    Profiler::reset();
-    Profiler::enable();
-    step();
-    Profiler::enable(false);
-    return Profiler::report();
-  }
+  /// One more step, op by op.
+  std::string profile() { return bench::profile_step([this] { step(); }); }
 
   double images_per_s(double step_s) const { return double(batch_) * dist::world_size() / step_s; }
   double gflops(double step_s) const {
@@ -95,7 +81,6 @@ class StepBench {
   int batch_;
   nn::ViTConfig c_;
   std::shared_ptr<nn::ViTForImageClassification> model_;
-  std::shared_ptr<Plugin> plugin_;
   std::optional<Booster> booster_;
   BoostResult<nn::ViTForImageClassification> boosted_;
   Tensor x_, y_;
@@ -156,7 +141,7 @@ int main(int argc, char** argv) {
           ratios.push_back(sb.images_per_s(ours.back()) / dist::world_size() / pr->img_s);
         }
       }
-      const double step_s = median(ours), ceiling = sb.ceiling_gflops();
+      const double step_s = bench::median(ours), ceiling = sb.ceiling_gflops();
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
       const std::string report = profile ? sb.profile() : "";
       if (!master) continue;
@@ -166,15 +151,15 @@ int main(int argc, char** argv) {
       const bool have_peer = !ratios.empty();
       std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
                   dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s), 100 * sb.gflops(step_s) / ceiling,
-                  alloc_mb, rss_mb, have_peer ? std::to_string(median(theirs)).substr(0, 6).c_str() : "-",
-                  have_peer ? std::to_string(median(ratios)).substr(0, 4).c_str() : "-");
+                  alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
+                  have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-");
       nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
                        {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", sb.gflops(step_s) / ceiling}, {"alloc_peak_mb", alloc_mb},
                        {"os_peak_mb", rss_mb}, {"rounds", rounds}};
       if (have_peer) {
-        j["torch_images_per_s"] = median(theirs), j["ratio_per_process"] = median(ratios);
+        j["torch_images_per_s"] = bench::median(theirs), j["ratio_per_process"] = bench::median(ratios);
         j["round_ratios"] = ratios;
       }
       std::printf("%s\n", j.dump().c_str());

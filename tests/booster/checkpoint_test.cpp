@@ -11,6 +11,7 @@
 #include <set>
 
 #include "booster/booster.h"
+#include "booster/checkpoint/container.h"
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/checkpoint/tensor_store.h"
 #include "core/autograd/grad_mode.h"
@@ -71,7 +72,9 @@ TEST(Checkpoint, RoundTripShardedAndSingleWithSplitting) {
     auto l = ckpt::load_tensors(p.string(), "model");
     expect_same(l.tensors, sample());
     EXPECT_GE(l.index.tensors(0).records_size(), 3);
-    if (shard) EXPECT_GE(l.index.shard_files_size(), 3);
+    if (shard) {
+      EXPECT_GE(l.index.shard_files_size(), 3);
+    }
     EXPECT_NE(error_of([&] { ckpt::load_tensors(p.string(), "optimizer"); }), "");
   }
 }
@@ -204,8 +207,19 @@ TEST(Checkpoint, BoosterModelOptimizerSchedulerRoundTrip) {
   EXPECT_THROW(booster.load_model(*b3.model, (dir / "model.ckpt").string()), ValueError);
   booster.load_model(*b3.model, (dir / "model.ckpt").string(), /*strict=*/false);
   const auto saved = ckpt::load_tensors((dir / "model.ckpt").string(), "model").tensors;
-  for (auto& [n, t] : saved)
-    if (n.rfind("classifier", 0) != 0) EXPECT_EQ(model3->get_tensor(n).to_vector(), t.to_vector()) << n;
+  for (auto& [n, t] : saved) {
+    if (n.rfind("classifier", 0) != 0) {
+      EXPECT_EQ(model3->get_tensor(n).to_vector(), t.to_vector()) << n;
+    }
+  }
+}
+
+// A writer's temp file names the file it stands for; nothing else is taken for one.
+TEST(Checkpoint, TempFileNamesMapBackToTheirTarget) {
+  EXPECT_EQ(ckpt::temp_file_target(ckpt::temp_file_name("model-1a2b-00001.shard")), "model-1a2b-00001.shard");
+  EXPECT_EQ(ckpt::temp_file_target(".model.index.tmp.4242"), "model.index");
+  for (const char* other : {"model.index", "model-1a2b-00001.shard", ".model.index.tmp.", ".model.index.tmp.12x", ".tmp.1"})
+    EXPECT_EQ(ckpt::temp_file_target(other), "") << other;
 }
 
 // A writer SIGKILLed at random points of a save: the previous checkpoint always loads.
@@ -213,7 +227,7 @@ TEST(Checkpoint, KilledWriterNeverDamagesThePreviousCheckpoint) {
   auto dir = temp("kill");
   auto params = [](float v) {
     nn::StateDict sd;
-    for (int i = 0; i < 12; ++i) sd.emplace_back("t" + std::to_string(i), Tensor::full({64 * 1024}, v));  // 3 MB
+    for (int i = 0; i < 12; ++i) sd.emplace_back(std::to_string(i).insert(0, 1, 't'), Tensor::full({64 * 1024}, v));  // 3 MB
     return sd;
   };
   ckpt::SaveOptions o;
