@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "booster/booster.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
@@ -31,20 +31,21 @@ int main(int argc, char** argv) {
   Tensor y = Tensor::zeros({batch}, DType::i64);
   auto step = [&] {
     b.optimizer->zero_grad();
-    booster.backward((*b.model)(x, y).loss, *b.optimizer);
+    booster.backward(b.model(x, y).loss, *b.optimizer);
     b.optimizer->step();
   };
   step();
   dist::barrier();
-  plugin->reducer()->reset_wait_seconds();
+  plugins::Reducer& reducer = b.model->find<plugins::TorchDDPModel>()->reducer();
+  reducer.reset_wait_seconds();
   auto t0 = Clock::now();
   for (int i = 0; i < steps; ++i) step();
   dist::barrier();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   const double ips = double(batch) * dist::world_size() * steps / s;
-  const double wait = dist::all_reduce_scalar(plugin->reducer()->wait_seconds(), dist::ReduceOp::max) / steps;
+  const double wait = dist::all_reduce_scalar(reducer.wait_seconds(), dist::ReduceOp::max) / steps;
   if (dist::world_rank() == 0)
     std::printf("ddp %s %s ranks=%d threads=%d batch/rank=%d img/s=%.3f step_s=%.3f allreduce_wait_s=%.4f buckets=%zu\n",
                 preset.c_str(), precision.c_str(), dist::world_size(), dist::omp_threads(), batch, ips, s / steps, wait,
-                plugin->reducer()->num_buckets());
+                reducer.num_buckets());
 }

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "core/autograd/grad_mode.h"
-#include "core/kernels/op_util.h"
+#include "core/common/parallel.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
@@ -43,7 +43,7 @@ double copy_seconds(const Tensor& src, Tensor& dst) {
   const float* s = src.data<float>();
   float* d = dst.data<float>();
   auto t0 = Clock::now();
-  kernels::parallel_for(src.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+  parallel_for(src.numel(), 1 << 16, [&](int64_t b, int64_t e) {
     std::memcpy(d + b, s + b, size_t(e - b) * sizeof(float));
   });
   return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -28,8 +28,8 @@ Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precis
 }
 
 void Booster::configure(BoostedObjects& o) {
-  BOOSTER_CHECK(o.model != nullptr, "Booster.boost: the model is required");
   if (plugin_) plugin_->configure(o);
+  BOOSTER_CHECK(o.model != nullptr, "Booster.boost: plugin '", plugin_ ? plugin_->name() : "", "' left no model");
   if (!mixed_precision_.empty()) {
     MixedPrecisionOptions mp;
     mp.precision = mixed_precision_;
@@ -37,15 +37,14 @@ void Booster::configure(BoostedObjects& o) {
   }
 }
 
-NoSyncScope Booster::no_sync(BoostedModel& model, OptimizerWrapper* optimizer) {
+NoSyncScope Booster::no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) {
   BOOSTER_CHECK(plugin_ != nullptr, "Booster.no_sync: there is no plugin, so nothing to skip");
   BOOSTER_CHECK(plugin_->support_no_sync(), "Booster.no_sync: plugin '", plugin_->name(), "' does not support no_sync");
   return plugin_->no_sync(model, optimizer);
 }
 
-PipelineResult Booster::execute_pipeline(const std::function<std::optional<data::Batch>()>& data_iter,
-                                         BoostedModel& model, const Criterion& criterion, OptimizerWrapper* optimizer,
-                                         bool return_loss, bool return_outputs) {
+PipelineResult Booster::execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                         OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) {
   BOOSTER_CHECK(plugin_ != nullptr, "Booster.execute_pipeline: there is no plugin; pipelines need HybridParallelPlugin");
   return plugin_->execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
 }
@@ -58,11 +57,11 @@ CheckpointIO& Booster::checkpoint_io() {
   return *checkpoint_io_;
 }
 
-void Booster::save_model(BoostedModel& model, const std::string& checkpoint, bool shard, const std::string& prefix,
+void Booster::save_model(ModelWrapper& model, const std::string& checkpoint, bool shard, const std::string& prefix,
                          int64_t size_per_shard) {
   checkpoint_io().save_model(model, checkpoint, shard, prefix, size_per_shard);
 }
-void Booster::load_model(BoostedModel& model, const std::string& checkpoint, bool strict) {
+void Booster::load_model(ModelWrapper& model, const std::string& checkpoint, bool strict) {
   checkpoint_io().load_model(model, checkpoint, strict);
 }
 void Booster::save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard,

@@ -1,6 +1,7 @@
 // Booster (mirrors colossalai.booster.Booster): boost() hands the user's five objects to
-// the plugin, which rewrites them in place; backward, no_sync, execute_pipeline and the
-// checkpoint calls forward to the plugin. Booster never asks which plugin it holds.
+// the plugin, which wraps them; what the plugin produced is what boost() returns. backward,
+// no_sync, execute_pipeline and the checkpoint calls forward to the plugin. Booster never
+// asks which plugin it holds.
 #pragma once
 
 #include <memory>
@@ -14,7 +15,7 @@ namespace booster {
 /// What boost() returns, in Colossal-AI's order (structured bindings work).
 template <typename M>
 struct BoostResult {
-  std::shared_ptr<ModelWrapper<M>> model;
+  BoostedModel<M> model;
   std::shared_ptr<OptimizerWrapper> optimizer;
   Criterion criterion;
   std::shared_ptr<data::DataLoader> dataloader;
@@ -32,26 +33,27 @@ class Booster {
   BoostResult<M> boost(std::shared_ptr<M> model, std::shared_ptr<optim::Optimizer> optimizer = nullptr,
                        Criterion criterion = {}, std::shared_ptr<data::DataLoader> dataloader = nullptr,
                        std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr) {
-    auto wrapper = std::make_shared<ModelWrapper<M>>(std::move(model));
-    BoostedObjects o{wrapper, optimizer ? std::make_shared<OptimizerWrapper>(std::move(optimizer)) : nullptr,
+    BOOSTER_CHECK(model != nullptr, "Booster.boost: the model is required");
+    BoostedObjects o{std::make_shared<ModelWrapper>(std::static_pointer_cast<nn::Module>(model)),
+                     optimizer ? std::make_shared<OptimizerWrapper>(std::move(optimizer)) : nullptr,
                      std::move(criterion), std::move(dataloader), std::move(lr_scheduler)};
     configure(o);
-    return {wrapper, o.optimizer, o.criterion, o.dataloader, o.lr_scheduler};
+    return {BoostedModel<M>(o.model), o.optimizer, o.criterion, o.dataloader, o.lr_scheduler};
   }
 
-  /// loss.backward() through the optimizer wrapper (which may scale or synchronize).
+  /// loss.backward() through the optimizer chain (which may scale or synchronize).
   void backward(const Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
   /// Gradient accumulation without synchronization for the scope's lifetime.
-  NoSyncScope no_sync(BoostedModel& model, OptimizerWrapper* optimizer = nullptr);
+  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer = nullptr);
   /// One pipeline-parallel step (plugins without a pipeline refuse clearly).
-  PipelineResult execute_pipeline(const std::function<std::optional<data::Batch>()>& data_iter, BoostedModel& model,
-                                  const Criterion& criterion, OptimizerWrapper* optimizer = nullptr,
-                                  bool return_loss = true, bool return_outputs = false);
+  PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                  OptimizerWrapper* optimizer = nullptr, bool return_loss = true,
+                                  bool return_outputs = false);
 
   // ---- checkpoints (Colossal-AI's names and defaults; size_per_shard in MB) ----
-  void save_model(BoostedModel& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",
+  void save_model(ModelWrapper& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",
                   int64_t size_per_shard = 1024);
-  void load_model(BoostedModel& model, const std::string& checkpoint, bool strict = true);
+  void load_model(ModelWrapper& model, const std::string& checkpoint, bool strict = true);
   void save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard = false,
                       const std::string& prefix = "", int64_t size_per_shard = 1024);
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint);

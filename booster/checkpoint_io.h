@@ -1,6 +1,6 @@
-// The CheckpointIO seam: how a plugin saves and loads the boosted objects. The protobuf
-// implementation (full logical tensors, any layout to any layout) lands with the
-// checkpoint work; plugins return theirs from get_checkpoint_io().
+// The CheckpointIO seam: how a plugin saves and loads the boosted objects. The one
+// implementation, GeneralCheckpointIO, serves every plugin: each rank writes and reads what
+// its wrappers say it holds (ModelWrapper::checkpoint_state, OptimizerWrapper::state_layout).
 #pragma once
 
 #include <string>
@@ -14,9 +14,9 @@ namespace booster {
 class CheckpointIO {
  public:
   virtual ~CheckpointIO() = default;
-  virtual void save_model(BoostedModel& model, const std::string& path, bool shard, const std::string& prefix,
+  virtual void save_model(ModelWrapper& model, const std::string& path, bool shard, const std::string& prefix,
                           int64_t size_per_shard_mb) = 0;
-  virtual void load_model(BoostedModel& model, const std::string& path, bool strict) = 0;
+  virtual void load_model(ModelWrapper& model, const std::string& path, bool strict) = 0;
   virtual void save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard,
                               const std::string& prefix, int64_t size_per_shard_mb) = 0;
   virtual void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) = 0;

@@ -3,8 +3,8 @@
 
 #include <cstdio>
 
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "core/common/check.h"
 
 namespace booster {

@@ -4,36 +4,48 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
-#include <map>
 
 #include "core/autograd/grad_mode.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "core/common/profiler.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
 
 namespace booster {
 
-MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<OptimizerWrapper> inner,
-                                                 std::vector<std::pair<Tensor, Tensor>> param_master,
-                                                 MixedPrecisionOptions opts)
-    : OptimizerWrapper(inner->unwrap()), inner_(std::move(inner)), param_master_(std::move(param_master)),
-      opts_(opts), fp16_(opts.precision == "fp16"), scaler_(opts.scaler) {}
+MixedPrecisionModel::MixedPrecisionModel(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<MasterParams> masters)
+    : ModelWrapper(std::move(inner)), masters_(std::move(masters)) {}
+
+void MixedPrecisionModel::after_load() {
+  ModelWrapper::after_load();
+  masters_->refresh_working();
+}
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<optim::Optimizer> optim,
+                                                 std::shared_ptr<MasterParams> masters, MixedPrecisionOptions opts)
+    : OptimizerWrapper(std::move(optim)), masters_(std::move(masters)), opts_(opts), fp16_(opts.precision == "fp16"),
+      scaler_(opts.scaler) {}
 
 void MixedPrecisionOptimizer::backward(const Tensor& loss, bool retain_graph) {
-  inner_->backward(fp16_ ? scale(loss, scaler_.scale()) : loss, retain_graph);
+  OptimizerWrapper::backward(fp16_ ? scale(loss, scaler_.scale()) : loss, retain_graph);
 }
 
 void MixedPrecisionOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  inner_->backward_by_grad(tensor, fp16_ ? scale(grad, scaler_.scale()) : grad, retain_graph);
+  OptimizerWrapper::backward_by_grad(tensor, fp16_ ? scale(grad, scaler_.scale()) : grad, retain_graph);
+}
+
+std::vector<Tensor> MixedPrecisionOptimizer::working_params() const {
+  std::vector<Tensor> out;
+  for (auto& e : masters_->entries()) out.push_back(e.param);
+  return out;
 }
 
 bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
   ProfileScope prof_("non-finite check");
   bool bad = false;
-  for (auto& [p, m] : param_master_) {
-    Tensor g = p.grad();
+  for (auto& e : masters_->entries()) {
+    Tensor g = e.param.grad();
     if (g.defined() && !kernels::all_finite(g)) {
       bad = true;
       break;
@@ -44,11 +56,9 @@ bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
   return bad;
 }
 
-double MixedPrecisionOptimizer::clip_grad_by_norm(double max_norm, double norm_type, bool error_if_nonfinite) {
-  inner_->synchronize();
-  std::vector<Tensor> params;
-  for (auto& [p, m] : param_master_) params.push_back(p);
-  const double norm = optim::grad_norm(params, norm_type, inner_->reducer()) / loss_scale();  // in double
+double MixedPrecisionOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
+                                          const optim::NormReducer& reduce) {
+  const double norm = optim::grad_norm(working_params(), norm_type, reduce) / loss_scale();  // in double
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
   grad_norm_ = norm;
   pending_max_norm_ = max_norm;
@@ -56,14 +66,10 @@ double MixedPrecisionOptimizer::clip_grad_by_norm(double max_norm, double norm_t
 }
 
 void MixedPrecisionOptimizer::clip_grad_by_value(double clip_value) {
-  inner_->synchronize();
-  std::vector<Tensor> params;
-  for (auto& [p, m] : param_master_) params.push_back(p);
-  optim::clip_grad_value(params, clip_value * loss_scale());  // gradients are still scaled
+  optim::clip_grad_value(working_params(), clip_value * loss_scale());  // gradients are still scaled
 }
 
 void MixedPrecisionOptimizer::step() {
-  inner_->synchronize();
   ++steps_;
   last_skipped_ = found_nonfinite_on_any_rank();
   if (last_skipped_) {
@@ -76,7 +82,7 @@ void MixedPrecisionOptimizer::step() {
       BOOSTER_CHECK(opts_.skip_nonfinite, "bf16 step ", steps_, ": a gradient is non-finite (inf or NaN) on some rank");
       spdlog::warn("step {}: non-finite gradient under bf16, step skipped", steps_);
     }
-    inner_->zero_grad();
+    zero_grad();
     return;
   }
   double div = loss_scale();
@@ -85,22 +91,18 @@ void MixedPrecisionOptimizer::step() {
     if (clip > 1) div *= clip;
   }
   pending_max_norm_ = 0;
-  optim_->set_grad_divisor(div);  // unscale and clip inside the fused update
-  optim_->step();
-  optim_->set_grad_divisor(1.0);
-  {
-    ProfileScope prof_("refresh compute copies");
-    NoGradGuard ng;
-    for (auto& [p, m] : param_master_) {
-      Tensor t = p;
-      t.copy_(m);  // refresh the low-precision compute copy
-    }
+  std::vector<optim::UpdateTarget> targets;
+  for (auto& e : masters_->entries()) {
+    Tensor g = e.param.grad();
+    if (g.defined()) targets.push_back({e.name, e.master, g});
   }
+  optim_->step_on(targets, div);  // unscale and clip inside the fused update
+  masters_->refresh_working();
   if (fp16_) scaler_.update(false);
 }
 
-optim::OptimizerStateDict MixedPrecisionOptimizer::state_dict() const {
-  auto sd = inner_->state_dict();
+optim::OptimizerStateDict MixedPrecisionOptimizer::with_scaler(optim::OptimizerStateDict sd) const {
+  if (!fp16_) return sd;  // bf16 never scales: nothing to record
   sd.extra["loss_scale"] = scaler_.scale();
   sd.extra["growth_step"] = double(scaler_.growth_step());
   sd.extra["hysteresis_step"] = double(scaler_.hysteresis_step());
@@ -108,8 +110,8 @@ optim::OptimizerStateDict MixedPrecisionOptimizer::state_dict() const {
 }
 
 void MixedPrecisionOptimizer::load_state_dict(const optim::OptimizerStateDict& sd) {
-  inner_->load_state_dict(sd);
-  if (sd.extra.count("loss_scale"))
+  optim_->load_state_dict(sd);
+  if (fp16_ && sd.extra.count("loss_scale"))
     scaler_.set_state(sd.extra.at("loss_scale"), int64_t(sd.extra.at("growth_step")),
                       int64_t(sd.extra.at("hysteresis_step")));
 }
@@ -122,39 +124,12 @@ void apply_mixed_precision(BoostedObjects& o, const MixedPrecisionOptions& opts)
     spdlog::warn("mixed precision {0}: oneDNN has no {0} matmul kernel for this CPU ({0} needs {1}); matmuls compute "
                  "in f32 on {0} storage, which is usually slower than fp32 here",
                  opts.precision, low == DType::bf16 ? "AVX512-BF16 or AMX" : "AVX512-FP16 or AMX-FP16");
-  auto module = o.model->module();
-  std::vector<std::pair<Tensor, Tensor>> pm;
-  std::map<std::string, Tensor> masters;
-  {
-    NoGradGuard ng;
-    for (auto& [name, p] : module->named_parameters()) {
-      Tensor param = p;
-      Tensor master = param.detach().to(DType::f32).contiguous().clone();
-      if (o.optimizer) o.optimizer->unwrap()->set_master(name, master);
-      param.set_data(param.detach().to(low).contiguous());  // same handle, low-precision storage
-      pm.emplace_back(param, master);
-      masters[name] = master;
-    }
-  }
-  o.model->set_input_dtype(low);
-  // Checkpoints hold the fp32 masters, and loading refreshes both.
-  o.model->set_checkpoint_hooks(
-      [module, masters] {
-        nn::StateDict sd = module->state_dict();
-        for (auto& [n, t] : sd)
-          if (masters.count(n)) t = masters.at(n);
-        return sd;
-      },
-      [module, masters](const nn::StateDict& sd, bool strict) {
-        nn::LoadResult r = module->load_state_dict(sd, strict);
-        NoGradGuard ng;
-        for (auto& [n, t] : sd) {
-          auto it = masters.find(n);
-          if (it != masters.end() && it->second.shape() == t.shape()) Tensor(it->second).copy_(t);
-        }
-        return r;
-      });
-  if (o.optimizer) o.optimizer = std::make_shared<MixedPrecisionOptimizer>(o.optimizer, pm, opts);
+  auto masters = std::make_shared<MasterParams>(o.model->module()->named_parameters(), low);
+  o.model = std::make_shared<MixedPrecisionModel>(o.model, masters);
+  if (!o.optimizer) return;
+  auto leaf = std::make_shared<MixedPrecisionOptimizer>(o.optimizer->unwrap(), masters, opts);
+  if (o.optimizer->inner()) o.optimizer->replace_leaf(leaf);
+  else o.optimizer = leaf;
 }
 
 }  // namespace booster

@@ -1,80 +1,127 @@
-// What users hold after boost(): a model wrapper whose call passes through to the module
-// (after the plugin's pre-forward step), and unwrap() for the module itself.
+// The model side of boost(). ModelWrapper is the base of every plugin's model wrapper
+// (Colossal-AI's ModelWrapper; TorchDDPModel and the others subclass it): it holds the
+// module, or the wrapper it decorates (mixed precision around DDP), and says what a
+// checkpoint of the model holds on this rank. BoostedModel<M> is the typed handle boost()
+// returns: it holds exactly the plugin's wrapper and calls M::forward through it.
 #pragma once
 
-#include <functional>
-#include <type_traits>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
+#include "core/tensor/tensor_map.h"
 #include "nn/module.h"
+#include "nn/pipeline.h"
 
 namespace booster {
 
-/// The untyped part plugins work with.
-class BoostedModel {
+/// One tensor of a rank's checkpointed state: its logical name, its region of the logical
+/// tensor, and the local tensor holding that region (saved from, and loaded into).
+struct StateTensor {
+  std::string name;
+  Tensor tensor;
+  Region region;
+};
+using ShardedState = std::vector<StateTensor>;
+
+/// The outermost link of type W in a chain of wrappers from `w` inward, or null.
+template <typename W, typename Link>
+W* find_in_chain(Link* w) {
+  for (; w; w = w->inner().get())
+    if (auto* hit = dynamic_cast<W*>(w)) return hit;
+  return nullptr;
+}
+
+class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
  public:
-  explicit BoostedModel(std::shared_ptr<nn::Module> module) : module_(std::move(module)) {}
-  virtual ~BoostedModel() = default;
-  /// The module.
+  /// The innermost wrapper: the module itself.
+  explicit ModelWrapper(std::shared_ptr<nn::Module> module);
+  /// A wrapper decorating another (each plugin or precision layer adds one).
+  explicit ModelWrapper(std::shared_ptr<ModelWrapper> inner);
+  virtual ~ModelWrapper() = default;
+  ModelWrapper(const ModelWrapper&) = delete;
+  ModelWrapper& operator=(const ModelWrapper&) = delete;
+
+  /// Class name for messages, e.g. "TorchDDPModel".
+  virtual std::string type_name() const { return "ModelWrapper"; }
+  /// The wrapped nn::Module (Colossal-AI: model.module / unwrap()).
   std::shared_ptr<nn::Module> module() const { return module_; }
-  /// Adds a step run before every forward (e.g. DDP's buffer broadcast).
-  void add_pre_forward(std::function<void()> fn) { pre_forward_.push_back(std::move(fn)); }
+  /// The wrapper this one decorates, or null for the innermost.
+  std::shared_ptr<ModelWrapper> inner() const { return inner_; }
+  /// The outermost wrapper of type W in the chain from here inward, or null.
+  template <typename W>
+  W* find() {
+    return find_in_chain<W>(this);
+  }
+
   void train(bool on = true) { module_->train(on); }
   void eval() { module_->eval(); }
 
-  /// What a checkpoint stores: the full-precision state (mixed precision substitutes its
-  /// fp32 masters for the low-precision parameters).
-  nn::StateDict checkpoint_state() const { return state_hook_ ? state_hook_() : module_->state_dict(); }
-  /// Loads a checkpoint's state (into the masters too, under mixed precision).
-  nn::LoadResult load_checkpoint_state(const nn::StateDict& sd, bool strict) {
-    return load_hook_ ? load_hook_(sd, strict) : module_->load_state_dict(sd, strict);
-  }
-  void set_checkpoint_hooks(std::function<nn::StateDict()> state,
-                            std::function<nn::LoadResult(const nn::StateDict&, bool)> load) {
-    state_hook_ = std::move(state);
-    load_hook_ = std::move(load);
-  }
-  /// Floating tensor arguments are cast to this dtype on the way in (mixed precision's
-  /// cast_inputs); f32 means no cast.
-  void set_input_dtype(DType t) { input_dtype_ = t; }
+  // ---- the forward protocol (BoostedModel calls it around M::forward) ----
+  /// Runs before every forward (DDP broadcasts buffers, ZeRO waits for gathers); the
+  /// default runs the inner wrapper's.
+  virtual void before_forward();
+  /// Floating inputs are cast to this dtype (mixed precision's cast_inputs); f32: none.
+  virtual DType input_dtype() const;
+  /// `t` cast to input_dtype() when it is a floating tensor.
+  Tensor cast_input(const Tensor& t) const;
+  /// Runs one pipeline stage of the model on named tensors (the module must be an
+  /// nn::PipelineModule); floating inputs are cast as for forward.
+  TensorMap stage_forward(const TensorMap& inputs, const nn::StageSpec& stage);
 
- protected:
-  void pre_forward() {
-    for (auto& f : pre_forward_) f();
-  }
-  template <typename A>
-  decltype(auto) cast_input(A&& a) const {
-    if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) {
-      return a.defined() && is_floating(a.dtype()) && input_dtype_ != DType::f32 ? a.to(input_dtype_) : Tensor(a);
-    } else {
-      return std::forward<A>(a);
-    }
-  }
+  // ---- checkpoints ----
+  /// What this rank holds of the model's state, each tensor with its region: what
+  /// save_model writes and what load_model fills. Default: the inner wrapper's, or the
+  /// module's state_dict with each parameter's region (whole unless a layer sharded it).
+  virtual ShardedState checkpoint_state();
+  /// Runs after load_model filled checkpoint_state(): refreshes what derives from it
+  /// (low-precision working copies, gathered parameters). Default: the inner's.
+  virtual void after_load();
 
  private:
   std::shared_ptr<nn::Module> module_;
-  std::vector<std::function<void()>> pre_forward_;
-  std::function<nn::StateDict()> state_hook_;
-  std::function<nn::LoadResult(const nn::StateDict&, bool)> load_hook_;
-  DType input_dtype_ = DType::f32;
+  std::shared_ptr<ModelWrapper> inner_;
 };
 
-/// Typed model wrapper: model(args...) calls M::forward(args...).
+/// The module's state_dict as StateTensors, with each tensor's region.
+ShardedState module_state(const nn::Module& m);
+
+/// What boost() returns for the model: a typed handle on the plugin's wrapper (the object
+/// the plugin produced, reachable with wrapper() or operator->). model(args...) runs
+/// M::forward through it, with the module's hooks.
 template <typename M>
-class ModelWrapper : public BoostedModel {
+class BoostedModel {
  public:
-  explicit ModelWrapper(std::shared_ptr<M> m) : BoostedModel(m), typed_(std::move(m)) {}
-  /// The wrapped module (Colossal-AI: ModelWrapper.unwrap()).
-  std::shared_ptr<M> unwrap() const { return typed_; }
-  template <typename... Args>
-  auto operator()(Args&&... args) {
-    pre_forward();
-    return typed_->forward(cast_input(std::forward<Args>(args))...);
+  BoostedModel() = default;
+  explicit BoostedModel(std::shared_ptr<ModelWrapper> wrapper)
+      : wrapper_(std::move(wrapper)), typed_(std::dynamic_pointer_cast<M>(wrapper_->module())) {
+    BOOSTER_CHECK(typed_ != nullptr, "boost: the plugin replaced the model's root module by a ",
+                  wrapper_->module()->type_name(), "; it must keep the user's module and rewrite its children");
   }
-  M* operator->() const { return typed_.get(); }
+  /// M::forward(args...) through the wrapper (inputs cast, plugin steps before forward).
+  template <typename... Args>
+  auto operator()(Args&&... args) const {
+    wrapper_->before_forward();
+    return typed_->call_forward([&] { return typed_->forward(cast(std::forward<Args>(args))...); });
+  }
+  ModelWrapper* operator->() const { return wrapper_.get(); }
+  /// The handle itself, so the pointer spelling works too: (*model)(x) runs forward and
+  /// booster.save_model(*model, ...) takes the wrapper.
+  const BoostedModel& operator*() const { return *this; }
+  operator ModelWrapper&() const { return *wrapper_; }
+  /// The plugin's wrapper (dynamic_cast it to TorchDDPModel and the like).
+  const std::shared_ptr<ModelWrapper>& wrapper() const { return wrapper_; }
+  /// The user's module.
+  const std::shared_ptr<M>& unwrap() const { return typed_; }
 
  private:
+  template <typename A>
+  decltype(auto) cast(A&& a) const {
+    if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) return wrapper_->cast_input(a);
+    else return std::forward<A>(a);
+  }
+  std::shared_ptr<ModelWrapper> wrapper_;
   std::shared_ptr<M> typed_;
 };
 

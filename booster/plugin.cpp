@@ -1,14 +1,37 @@
-// Plugin defaults for optional capabilities.
+// Plugin defaults for optional capabilities and the data-parallel DataLoader.
 #include "booster/plugin.h"
+
+#include "core/dist/runtime.h"
+#include "data/sampler.h"
 
 namespace booster {
 
-NoSyncScope Plugin::no_sync(BoostedModel&, OptimizerWrapper*) {
+StageCriterion on_keys(Criterion criterion, std::string output_key, std::string label_key) {
+  BOOSTER_CHECK(criterion != nullptr, "on_keys: the criterion is empty");
+  return [criterion = std::move(criterion), output_key = std::move(output_key), label_key = std::move(label_key)](
+             const TensorMap& outputs, const TensorMap& batch) {
+    return criterion(nn::need(outputs, output_key, "criterion outputs"), nn::need(batch, label_key, "criterion batch"));
+  };
+}
+
+NoSyncScope Plugin::no_sync(ModelWrapper&, OptimizerWrapper*) {
   BOOSTER_THROW(ValueError, "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
 }
 
-PipelineResult Plugin::execute_pipeline(const std::function<std::optional<data::Batch>()>&, BoostedModel&,
-                                        const Criterion&, OptimizerWrapper*, bool, bool) {
+std::pair<int, int> Plugin::dp_rank_size() const {
+  return {dist::is_initialized() ? dist::world_rank() : 0, dist::is_initialized() ? dist::world_size() : 1};
+}
+
+std::shared_ptr<data::DataLoader> Plugin::prepare_dataloader(std::shared_ptr<const data::Dataset> dataset,
+                                                             const data::DataLoaderOptions& o) {
+  BOOSTER_CHECK(dataset != nullptr, "prepare_dataloader: the dataset is null");
+  const auto [rank, size] = dp_rank_size();
+  auto sampler = std::make_shared<data::DistributedSampler>(dataset->size(), size, rank, o.shuffle, o.seed, o.drop_last);
+  return std::make_shared<data::DataLoader>(std::move(dataset), o, sampler);
+}
+
+PipelineResult Plugin::execute_pipeline(const DataIter&, ModelWrapper&, const StageCriterion&, OptimizerWrapper*, bool,
+                                        bool) {
   BOOSTER_THROW(ValueError, "plugin '", name(),
                 "' has no pipeline parallelism (support_pipeline() is false); call the model, booster.backward and "
                 "optimizer.step instead of execute_pipeline");

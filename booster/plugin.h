@@ -1,10 +1,13 @@
 // The Plugin contract (Colossal-AI's Plugin base). A plugin declares what it controls and
-// rewrites the boosted objects in place in configure(); Booster never asks which plugin
-// it holds. A new plugin is a new folder under plugins/ plus a line in the registry.
+// rewrites the boosted objects in configure(): it wraps the model wrapper and the optimizer
+// chain in its own (TorchDDPModel, ...), and what it puts in BoostedObjects is what boost()
+// returns. Booster never asks which plugin it holds. A new plugin is a new folder under
+// plugins/ plus a line in the registry; docs/writing_a_plugin.md walks through one.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,25 +20,21 @@ namespace booster {
 
 class CheckpointIO;
 
-/// loss = criterion(logits, labels).
+/// loss = criterion(logits, labels): the training loop's criterion.
 using Criterion = std::function<Tensor(const Tensor& logits, const Tensor& labels)>;
+/// loss = criterion(outputs, micro_batch): a pipeline's criterion (Colossal-AI's
+/// criterion(outputs, inputs)), on the last stage's outputs and the micro-batch's tensors.
+using StageCriterion = std::function<Tensor(const TensorMap& outputs, const TensorMap& batch)>;
+/// A StageCriterion applying `criterion` to outputs[output_key] and batch[label_key].
+StageCriterion on_keys(Criterion criterion, std::string output_key = "logits", std::string label_key = "labels");
 
 /// The five objects boost() hands to configure() and returns.
 struct BoostedObjects {
-  std::shared_ptr<BoostedModel> model;
+  std::shared_ptr<ModelWrapper> model;
   std::shared_ptr<OptimizerWrapper> optimizer;
   Criterion criterion;
   std::shared_ptr<data::DataLoader> dataloader;
   std::shared_ptr<optim::LRScheduler> lr_scheduler;
-};
-
-/// Arguments of prepare_dataloader (Colossal-AI's names and defaults).
-struct DataLoaderArgs {
-  int64_t batch_size = 1;
-  bool shuffle = false;
-  uint64_t seed = 1024;
-  bool drop_last = false;
-  int num_workers = 0;
 };
 
 /// A scope in which gradients accumulate locally (ends when destroyed).
@@ -54,11 +53,14 @@ class NoSyncScope {
   std::function<void()> on_exit_;
 };
 
-/// Result of execute_pipeline.
+/// Result of execute_pipeline (set on the last stage, empty elsewhere).
 struct PipelineResult {
   Tensor loss;
-  Tensor outputs;
+  TensorMap outputs;
 };
+
+/// Pulls the next batch of a pipeline step (nullopt: the data ran out).
+using DataIter = std::function<std::optional<TensorMap>()>;
 
 class Plugin {
  public:
@@ -72,19 +74,24 @@ class Plugin {
   virtual bool support_no_sync() const = 0;
   virtual bool support_pipeline() const { return false; }
 
-  /// Rewrites the objects in place (wraps the model and optimizer, prepares communication).
+  /// Rewrites the objects: wraps objects.model and objects.optimizer in the plugin's
+  /// wrappers (and prepares communication); boost() returns what it leaves there.
   virtual void configure(BoostedObjects& objects) = 0;
   /// The plugin's checkpoint IO.
   virtual std::shared_ptr<CheckpointIO> get_checkpoint_io() = 0;
   /// Gradient accumulation without communication until the scope ends.
-  virtual NoSyncScope no_sync(BoostedModel& model, OptimizerWrapper* optimizer);
-  /// A DataLoader whose sampler gives this rank its data-parallel share.
+  virtual NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer);
+  /// A DataLoader whose sampler gives this rank its data-parallel share (Colossal-AI's
+  /// prepare_dataloader arguments: batch_size, shuffle, seed, drop_last, num_workers).
   virtual std::shared_ptr<data::DataLoader> prepare_dataloader(std::shared_ptr<const data::Dataset> dataset,
-                                                               const DataLoaderArgs& args) = 0;
+                                                               const data::DataLoaderOptions& options);
   /// Runs one pipeline step; plugins without a pipeline say so.
-  virtual PipelineResult execute_pipeline(const std::function<std::optional<data::Batch>()>& data_iter,
-                                          BoostedModel& model, const Criterion& criterion, OptimizerWrapper* optimizer,
-                                          bool return_loss, bool return_outputs);
+  virtual PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                          OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
+
+ protected:
+  /// This rank's data-parallel group: rank and size (all ranks by default).
+  virtual std::pair<int, int> dp_rank_size() const;
 };
 
 }  // namespace booster

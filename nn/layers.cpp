@@ -16,6 +16,17 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias, DType dtype
   this->bias = register_parameter("bias", b);
 }
 
+Linear::Linear(Tensor w, Tensor b)
+    : in_(w.defined() && w.dim() == 2 ? w.size(1) : 0), out_(w.defined() && w.dim() == 2 ? w.size(0) : 0),
+      has_bias_(b.defined()), dtype_(w.defined() ? w.dtype() : DType::f32) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 2, "Linear(weight, bias): weight must be [out, in], got ",
+                  w.defined() ? shape_str(w.shape()) : "undefined");
+  BOOSTER_CHECK_T(ShapeError, !b.defined() || b.shape() == Shape{out_}, "Linear(weight, bias): bias ",
+                  b.defined() ? shape_str(b.shape()) : "", " does not match ", out_, " outputs");
+  weight = register_parameter("weight", w, w.requires_grad());
+  bias = register_parameter("bias", b, b.defined() && b.requires_grad());
+}
+
 std::shared_ptr<Module> Linear::fresh() const { return std::make_shared<Linear>(in_, out_, has_bias_, dtype_); }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
@@ -67,8 +78,22 @@ void Sequential::push_back(std::shared_ptr<UnaryModule> m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& s : slots_) h = s->forward(h);
+  for (auto& s : slots_) h = s(h);
   return h;
+}
+
+std::vector<std::string> Sequential::stage_modules(const StageSpec& s) const {
+  std::vector<std::string> out;
+  for (int64_t i = s.layer_begin; i < s.layer_end; ++i) out.push_back(std::to_string(i));
+  return out;
+}
+
+TensorMap Sequential::stage_forward(const TensorMap& inputs, const StageSpec& s) {
+  BOOSTER_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= num_pipeline_layers(),
+                "Sequential stage: layers [", s.layer_begin, ", ", s.layer_end, ") of ", num_pipeline_layers());
+  Tensor h = need(inputs, s.first ? "input" : "hidden_states", "Sequential stage");
+  for (int64_t i = s.layer_begin; i < s.layer_end; ++i) h = slots_[size_t(i)](h);
+  return {{s.last ? "output" : "hidden_states", h}};
 }
 
 std::shared_ptr<Module> Sequential::fresh() const {

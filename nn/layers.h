@@ -5,6 +5,7 @@
 
 #include "core/kernels/ops.h"
 #include "nn/module.h"
+#include "nn/pipeline.h"
 
 namespace booster::nn {
 
@@ -12,6 +13,10 @@ namespace booster::nn {
 class Linear : public UnaryModule {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true, DType dtype = DType::f32);
+  /// A Linear around existing parameter handles (the same tensors, not copies): weight
+  /// [out, in], bias [out] or undefined. Replacement layers adopt a model's parameters
+  /// this way, so an optimizer built before the replacement still updates them.
+  Linear(Tensor weight, Tensor bias);
   std::string type_name() const override { return "Linear"; }
   Tensor forward(const Tensor& x) override { return linear(x, weight, bias.defined() ? bias.get() : Tensor()); }
   int64_t in_features() const { return in_; }
@@ -92,13 +97,17 @@ class Identity : public UnaryModule {
   std::shared_ptr<Module> fresh() const override { return std::make_shared<Identity>(); }
 };
 
-/// Unary modules applied in order; children are named "0", "1", ...
-class Sequential : public UnaryModule {
+/// Unary modules applied in order; children are named "0", "1", ... As a pipeline its
+/// children are the layers: the first stage reads "input", the last returns "output".
+class Sequential : public UnaryModule, public PipelineModule {
  public:
   Sequential() = default;
   explicit Sequential(std::vector<std::shared_ptr<UnaryModule>> layers);
   std::string type_name() const override { return "Sequential"; }
   Tensor forward(const Tensor& x) override;
+  int64_t num_pipeline_layers() const override { return int64_t(slots_.size()); }
+  std::vector<std::string> stage_modules(const StageSpec& s) const override;
+  TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) override;
   /// Appends a layer.
   void push_back(std::shared_ptr<UnaryModule> m);
   size_t size() const { return slots_.size(); }
@@ -119,6 +128,8 @@ class ModuleList : public Module {
   void push_back(std::shared_ptr<T> m) { slots_.push_back(register_module(std::to_string(slots_.size()), std::move(m))); }
   size_t size() const { return slots_.size(); }
   T& operator[](size_t i) const { return *slots_.at(i); }
+  /// The slot of module i (calling it runs the module with its hooks).
+  const Slot<T>& at(size_t i) const { return slots_.at(i); }
   auto begin() const { return slots_.begin(); }
   auto end() const { return slots_.end(); }
 

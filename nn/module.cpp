@@ -174,6 +174,58 @@ void Module::replace_tensor(const std::string& path, const Tensor& t) {
   c->tensor = t;
 }
 
+HookHandle Module::add_hook(HookList<ModuleHook> Hooks::*list, ModuleHook hook) {
+  BOOSTER_CHECK(hook != nullptr, type_name(), ": hook is empty");
+  if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  const uint64_t id = ((*hooks_).*list).add(std::move(hook));
+  std::weak_ptr<Hooks> weak = hooks_;
+  return HookHandle([weak, list, id] {
+    if (auto h = weak.lock()) ((*h).*list).remove(id);
+  });
+}
+
+HookHandle Module::register_forward_pre_hook(ModuleHook hook) { return add_hook(&Hooks::forward_pre, std::move(hook)); }
+HookHandle Module::register_forward_hook(ModuleHook hook) { return add_hook(&Hooks::forward, std::move(hook)); }
+HookHandle Module::register_backward_pre_hook(ModuleHook hook) { return add_hook(&Hooks::backward_pre, std::move(hook)); }
+
+namespace {
+const char* attribute_type(const Attribute& a) {
+  static const char* names[] = {"int", "float", "bool", "string"};
+  return names[a.index()];
+}
+}  // namespace
+
+std::vector<std::string> Module::attribute_names() const {
+  std::vector<std::string> out;
+  for (auto& [n, p] : attributes_) out.push_back(n);
+  return out;
+}
+
+void Module::set_attribute(const std::string& path, const Attribute& value) {
+  auto [owner, name] = split_last(path);
+  auto m = get(owner);
+  for (auto& [n, p] : m->attributes_) {
+    if (n != name) continue;
+    BOOSTER_CHECK(p.index() == value.index(), "set_attribute('", path, "'): ", m->type_name(), ".", name, " is ",
+                  attribute_type(Attribute(std::visit([](auto* v) { return Attribute(*v); }, p))), ", got ",
+                  attribute_type(value));
+    std::visit([&](auto* dst) { *dst = std::get<std::remove_pointer_t<decltype(dst)>>(value); }, p);
+    return;
+  }
+  std::string names;
+  for (auto& a : m->attribute_names()) names += (names.empty() ? "" : ", ") + a;
+  BOOSTER_THROW(ValueError, "set_attribute('", path, "'): ", m->type_name(), " has no attribute '", name,
+                "' (attributes: ", names.empty() ? "none" : names, ")");
+}
+
+Attribute Module::attribute(const std::string& path) const {
+  auto [owner, name] = split_last(path);
+  auto m = get(owner);
+  for (auto& [n, p] : m->attributes_)
+    if (n == name) return std::visit([](auto* v) { return Attribute(*v); }, p);
+  BOOSTER_THROW(ValueError, "attribute('", path, "'): ", m->type_name(), " has no attribute '", name, "'");
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& c : children_)
@@ -229,6 +281,7 @@ LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
 void Module::copy_into(Module& dst) const {
   NoGradGuard ng;
   dst.training_ = training_;
+  for (auto& [n, p] : attributes_) dst.set_attribute(n, std::visit([](auto* v) { return Attribute(*v); }, p));
   for (auto& c : children_) {
     detail::ChildCell* d = dst.find_child(c->name);
     BOOSTER_CHECK(d, "clone: ", dst.type_name(), " built without child '", c->name, "'");

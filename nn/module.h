@@ -1,7 +1,9 @@
-// Module: a named registry of children, parameters and buffers. A parent's typed member
-// is a Slot that points into its registry cell, and forward() always calls through the
-// slot, so replace("a.b.c", m) takes effect in the parent's forward at once. Parameters
-// are Tensor handles (identity survives resharding) walked from the registry on every call.
+// Module: a named registry of children, parameters, buffers and attributes. A parent's
+// typed member is a Slot that points into its registry cell, typed by the interface the
+// parent calls (UnaryModule, ...), and forward() always calls through the slot, which
+// dispatches virtually and runs the child's hooks: replace("a.b.c", m) takes effect in
+// the parent's forward at once, at any depth. Parameters are Tensor handles (identity
+// survives resharding) walked from the registry on every call.
 #pragma once
 
 #include <functional>
@@ -10,8 +12,11 @@
 #include <string>
 #include <typeinfo>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "core/autograd/engine.h"
+#include "core/common/hook_handle.h"
 #include "core/tensor/tensor.h"
 
 namespace booster::nn {
@@ -34,6 +39,8 @@ struct TensorCell {
 }  // namespace detail
 
 /// A typed view of a registry cell: always returns what the registry holds now.
+/// slot(args...) runs the child's forward with its hooks (call it that way in forwards);
+/// slot->forward(args...) runs the bare forward.
 template <typename T>
 class Slot {
  public:
@@ -44,10 +51,35 @@ class Slot {
   T& operator*() const { return *get(); }
   explicit operator bool() const { return cell_ && cell_->module; }
   std::shared_ptr<Module> shared() const { return cell_->module; }
+  /// The child's forward, with its hooks.
+  template <typename... A>
+  auto operator()(A&&... args) const;
 
  private:
   detail::ChildCell* cell_ = nullptr;
 };
+
+/// A module attribute a policy may change by name (e.g. heads per rank).
+using Attribute = std::variant<int64_t, double, bool, std::string>;
+
+/// What module hooks receive.
+using ModuleHook = std::function<void(Module&)>;
+
+/// Calls f on every tensor of a forward's output; overload visit_tensors for output structs
+/// (found by argument-dependent lookup). Other types have no tensors to visit.
+inline void visit_tensors(Tensor& t, const std::function<void(Tensor&)>& f) {
+  if (t.defined()) f(t);
+}
+inline void visit_tensors(std::map<std::string, Tensor>& m, const std::function<void(Tensor&)>& f) {
+  for (auto& [k, t] : m)
+    if (t.defined()) f(t);
+}
+/// Output types without an overload: a backward-pre hook cannot see their tensors.
+template <typename T>
+void visit_tensors(T&, const std::function<void(Tensor&)>&) {
+  BOOSTER_THROW(ValueError, "a backward-pre hook is registered on a module whose forward returns a type without a "
+                            "visit_tensors overload, so its gradients cannot be seen");
+}
 
 /// A view of a parameter or buffer cell.
 class TensorSlot {
@@ -108,6 +140,27 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Rebinds the parameter or buffer cell at a dotted path to another tensor handle.
   void replace_tensor(const std::string& path, const Tensor& t);
 
+  // ---- attributes ----
+  /// Sets the attribute at a dotted path ("attention.attention.num_attention_heads");
+  /// ValueError naming the path when there is none or the value's type differs.
+  void set_attribute(const std::string& path, const Attribute& value);
+  /// The attribute at a dotted path.
+  Attribute attribute(const std::string& path) const;
+  /// Names of this module's own attributes.
+  std::vector<std::string> attribute_names() const;
+
+  // ---- hooks (each returns a handle that removes it) ----
+  /// Runs before this module's forward (called through a slot or operator()).
+  HookHandle register_forward_pre_hook(ModuleHook hook);
+  /// Runs after this module's forward.
+  HookHandle register_forward_hook(ModuleHook hook);
+  /// Runs when backward reaches this module's outputs, before any op inside it runs its
+  /// backward (so before its parameters are used there); once per backward pass.
+  HookHandle register_backward_pre_hook(ModuleHook hook);
+  /// Runs `f`, a forward of this module, with its hooks around it.
+  template <typename F>
+  auto call_forward(F&& f);
+
   // ---- modes ----
   /// Sets training mode on this module and every descendant.
   void train(bool on = true);
@@ -139,6 +192,11 @@ class Module : public std::enable_shared_from_this<Module> {
   TensorSlot register_parameter(const std::string& name, Tensor t, bool requires_grad = true);
   /// Registers a buffer (state that is saved but not trained).
   TensorSlot register_buffer(const std::string& name, Tensor t);
+  /// Registers a member as a named attribute (it must outlive nothing: it is a member).
+  template <typename T>
+  void register_attribute(const std::string& name, T* member) {
+    attributes_.emplace_back(name, AttrPtr(member));
+  }
 
   /// A new module of the same type and configuration (children and tensors are then
   /// overwritten by clone()).
@@ -155,6 +213,17 @@ class Module : public std::enable_shared_from_this<Module> {
   void walk_tensors(const std::string& prefix, bool params, bool recurse, StateDict& out) const;
   void copy_into(Module& dst) const;
 
+  using AttrPtr = std::variant<int64_t*, double*, bool*, std::string*>;
+  struct Hooks {
+    HookList<ModuleHook> forward_pre, forward, backward_pre;
+    bool empty() const { return forward_pre.empty() && forward.empty() && backward_pre.empty(); }
+  };
+  HookHandle add_hook(HookList<ModuleHook> Hooks::*list, ModuleHook hook);
+  template <typename T>
+  void attach_backward_pre(T& out);
+
+  std::vector<std::pair<std::string, AttrPtr>> attributes_;
+  std::shared_ptr<Hooks> hooks_;
   std::vector<std::unique_ptr<detail::ChildCell>> children_;
   std::vector<std::unique_ptr<detail::TensorCell>> params_;
   std::vector<std::unique_ptr<detail::TensorCell>> buffers_;
@@ -169,12 +238,50 @@ std::string Module::kind_name() {
   return demangle(typeid(T).name());
 }
 
+template <typename F>
+auto Module::call_forward(F&& f) {
+  if (!hooks_ || hooks_->empty()) return f();
+  hooks_->forward_pre.fire(*this);
+  auto out = f();
+  if (!hooks_->backward_pre.empty()) attach_backward_pre(out);
+  hooks_->forward.fire(*this);
+  return out;
+}
+
+template <typename T>
+void Module::attach_backward_pre(T& out) {
+  // One firing per backward pass however many outputs the gradient arrives through.
+  std::weak_ptr<Hooks> weak = hooks_;
+  auto last = std::make_shared<uint64_t>(UINT64_MAX);
+  auto self = weak_from_this();
+  Module* raw = this;
+  visit_tensors(out, [&](Tensor& t) {
+    t = autograd::on_gradient(t, [weak, last, self, raw] {
+      auto h = weak.lock();
+      if (!h || *last == autograd::backward_pass_id()) return;
+      *last = autograd::backward_pass_id();
+      auto keep = self.lock();  // alive while its hooks run
+      h->backward_pre.fire(*raw);
+    });
+  });
+}
+
+template <typename T>
+template <typename... A>
+auto Slot<T>::operator()(A&&... args) const {
+  T* m = get();
+  return m->call_forward([&] { return m->forward(std::forward<A>(args)...); });
+}
+
 /// A module with one tensor in and one out (layers that fit Sequential).
 class UnaryModule : public Module {
  public:
   /// Runs the layer.
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /// Runs the layer with its hooks.
+  Tensor operator()(const Tensor& x) {
+    return call_forward([&] { return forward(x); });
+  }
 };
 
 /// Skips parameter initialization while alive (clone() and from_pretrained overwrite it).

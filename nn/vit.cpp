@@ -2,13 +2,14 @@
 #include "nn/vit.h"
 
 #include <cmath>
+#include <typeinfo>
 
 #include "nn/init.h"
 
 namespace booster::nn {
 
 ViTPatchEmbeddings::ViTPatchEmbeddings(const ViTConfig& c) : c_(c) {
-  projection = register_module("projection", std::make_shared<Conv2d>(c.num_channels, c.hidden_size,
+  projection = register_module<UnaryModule>("projection", std::make_shared<Conv2d>(c.num_channels, c.hidden_size,
                                                                         std::pair{c.patch_size, c.patch_size},
                                                                         std::pair{c.patch_size, c.patch_size}));
 }
@@ -20,7 +21,7 @@ Tensor ViTPatchEmbeddings::forward(const Tensor& pixel_values) {
                       pixel_values.size(2) == c_.image_size && pixel_values.size(3) == c_.image_size,
                   "ViT: pixel_values ", shape_str(pixel_values.shape()), " do not match the model's input [B, ",
                   c_.num_channels, ", ", c_.image_size, ", ", c_.image_size, "]");
-  return projection->forward(pixel_values).flatten(2).transpose(1, 2);
+  return projection(pixel_values).flatten(2).transpose(1, 2);
 }
 
 ViTEmbeddings::ViTEmbeddings(const ViTConfig& c) : c_(c) {
@@ -29,96 +30,118 @@ ViTEmbeddings::ViTEmbeddings(const ViTConfig& c) : c_(c) {
   init::trunc_normal_(pos, 0.0, c.initializer_range);
   cls_token = register_parameter("cls_token", cls);
   position_embeddings = register_parameter("position_embeddings", pos);
-  patch_embeddings = register_module("patch_embeddings", std::make_shared<ViTPatchEmbeddings>(c));
-  dropout = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
+  patch_embeddings = register_module<UnaryModule>("patch_embeddings", std::make_shared<ViTPatchEmbeddings>(c));
+  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
 }
 
 // pixel_values: [B, C, H, W] -> [B, N + 1, hidden]
 Tensor ViTEmbeddings::forward(const Tensor& pixel_values) {
-  Tensor patches = patch_embeddings->forward(pixel_values);  // [B, N, hidden]
+  Tensor patches = patch_embeddings(pixel_values);  // [B, N, hidden]
   const int64_t b = patches.size(0);
   Tensor cls = cls_token->expand({b, 1, c_.hidden_size});
   Tensor x = concat({cls.to(patches.dtype()), patches}, 1);
-  return dropout->forward(add(x, position_embeddings->to(x.dtype())));
+  return dropout(add(x, position_embeddings->to(x.dtype())));
 }
 
-ViTSelfAttention::ViTSelfAttention(const ViTConfig& c) : num_attention_heads(c.num_attention_heads), c_(c) {
-  query = register_module("query", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  key = register_module("key", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  value = register_module("value", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  dropout = register_module("dropout", std::make_shared<Dropout>(c.attention_probs_dropout_prob));
+ViTSelfAttention::ViTSelfAttention(const ViTConfig& c)
+    : num_attention_heads(c.num_attention_heads),
+      attention_head_size(c.hidden_size / c.num_attention_heads),
+      all_head_size(c.hidden_size),
+      c_(c) {
+  query = register_module<UnaryModule>("query", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
+  key = register_module<UnaryModule>("key", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
+  value = register_module<UnaryModule>("value", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
+  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.attention_probs_dropout_prob));
+  register_attribute("num_attention_heads", &num_attention_heads);
+  register_attribute("attention_head_size", &attention_head_size);
+  register_attribute("all_head_size", &all_head_size);
 }
 
-// hidden: [B, T, H] -> [B, T, H'] where H' = heads * head_dim of this module's projections
+// hidden: [B, T, H] -> [B, T, all_head_size] (heads * head_dim of this rank's projections)
 Tensor ViTSelfAttention::forward(const Tensor& hidden) {
-  const int64_t b = hidden.size(0), t = hidden.size(1);
-  const int64_t head_dim = c_.hidden_size / c_.num_attention_heads;
-  auto heads = [&](const Tensor& x) {  // [B, T, h*d] -> [B, h, T, d]
-    return x.view({b, t, x.size(-1) / head_dim, head_dim}).permute({0, 2, 1, 3});
+  const int64_t b = hidden.size(0), t = hidden.size(1), d = attention_head_size, h = num_attention_heads;
+  auto heads = [&](const Tensor& x, const char* which) {  // [B, T, h*d] -> [B, h, T, d]
+    BOOSTER_CHECK_T(ShapeError, x.size(-1) == h * d && all_head_size == h * d, "ViTSelfAttention: ", which, " gives ",
+                    x.size(-1), " features, but num_attention_heads ", h, " x attention_head_size ", d,
+                    " (all_head_size ", all_head_size, "); a policy that shards the projections must set the heads "
+                    "and all_head_size per rank");
+    return x.view({b, t, h, d}).permute({0, 2, 1, 3});
   };
-  Tensor q = heads(query->forward(hidden)), k = heads(key->forward(hidden)), v = heads(value->forward(hidden));
-  // HF's sdpa attention: dropout on the probabilities only while training.
-  Tensor ctx = scaled_dot_product_attention(q, k, v, is_training() ? dropout->p() : 0.0)
-                   .permute({0, 2, 1, 3});  // [B, T, h, d], contiguous memory
-  return ctx.reshape({b, t, ctx.size(2) * head_dim});
+  Tensor q = heads(query(hidden), "query"), k = heads(key(hidden), "key"), v = heads(value(hidden), "value");
+  Tensor ctx;
+  auto* stock = dynamic_cast<Dropout*>(dropout.get());
+  if (stock && typeid(*stock) == typeid(Dropout)) {
+    // HF's sdpa attention: the kernel drops probabilities itself, only while training.
+    ctx = scaled_dot_product_attention(q, k, v, is_training() ? stock->p() : 0.0);
+  } else {
+    // Another module in the dropout slot: HF's eager attention, with the slot on the probabilities.
+    Tensor probs = softmax(scale(matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(double(d))));
+    ctx = matmul(dropout(probs), v);
+  }
+  ctx = ctx.permute({0, 2, 1, 3});  // [B, T, h, d]
+  return ctx.reshape({b, t, all_head_size});
 }
 
 ViTSelfOutput::ViTSelfOutput(const ViTConfig& c) : c_(c) {
-  dense = register_module("dense", std::make_shared<Linear>(c.hidden_size, c.hidden_size));
-  dropout = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
+  dense = register_module<UnaryModule>("dense", std::make_shared<Linear>(c.hidden_size, c.hidden_size));
+  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
 }
 
 ViTAttention::ViTAttention(const ViTConfig& c) : c_(c) {
-  attention = register_module("attention", std::make_shared<ViTSelfAttention>(c));
-  output = register_module("output", std::make_shared<ViTSelfOutput>(c));
+  attention = register_module<UnaryModule>("attention", std::make_shared<ViTSelfAttention>(c));
+  output = register_module<UnaryModule>("output", std::make_shared<ViTSelfOutput>(c));
 }
 
 ViTIntermediate::ViTIntermediate(const ViTConfig& c) : c_(c) {
-  dense = register_module("dense", std::make_shared<Linear>(c.hidden_size, c.intermediate_size));
+  dense = register_module<UnaryModule>("dense", std::make_shared<Linear>(c.hidden_size, c.intermediate_size));
   intermediate_act_fn = register_module<UnaryModule>(
       "intermediate_act_fn", std::make_shared<GELU>(c.hidden_act == "gelu" ? "none" : "tanh"));
 }
 
 ViTOutput::ViTOutput(const ViTConfig& c) : c_(c) {
-  dense = register_module("dense", std::make_shared<Linear>(c.intermediate_size, c.hidden_size));
-  dropout = register_module("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
+  dense = register_module<UnaryModule>("dense", std::make_shared<Linear>(c.intermediate_size, c.hidden_size));
+  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
 }
 
 ViTLayer::ViTLayer(const ViTConfig& c) : c_(c) {
-  attention = register_module("attention", std::make_shared<ViTAttention>(c));
-  intermediate = register_module("intermediate", std::make_shared<ViTIntermediate>(c));
+  attention = register_module<UnaryModule>("attention", std::make_shared<ViTAttention>(c));
+  intermediate = register_module<UnaryModule>("intermediate", std::make_shared<ViTIntermediate>(c));
   output = register_module("output", std::make_shared<ViTOutput>(c));
-  layernorm_before = register_module("layernorm_before", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
-  layernorm_after = register_module("layernorm_after", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
+  layernorm_before =
+      register_module<UnaryModule>("layernorm_before", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
+  layernorm_after =
+      register_module<UnaryModule>("layernorm_after", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
 }
 
 // hidden: [B, T, H] -> [B, T, H]
 Tensor ViTLayer::forward(const Tensor& hidden) {
-  Tensor h = add(attention->forward(layernorm_before->forward(hidden)), hidden);
-  return output->forward(intermediate->forward(layernorm_after->forward(h)), h);
+  Tensor h = add(attention(layernorm_before(hidden)), hidden);
+  return output(intermediate(layernorm_after(h)), h);
 }
 
 ViTEncoder::ViTEncoder(const ViTConfig& c) : c_(c) {
-  auto list = std::make_shared<ModuleList<ViTLayer>>();
+  auto list = std::make_shared<ModuleList<UnaryModule>>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) list->push_back(std::make_shared<ViTLayer>(c));
   layer = register_module("layer", list);
 }
 
-Tensor ViTEncoder::forward(const Tensor& hidden) {
+Tensor ViTEncoder::forward(const Tensor& hidden) { return forward_layers(hidden, 0, int64_t(layer->size())); }
+
+Tensor ViTEncoder::forward_layers(const Tensor& hidden, int64_t begin, int64_t end) {
+  BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(layer->size()), "ViTEncoder: layers [", begin, ", ", end,
+                ") of ", layer->size());
   Tensor h = hidden;
-  for (auto& l : *layer) h = l->forward(h);
+  for (int64_t i = begin; i < end; ++i) h = layer->at(size_t(i))(h);
   return h;
 }
 
 ViTModel::ViTModel(const ViTConfig& c) : c_(c) {
-  embeddings = register_module("embeddings", std::make_shared<ViTEmbeddings>(c));
+  embeddings = register_module<UnaryModule>("embeddings", std::make_shared<ViTEmbeddings>(c));
   encoder = register_module("encoder", std::make_shared<ViTEncoder>(c));
-  layernorm = register_module("layernorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
+  layernorm = register_module<UnaryModule>("layernorm", std::make_shared<LayerNorm>(c.hidden_size, c.layer_norm_eps));
 }
 
-Tensor ViTModel::forward(const Tensor& pixel_values) {
-  return layernorm->forward(encoder->forward(embeddings->forward(pixel_values)));
-}
+Tensor ViTModel::forward(const Tensor& pixel_values) { return layernorm(encoder(embeddings(pixel_values))); }
 
 ViTForImageClassification::ViTForImageClassification(const ViTConfig& c) : c_(c) {
   c.validate();
@@ -130,11 +153,30 @@ ViTForImageClassification::ViTForImageClassification(const ViTConfig& c) : c_(c)
 }
 
 ImageClassifierOutput ViTForImageClassification::forward(const Tensor& pixel_values, const Tensor& labels) {
-  Tensor seq = vit->forward(pixel_values);          // [B, T, H]
-  Tensor logits = classifier->forward(seq.select(1, 0));  // CLS token: [B, H] -> [B, L]
+  Tensor seq = vit(pixel_values);                    // [B, T, H]
+  Tensor logits = classifier(seq.select(1, 0));      // CLS token: [B, H] -> [B, L]
   ImageClassifierOutput out{logits, Tensor()};
   if (labels.defined()) out.loss = cross_entropy(logits, labels);
   return out;
+}
+
+int64_t ViTForImageClassification::num_pipeline_layers() const { return int64_t(vit->encoder->layer->size()); }
+
+std::vector<std::string> ViTForImageClassification::stage_modules(const StageSpec& s) const {
+  std::vector<std::string> out;
+  if (s.first) out.push_back("vit.embeddings");
+  for (int64_t i = s.layer_begin; i < s.layer_end; ++i) out.push_back("vit.encoder.layer." + std::to_string(i));
+  if (s.last) out.insert(out.end(), {"vit.layernorm", "classifier"});
+  return out;
+}
+
+// first: {"pixel_values"} -> ...; others: {"hidden_states" [B, T, H]}; last -> {"logits" [B, L]}
+TensorMap ViTForImageClassification::stage_forward(const TensorMap& inputs, const StageSpec& s) {
+  ViTModel& m = *vit;
+  Tensor h = s.first ? m.embeddings(need(inputs, "pixel_values", "ViT stage")) : need(inputs, "hidden_states", "ViT stage");
+  h = m.encoder->forward_layers(h, s.layer_begin, s.layer_end);
+  if (!s.last) return {{"hidden_states", h}};
+  return {{"logits", classifier(m.layernorm(h).select(1, 0))}};
 }
 
 void ViTForImageClassification::reset_classifier(int64_t num_labels) {

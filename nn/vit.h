@@ -1,20 +1,24 @@
 // Vision Transformer with Hugging Face's module structure and parameter names
 // (vit.encoder.layer.0.attention.attention.query.weight, ...), so pretrained weights and
-// checkpoints load by name. Pre-norm layers, exact GELU, no pooler.
+// checkpoints load by name. Pre-norm layers, exact GELU, no pooler. Every forward is
+// virtual and every child is called through its slot, typed by the interface the parent
+// calls, so a policy may replace any module at any depth (a projection, a dropout, a
+// self-attention, a whole layer).
 #pragma once
 
 #include "nn/layers.h"
+#include "nn/pipeline.h"
 #include "nn/vit_config.h"
 
 namespace booster::nn {
 
 /// Patch projection: [B, C, H, W] -> [B, N, hidden].
-class ViTPatchEmbeddings : public Module {
+class ViTPatchEmbeddings : public UnaryModule {
  public:
   explicit ViTPatchEmbeddings(const ViTConfig& c);
   std::string type_name() const override { return "ViTPatchEmbeddings"; }
-  Tensor forward(const Tensor& pixel_values);
-  Slot<Conv2d> projection;
+  Tensor forward(const Tensor& pixel_values) override;
+  Slot<UnaryModule> projection;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTPatchEmbeddings>(c_); }
@@ -22,30 +26,31 @@ class ViTPatchEmbeddings : public Module {
 };
 
 /// CLS token + patch embeddings + position embeddings: [B, C, H, W] -> [B, N + 1, hidden].
-class ViTEmbeddings : public Module {
+class ViTEmbeddings : public UnaryModule {
  public:
   explicit ViTEmbeddings(const ViTConfig& c);
   std::string type_name() const override { return "ViTEmbeddings"; }
-  Tensor forward(const Tensor& pixel_values);
+  Tensor forward(const Tensor& pixel_values) override;
   TensorSlot cls_token, position_embeddings;
-  Slot<ViTPatchEmbeddings> patch_embeddings;
-  Slot<Dropout> dropout;
+  Slot<UnaryModule> patch_embeddings, dropout;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTEmbeddings>(c_); }
   ViTConfig c_;
 };
 
-/// Multi-head self-attention with separate query/key/value: [B, T, H] -> [B, T, H].
-class ViTSelfAttention : public Module {
+/// Multi-head self-attention with separate query/key/value: [B, T, H] -> [B, T, H'].
+/// The probabilities' dropout is the `dropout` slot: the fused attention kernel applies
+/// the stock Dropout itself; any other module there runs on the probabilities as HF's
+/// eager attention does.
+class ViTSelfAttention : public UnaryModule {
  public:
   explicit ViTSelfAttention(const ViTConfig& c);
   std::string type_name() const override { return "ViTSelfAttention"; }
-  Tensor forward(const Tensor& hidden);
-  Slot<Linear> query, key, value;
-  Slot<Dropout> dropout;
-  /// Heads this module computes (a tensor-parallel policy lowers it per rank).
-  int64_t num_attention_heads;
+  Tensor forward(const Tensor& hidden) override;
+  Slot<UnaryModule> query, key, value, dropout;
+  /// HF's attributes (a tensor-parallel policy sets the heads and all_head_size per rank).
+  int64_t num_attention_heads, attention_head_size, all_head_size;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTSelfAttention>(c_); }
@@ -53,13 +58,12 @@ class ViTSelfAttention : public Module {
 };
 
 /// Attention output projection: dense + dropout.
-class ViTSelfOutput : public Module {
+class ViTSelfOutput : public UnaryModule {
  public:
   explicit ViTSelfOutput(const ViTConfig& c);
   std::string type_name() const override { return "ViTSelfOutput"; }
-  Tensor forward(const Tensor& hidden) { return dropout->forward(dense->forward(hidden)); }
-  Slot<Linear> dense;
-  Slot<Dropout> dropout;
+  Tensor forward(const Tensor& hidden) override { return dropout(dense(hidden)); }
+  Slot<UnaryModule> dense, dropout;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTSelfOutput>(c_); }
@@ -67,13 +71,12 @@ class ViTSelfOutput : public Module {
 };
 
 /// ViTSelfAttention followed by ViTSelfOutput.
-class ViTAttention : public Module {
+class ViTAttention : public UnaryModule {
  public:
   explicit ViTAttention(const ViTConfig& c);
   std::string type_name() const override { return "ViTAttention"; }
-  Tensor forward(const Tensor& hidden) { return output->forward(attention->forward(hidden)); }
-  Slot<ViTSelfAttention> attention;
-  Slot<ViTSelfOutput> output;
+  Tensor forward(const Tensor& hidden) override { return output(attention(hidden)); }
+  Slot<UnaryModule> attention, output;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTAttention>(c_); }
@@ -81,13 +84,12 @@ class ViTAttention : public Module {
 };
 
 /// MLP up-projection and activation: [B, T, H] -> [B, T, I].
-class ViTIntermediate : public Module {
+class ViTIntermediate : public UnaryModule {
  public:
   explicit ViTIntermediate(const ViTConfig& c);
   std::string type_name() const override { return "ViTIntermediate"; }
-  Tensor forward(const Tensor& hidden) { return intermediate_act_fn->forward(dense->forward(hidden)); }
-  Slot<Linear> dense;
-  Slot<UnaryModule> intermediate_act_fn;
+  Tensor forward(const Tensor& hidden) override { return intermediate_act_fn(dense(hidden)); }
+  Slot<UnaryModule> dense, intermediate_act_fn;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTIntermediate>(c_); }
@@ -99,11 +101,8 @@ class ViTOutput : public Module {
  public:
   explicit ViTOutput(const ViTConfig& c);
   std::string type_name() const override { return "ViTOutput"; }
-  Tensor forward(const Tensor& hidden, const Tensor& residual) {
-    return add(dropout->forward(dense->forward(hidden)), residual);
-  }
-  Slot<Linear> dense;
-  Slot<Dropout> dropout;
+  virtual Tensor forward(const Tensor& hidden, const Tensor& residual) { return add(dropout(dense(hidden)), residual); }
+  Slot<UnaryModule> dense, dropout;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTOutput>(c_); }
@@ -111,15 +110,14 @@ class ViTOutput : public Module {
 };
 
 /// One pre-norm transformer block.
-class ViTLayer : public Module {
+class ViTLayer : public UnaryModule {
  public:
   explicit ViTLayer(const ViTConfig& c);
   std::string type_name() const override { return "ViTLayer"; }
-  Tensor forward(const Tensor& hidden);
-  Slot<ViTAttention> attention;
-  Slot<ViTIntermediate> intermediate;
+  Tensor forward(const Tensor& hidden) override;
+  Slot<UnaryModule> attention, intermediate;
   Slot<ViTOutput> output;
-  Slot<LayerNorm> layernorm_before, layernorm_after;
+  Slot<UnaryModule> layernorm_before, layernorm_after;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTLayer>(c_); }
@@ -127,12 +125,14 @@ class ViTLayer : public Module {
 };
 
 /// The stack of layers.
-class ViTEncoder : public Module {
+class ViTEncoder : public UnaryModule {
  public:
   explicit ViTEncoder(const ViTConfig& c);
   std::string type_name() const override { return "ViTEncoder"; }
-  Tensor forward(const Tensor& hidden);
-  Slot<ModuleList<ViTLayer>> layer;
+  Tensor forward(const Tensor& hidden) override;
+  /// Runs layers [begin, end) (a pipeline stage's share).
+  Tensor forward_layers(const Tensor& hidden, int64_t begin, int64_t end);
+  Slot<ModuleList<UnaryModule>> layer;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTEncoder>(c_); }
@@ -140,14 +140,14 @@ class ViTEncoder : public Module {
 };
 
 /// Embeddings, encoder and the final layer norm (no pooler): -> [B, N + 1, hidden].
-class ViTModel : public Module {
+class ViTModel : public UnaryModule {
  public:
   explicit ViTModel(const ViTConfig& c);
   std::string type_name() const override { return "ViTModel"; }
-  Tensor forward(const Tensor& pixel_values);
-  Slot<ViTEmbeddings> embeddings;
+  Tensor forward(const Tensor& pixel_values) override;
+  Slot<UnaryModule> embeddings;
   Slot<ViTEncoder> encoder;
-  Slot<LayerNorm> layernorm;
+  Slot<UnaryModule> layernorm;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTModel>(c_); }
@@ -159,17 +159,28 @@ struct ImageClassifierOutput {
   Tensor logits;  // [B, num_labels]
   Tensor loss;    // [] mean cross entropy; undefined without labels
 };
+/// Module hooks see the output's tensors through this.
+inline void visit_tensors(ImageClassifierOutput& o, const std::function<void(Tensor&)>& f) {
+  if (o.logits.defined()) f(o.logits);
+  if (o.loss.defined()) f(o.loss);
+}
 
-/// ViTModel and a linear classifier on the CLS token.
-class ViTForImageClassification : public Module {
+/// ViTModel and a linear classifier on the CLS token. As a pipeline: the stages divide the
+/// encoder layers; the first also runs the embeddings (reading "pixel_values"), the last
+/// the final layer norm and the classifier (returning "logits").
+class ViTForImageClassification : public Module, public PipelineModule {
  public:
   explicit ViTForImageClassification(const ViTConfig& c);
   std::string type_name() const override { return "ViTForImageClassification"; }
   /// pixel_values [B, C, H, W] (labels [B] i64 optional) -> logits and loss.
-  ImageClassifierOutput forward(const Tensor& pixel_values, const Tensor& labels = Tensor());
+  virtual ImageClassifierOutput forward(const Tensor& pixel_values, const Tensor& labels = Tensor());
+  /// forward with this module's hooks.
   ImageClassifierOutput operator()(const Tensor& pixel_values, const Tensor& labels = Tensor()) {
-    return forward(pixel_values, labels);
+    return call_forward([&] { return forward(pixel_values, labels); });
   }
+  int64_t num_pipeline_layers() const override;
+  std::vector<std::string> stage_modules(const StageSpec& s) const override;
+  TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) override;
   const ViTConfig& config() const { return c_; }
   /// Re-initializes the classifier (Hugging Face's init) for num_labels classes.
   void reset_classifier(int64_t num_labels);

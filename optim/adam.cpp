@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "core/kernels/op_util.h"
+#include "core/common/parallel.h"
 
 namespace booster::optim {
 
@@ -41,7 +41,7 @@ void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, Param
   float* __restrict pm = m.data<float>();
   float* __restrict pv = v.data<float>();
   const float* __restrict pg = g.data<float>();
-  kernels::parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+  parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       const float gi = pg[i] * inv_div + l2_wd * pp[i];

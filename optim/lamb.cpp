@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/kernels/op_util.h"
+#include "core/common/parallel.h"
 
 namespace booster::optim {
 
@@ -52,7 +52,7 @@ void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
   const double wn = std::sqrt(wnorm2), un = std::sqrt(unorm2);
   const double trust = (wn == 0 || un == 0 || group.get("adam") != 0.0) ? 1.0 : wn / un;
   const float alpha = float(step_size * trust);
-  kernels::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) pp[i] -= alpha * u[size_t(i)];
   });

@@ -21,6 +21,8 @@ class Lamb : public Optimizer {
  public:
   Lamb(const NamedParams& params, const LambOptions& o = {}) : Lamb(std::vector<ParamGroup>{{params, {}}}, o) {}
   Lamb(std::vector<ParamGroup> groups, const LambOptions& o = {});
+  /// The trust ratio needs whole-tensor norms: not for sharded parameters.
+  bool elementwise() const override { return false; }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;

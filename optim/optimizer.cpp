@@ -45,6 +45,17 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
+void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& grad, const ParamGroup& group) {
+  Tensor g = grad.dtype() == DType::f32 && grad.is_contiguous() ? grad : grad.to(DType::f32).contiguous();
+  BOOSTER_CHECK_T(ShapeError, g.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
+                  shape_str(g.shape()), ", the value updated ", shape_str(p.shape()));
+  BOOSTER_CHECK_T(DTypeError, p.dtype() == DType::f32 && p.is_contiguous(), type_name(), ": the value of '", name,
+                  "' updated must be contiguous f32, got ", p.describe());
+  ParamState& st = state_[name];
+  ++st.step;
+  update(name, p, g, st, group);
+}
+
 void Optimizer::step() {
   ProfileScope prof_("optimizer step");
   NoGradGuard ng;
@@ -52,18 +63,35 @@ void Optimizer::step() {
     for (auto& [name, param] : group.params) {
       Tensor grad = param.grad();
       if (!grad.defined()) continue;
-      Tensor master = this->master(name);
-      const bool staged = !master.defined() && param.dtype() != DType::f32;
-      Tensor p = master.defined() ? master : staged ? param.to(DType::f32) : param;
-      Tensor g = grad.dtype() == DType::f32 && grad.is_contiguous() ? grad : grad.to(DType::f32).contiguous();
-      BOOSTER_CHECK_T(ShapeError, g.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
-                      shape_str(g.shape()), ", the parameter ", shape_str(p.shape()));
-      ParamState& st = state_[name];
-      ++st.step;
-      update(name, p, g, st, group);
+      const bool staged = param.dtype() != DType::f32;
+      Tensor p = staged ? param.to(DType::f32) : param;
+      update_one(name, p, grad, group);
       if (staged) param.copy_(p);
     }
   }
+}
+
+void Optimizer::step_on(const std::vector<UpdateTarget>& targets, double grad_divisor) {
+  ProfileScope prof_("optimizer step");
+  NoGradGuard ng;
+  grad_divisor_ = grad_divisor;
+  try {
+    for (auto& t : targets) {
+      Tensor p = t.value;
+      update_one(t.name, p, t.grad, group_of(t.name));
+    }
+  } catch (...) {
+    grad_divisor_ = 1.0;
+    throw;
+  }
+  grad_divisor_ = 1.0;
+}
+
+const ParamGroup& Optimizer::group_of(const std::string& name) const {
+  for (auto& g : groups_)
+    for (auto& [n, p] : g.params)
+      if (n == name) return g;
+  BOOSTER_THROW(ValueError, type_name(), ": no parameter group holds '", name, "'");
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -122,17 +150,6 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
     for (auto& [k, v] : sd.param_groups[i].options) groups_[i].options[k] = v;
   }
   state_ = std::move(next);
-}
-
-void Optimizer::set_master(const std::string& name, const Tensor& master) {
-  BOOSTER_CHECK_T(DTypeError, master.dtype() == DType::f32 && master.is_contiguous(), type_name(),
-                  ": master weight of '", name, "' must be a contiguous f32 tensor");
-  masters_[name] = master;
-}
-
-Tensor Optimizer::master(const std::string& name) const {
-  auto it = masters_.find(name);
-  return it == masters_.end() ? Tensor() : it->second;
 }
 
 std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,

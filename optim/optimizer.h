@@ -1,6 +1,7 @@
 // Optimizer base: parameter groups with their own hyperparameters, per-parameter state
-// keyed by parameter *name* (so a checkpoint survives a change of parallel layout), and
-// the seam where mixed precision hands in fp32 master weights.
+// keyed by parameter *name* (so a checkpoint survives a change of parallel layout). The
+// optimizer owns no master weights: whoever owns precision (mixed precision, ZeRO) keeps
+// the fp32 masters, or shards of them, and calls step_on() with them.
 #pragma once
 
 #include <map>
@@ -42,6 +43,15 @@ struct OptimizerStateDict {
   std::map<std::string, double> extra;       // wrapper state (e.g. the loss scaler's)
 };
 
+/// One parameter's update inputs, by name: its fp32 value, updated in place (the
+/// parameter, its master copy, or a shard of either), and its fp32 gradient of the same
+/// shape. State buffers take the value's shape.
+struct UpdateTarget {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+};
+
 /// Base of every optimizer.
 class Optimizer {
  public:
@@ -54,8 +64,15 @@ class Optimizer {
 
   /// "AdamW", "SGD", ...
   const std::string& type_name() const { return type_; }
-  /// Updates every parameter that has a gradient.
+  /// Updates every parameter that has a gradient (low-precision parameters are staged
+  /// through f32).
   virtual void step();
+  /// Updates explicit values by parameter name; gradients are divided by grad_divisor
+  /// inside the fused update (unscaling and clipping cost no extra pass).
+  void step_on(const std::vector<UpdateTarget>& targets, double grad_divisor = 1.0);
+  /// True when the update of an element reads only that element (Adam, SGD): such an
+  /// optimizer may run on shards of a parameter. Lamb's trust ratio needs whole tensors.
+  virtual bool elementwise() const { return true; }
   /// Clears gradients (set_to_none) or zeroes them.
   void zero_grad(bool set_to_none = true);
   /// Adds a group (options default from the constructor's defaults).
@@ -72,28 +89,24 @@ class Optimizer {
   /// differ, or state for an unknown parameter or of the wrong shape, is a ValueError.
   void load_state_dict(const OptimizerStateDict& sd);
 
-  /// Mixed-precision seam: the fp32 tensor updated in place of parameter `name` (the
-  /// parameter itself when it is f32 and no master was registered).
-  void set_master(const std::string& name, const Tensor& master);
-  /// The registered master of `name`, or undefined.
-  Tensor master(const std::string& name) const;
-  /// Divides gradients by this before the update (a loss scale); 1 = none.
-  void set_grad_divisor(double d) { grad_divisor_ = d; }
+  /// The group holding parameter `name`; ValueError when no group does.
+  const ParamGroup& group_of(const std::string& name) const;
 
  protected:
-  /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32 gradient.
+  /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32
+  /// gradient, to be divided by grad_divisor_.
   virtual void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group) = 0;
 
   double grad_divisor_ = 1.0;
 
  private:
   void fill_defaults(ParamGroup& g) const;
+  void update_one(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group);
 
   std::string type_;
   std::vector<ParamGroup> groups_;
   std::map<std::string, double> defaults_;
   std::map<std::string, ParamState> state_;
-  std::map<std::string, Tensor> masters_;
 };
 
 /// Splits named parameters into a group with weight decay and one without: biases and

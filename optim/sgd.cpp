@@ -3,7 +3,7 @@
 // d = nesterov ? d + momentum buf : buf; p -= lr d.
 #include "optim/sgd.h"
 
-#include "core/kernels/op_util.h"
+#include "core/common/parallel.h"
 
 namespace booster::optim {
 
@@ -26,7 +26,7 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, ParamState
   const float* __restrict pg = g.data<float>();
   const int64_t n = p.numel();
   if (mom == 0) {
-    kernels::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) pp[i] -= lr * (pg[i] * inv_div + wd * pp[i]);
     });
@@ -40,7 +40,7 @@ void SGD::update(const std::string& name, Tensor& p, const Tensor& g, ParamState
   const float c_buf = first ? 0.f : mom, c_d = first ? 1.f : 1 - damp, nest = nesterov ? mom : 0.f,
               use_buf = nesterov ? 0.f : 1.f, use_d = nesterov ? 1.f : 0.f;
   float* __restrict pb = buf.data<float>();
-  kernels::parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) {
       const float d = pg[i] * inv_div + wd * pp[i];

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <vector>
 #include <string_view>
 
 namespace booster::ckpt {
@@ -82,10 +84,28 @@ void ContainerWriter::write(const void* p, size_t n) {
     BOOSTER_CHECK_T(IOError, w > 0, "checkpoint: writing '", tmp_, "' failed: ", std::strerror(errno));
     c += w;
     n -= size_t(w);
+    pos_ += uint64_t(w);
   }
 }
 
-void ContainerWriter::append(const google::protobuf::MessageLite& m) {
+void ContainerWriter::append_file(const std::string& src, uint64_t from) {
+  std::FILE* f = std::fopen(src.c_str(), "rb");
+  BOOSTER_CHECK_T(IOError, f != nullptr, "checkpoint: cannot open '", src, "': ", std::strerror(errno));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
+  BOOSTER_CHECK_T(IOError, std::fseek(f, long(from), SEEK_SET) == 0, "checkpoint: cannot seek in '", src, "'");
+  std::vector<char> buf(size_t(4) << 20);
+  for (;;) {
+    const size_t got = std::fread(buf.data(), 1, buf.size(), f);
+    if (got > 0) write(buf.data(), got);
+    if (got < buf.size()) {
+      BOOSTER_CHECK_T(IOError, !std::ferror(f), "checkpoint: reading '", src, "' failed");
+      return;
+    }
+  }
+}
+
+uint64_t ContainerWriter::append(const google::protobuf::MessageLite& m) {
+  const uint64_t at = pos_;
   std::string bytes;
   BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
                   path_, "'");
@@ -100,6 +120,7 @@ void ContainerWriter::append(const google::protobuf::MessageLite& m) {
   } while (v);
   write(len, k);
   write(bytes.data(), bytes.size());
+  return at;
 }
 
 void ContainerWriter::commit() {
@@ -174,7 +195,15 @@ bool ContainerReader::skip(const char* what) {
   return true;
 }
 
-void ContainerReader::rewind() { std::fseek(f_, 8, SEEK_SET); }
+void ContainerReader::rewind() { std::fseek(f_, long(kMagicBytes), SEEK_SET); }
+
+void ContainerReader::seek(uint64_t offset) {
+  BOOSTER_CHECK_T(IOError, offset >= kMagicBytes && offset < size_, "checkpoint: '", path_, "' has no message at byte ",
+                  offset, " (the file holds ", size_, " bytes): truncated, or not the file its index names");
+  BOOSTER_CHECK_T(IOError, std::fseek(f_, long(offset), SEEK_SET) == 0, "checkpoint: cannot seek in '", path_, "'");
+}
+
+uint64_t ContainerReader::position() const { return uint64_t(std::ftell(f_)); }
 
 void write_message_file(const std::string& path, const google::protobuf::MessageLite& m) {
   ContainerWriter w(path);

@@ -13,7 +13,12 @@
 
 namespace booster::ckpt {
 
-constexpr uint32_t kFormatVersion = 1;
+/// Version 2: every record its own message, located by byte offset from the index, and a
+/// record is a flat range or a box of its tensor. Version 1 (one Shard message holding all
+/// of a shard's records, flat ranges only) is still read.
+constexpr uint32_t kFormatVersion = 2;
+/// Bytes of the magic that opens every container file.
+constexpr uint64_t kMagicBytes = 8;
 
 /// XXH3-64 of bytes.
 uint64_t checksum(const void* data, size_t n);
@@ -35,7 +40,12 @@ class ContainerWriter {
   ~ContainerWriter();  // without commit(): the temp file is removed
   ContainerWriter(const ContainerWriter&) = delete;
   ContainerWriter& operator=(const ContainerWriter&) = delete;
-  void append(const google::protobuf::MessageLite& m);
+  /// Appends a message; returns the byte offset of its length prefix in the file.
+  uint64_t append(const google::protobuf::MessageLite& m);
+  /// Appends the bytes of file `src` from byte `from` on, streaming (merging parts).
+  void append_file(const std::string& src, uint64_t from);
+  /// Bytes written so far (the magic included).
+  uint64_t position() const { return pos_; }
   /// fsync, rename to the final path, fsync the folder.
   void commit();
 
@@ -43,6 +53,7 @@ class ContainerWriter {
   void write(const void* p, size_t n);
   std::string path_, tmp_;
   int fd_ = -1;
+  uint64_t pos_ = 0;
 };
 
 /// Reads the messages of a container in order.
@@ -58,6 +69,11 @@ class ContainerReader {
   bool skip(const char* what);
   /// Goes back to the first message.
   void rewind();
+  /// Moves to the message whose length prefix starts at byte `offset`.
+  void seek(uint64_t offset);
+  /// Byte offset of the next message's length prefix.
+  uint64_t position() const;
+  uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
  private:

@@ -1,7 +1,8 @@
-// GeneralCheckpointIO: the full logical model, optimizer and scheduler state in the
-// protobuf container. Rank 0 writes (every rank waits for it); every rank reads. Any
-// plugin whose ranks hold full tensors (none, DDP) uses it as is; sharding plugins gather
-// into it and scatter out of it.
+// GeneralCheckpointIO: the one checkpoint IO of every plugin. Model and optimizer state
+// are saved by every rank at once, each writing what its wrappers say it holds (whole
+// tensors, tensor-parallel boxes, ZeRO flat ranges, a pipeline stage's layers), and loaded
+// by every rank reading only the regions it holds, whatever layout wrote them. The lr
+// scheduler and the training progress are small and written by rank 0.
 #pragma once
 
 #include <string>
@@ -15,11 +16,11 @@ class GeneralCheckpointIO : public CheckpointIO {
  public:
   /// `layout` is recorded in every index (informational).
   explicit GeneralCheckpointIO(proto::Layout layout = {}) : layout_(std::move(layout)) {}
-  void save_model(BoostedModel& model, const std::string& path, bool shard, const std::string& prefix,
+  void save_model(ModelWrapper& model, const std::string& path, bool shard, const std::string& prefix,
                   int64_t size_per_shard_mb) override;
   /// strict: missing, unexpected or mismatched tensors are an error; otherwise the rest
   /// loads and they are logged.
-  void load_model(BoostedModel& model, const std::string& path, bool strict) override;
+  void load_model(ModelWrapper& model, const std::string& path, bool strict) override;
   void save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard, const std::string& prefix,
                       int64_t size_per_shard_mb) override;
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) override;
@@ -31,7 +32,6 @@ class GeneralCheckpointIO : public CheckpointIO {
 };
 
 /// The layout recorded in a checkpoint's index (informational; any layout loads).
-/// `precision` is left empty by plugins that do not own it.
 proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int dp, int tp, int pp,
                                 const std::string& precision);
 

@@ -15,7 +15,10 @@ namespace booster::autograd {
 namespace {
 thread_local bool t_grad_enabled = true;
 std::atomic<uint64_t> g_next_seq{0};
+std::atomic<uint64_t> g_backward_pass{0};
 }  // namespace
+
+uint64_t backward_pass_id() { return g_backward_pass.load(std::memory_order_relaxed); }
 
 bool GradMode::enabled() { return t_grad_enabled; }
 void GradMode::set_enabled(bool on) { t_grad_enabled = on; }
@@ -50,7 +53,7 @@ void add_to_grad(TensorImpl& impl, Tensor g) {
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
   if (grad_outputs[0].defined()) add_to_grad(*leaf_, std::move(grad_outputs[0]));
   Tensor leaf(leaf_);
-  for (auto& hook : leaf_->post_accumulate_grad_hooks) hook(leaf);
+  leaf_->post_accumulate_grad_hooks.fire(leaf);
   return {};
 }
 
@@ -113,6 +116,19 @@ void record_multi(const char* name, const std::vector<Tensor>& inputs, std::vect
   }
 }
 
+Tensor on_gradient(const Tensor& t, std::function<void()> hook) {
+  if (!needs_grad({t})) return t;
+  Tensor alias = make_view(t, t.shape(), t.strides(), t.offset());
+  auto last = std::make_shared<uint64_t>(UINT64_MAX);
+  return record("GradientHook", {t}, alias, [hook = std::move(hook), last](const std::vector<Tensor>& g) {
+    if (*last != backward_pass_id()) {
+      *last = backward_pass_id();
+      hook();
+    }
+    return std::vector<Tensor>{g[0]};
+  });
+}
+
 void retain_grad(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (!impl->grad_fn || impl->retains_grad) return;
@@ -145,6 +161,7 @@ struct ByNewest {
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   BOOSTER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
+  g_backward_pass.fetch_add(1, std::memory_order_relaxed);
 
   // Root edges and their seed gradients.
   std::vector<std::pair<Edge, Tensor>> seeds;

@@ -1,6 +1,7 @@
 // The backward engine and the helper ops use to record history.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
@@ -11,6 +12,14 @@ namespace booster::autograd {
 /// Runs backward from `roots`; grads[i] may be undefined for a one-element root.
 /// Without retain_graph the graph's saved tensors are freed as it goes.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);
+
+/// An alias of t (same storage) whose backward calls hook() when t's gradient arrives,
+/// at most once per backward pass, then passes the gradient on unchanged. Module
+/// backward-pre hooks are built from it. Returns t itself when no history is recorded.
+Tensor on_gradient(const Tensor& t, std::function<void()> hook);
+
+/// Counts backward passes (each backward() call is one); hooks use it to fire once a pass.
+uint64_t backward_pass_id();
 
 /// Makes a non-leaf tensor keep its gradient in .grad during backward.
 void retain_grad(const Tensor& t);

@@ -94,7 +94,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // keep when the draw's top 53 bits as a unit double are >= p
   uint8_t* m = mask.data<uint8_t>();
   const uint64_t threshold = uint64_t(p * 9007199254740992.0);
-  kernels::parallel_for(n, kernels::kGrain, [&](int64_t b, int64_t e) {
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) m[i] = (gen.at(base + uint64_t(i)) >> 11) >= threshold;
   });
   const float s = p >= 1.0 ? 0.f : float(1.0 / (1.0 - p));
@@ -102,7 +102,7 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
     Tensor f = kernels::f32_copy(t);
     float* q = f.data<float>();
     const uint8_t* mk = mask.data<uint8_t>();
-    kernels::parallel_for(f.numel(), kernels::kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(f.numel(), kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
       for (int64_t i = b; i < e; ++i) q[i] = mk[i] ? q[i] * s : 0.f;
     });

@@ -173,7 +173,7 @@ Tensor add_scalar(const Tensor& x, double s) {
   Tensor y = kernels::f32_copy(x);
   float* p = y.data<float>();
   const float f = float(s);
-  kernels::parallel_for(y.numel(), kernels::kGrain, [&](int64_t b, int64_t e) {
+  parallel_for(y.numel(), kGrain, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) p[i] += f;
   });

@@ -3,6 +3,7 @@
 
 #include <initializer_list>
 
+#include "core/common/parallel.h"
 #include "core/kernels/dispatch.h"
 #include "core/tensor/tensor.h"
 
@@ -20,31 +21,5 @@ inline Tensor f32_contig(const Tensor& t) { return contig_as(t, DType::f32); }
 Tensor f32_copy(const Tensor& t);
 /// Wraps a negative dim index; throws ShapeError naming op.
 int64_t wrap_dim(const char* op, int64_t d, int64_t ndim);
-
-}  // namespace booster::kernels
-
-#include <omp.h>
-
-namespace booster::kernels {
-
-/// Runs f(begin, end) over [0, n) split across OpenMP threads; inline below `grain`
-/// elements so tiny tensors pay no thread start-up.
-template <typename F>
-void parallel_for(int64_t n, int64_t grain, F&& f) {
-  if (n <= grain || omp_get_max_threads() == 1 || omp_in_parallel()) {
-    f(int64_t(0), n);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t chunk = (n + nt - 1) / nt;
-    const int64_t b = std::min(n, t * chunk), e = std::min(n, b + chunk);
-    if (b < e) f(b, e);
-  }
-}
-
-/// Elements below which elementwise loops stay on one thread.
-constexpr int64_t kGrain = 1 << 15;
 
 }  // namespace booster::kernels

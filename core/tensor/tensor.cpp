@@ -227,10 +227,20 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   autograd::backward({*this}, {grad}, retain_graph);
 }
 
-void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
   BOOSTER_CHECK_T(AutogradError, is_leaf() && requires_grad(),
                   "register_post_accumulate_grad_hook: only leaf tensors that require grad have one");
-  impl()->post_accumulate_grad_hooks.push_back(std::move(hook));
+  const uint64_t id = impl()->post_accumulate_grad_hooks.add(std::move(hook));
+  std::weak_ptr<TensorImpl> weak = impl_;
+  return HookHandle([weak, id] {
+    if (auto impl = weak.lock()) impl->post_accumulate_grad_hooks.remove(id);
+  });
+}
+
+void Tensor::set_region(const Region& r) {
+  BOOSTER_CHECK_T(ShapeError, r.local_shape() == shape(), "set_region: a tensor of shape ", shape_str(shape()),
+                  " cannot hold ", r.str(), " (local shape ", shape_str(r.local_shape()), ")");
+  impl()->region = r.is_whole() && r.kind == Region::Kind::box ? nullptr : std::make_shared<const Region>(r);
 }
 
 std::string Tensor::describe() const {

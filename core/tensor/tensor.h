@@ -11,11 +11,12 @@
 
 #include "core/common/check.h"
 #include "core/common/dtype.h"
+#include "core/common/hook_handle.h"
+#include "core/tensor/region.h"
 #include "core/tensor/storage.h"
 
 namespace booster {
 
-using Shape = std::vector<int64_t>;
 class Tensor;
 namespace autograd { class Node; }
 
@@ -34,7 +35,11 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   int output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only, created on demand
-  std::vector<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
+  HookList<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
+
+  // The part of a larger logical tensor this one holds (set by a sharding layer); null
+  // for a whole tensor. Survives set_data, like every other property of a parameter handle.
+  std::shared_ptr<const Region> region;
 };
 
 /// Number of elements of a shape.
@@ -168,9 +173,17 @@ class Tensor {
   Tensor detach() const;
   /// Runs backward from this tensor; `grad` may be omitted for a one-element tensor.
   void backward(const Tensor& grad = Tensor(), bool retain_graph = false) const;
-  /// Runs `hook(param)` once this leaf's gradient is final in a backward (after accumulation).
-  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  /// Runs `hook(param)` once this leaf's gradient is final in a backward (after
+  /// accumulation), until the returned handle is destroyed or removed.
+  HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
   std::shared_ptr<autograd::Node> grad_fn() const { return impl()->grad_fn; }
+
+  // ---- sharding ----
+  /// The part of a larger logical tensor this tensor holds, or null when it is whole.
+  const Region* region() const { return impl()->region.get(); }
+  /// Records that this tensor holds region `r` of a logical tensor; its shape must be
+  /// r.local_shape(). A whole region clears it.
+  void set_region(const Region& r);
 
   /// "Tensor(f32, [2, 3])".
   std::string describe() const;

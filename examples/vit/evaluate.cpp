@@ -2,14 +2,14 @@
 #include "evaluate.h"
 
 #include "core/autograd/grad_mode.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 namespace booster::examples {
 
-EvalResult evaluate(ModelWrapper<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels) {
+EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels) {
   NoGradGuard ng;
-  model.eval();
+  model->eval();
   std::vector<int64_t> confusion(size_t(num_labels * num_labels), 0);
   double loss_sum = 0;
   int64_t n = 0;
@@ -28,7 +28,7 @@ EvalResult evaluate(ModelWrapper<nn::ViTForImageClassification>& model, data::Da
     }
     n += b;
   }
-  model.train();
+  model->train();
   Tensor counts = Tensor::from_ints(confusion, {num_labels * num_labels});
   Tensor totals = Tensor::from_vector({float(loss_sum), float(n)}, {2});
   if (dist::is_initialized() && dist::world_size() > 1) {

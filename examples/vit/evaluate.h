@@ -19,6 +19,6 @@ struct EvalResult {
 };
 
 /// Runs the model over every batch of the loader without gradients.
-EvalResult evaluate(ModelWrapper<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels);
+EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels);
 
 }  // namespace booster::examples

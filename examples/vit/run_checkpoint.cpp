@@ -4,11 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "core/common/file_util.h"
 
 namespace booster::examples {
@@ -86,6 +87,10 @@ proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s,
     spdlog::warn("resume: checkpoint written by {} ranks, running on {}; generators are re-seeded", p.rng_size(), world);
   }
   return p;
+}
+
+void kill_for_testing(int64_t step, int64_t kill_after) {
+  if (kill_after > 0 && step == kill_after) std::raise(SIGKILL);
 }
 
 }  // namespace booster::examples

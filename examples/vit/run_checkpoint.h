@@ -15,7 +15,7 @@
 namespace booster::examples {
 
 struct RunState {
-  BoostedModel* model;
+  ModelWrapper* model;
   OptimizerWrapper* optimizer;
   optim::LRScheduler* scheduler;
   const nn::ViTConfig* config;
@@ -30,5 +30,9 @@ std::optional<std::string> latest_checkpoint(const std::string& dir);
 /// Loads model, optimizer and scheduler from a step folder and returns its progress; each
 /// rank's generator state is restored when the world size matches.
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir);
+
+/// Testing the resume path (train.kill_after_steps): SIGKILLs this process, without any
+/// cleanup, once `step` reaches kill_after (> 0).
+void kill_for_testing(int64_t step, int64_t kill_after);
 
 }  // namespace booster::examples

@@ -15,8 +15,8 @@
 
 #include "booster/booster.h"
 #include "ceiling.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
@@ -73,7 +73,7 @@ class StepBench {
  private:
   void step() {
     boosted_.optimizer->zero_grad();
-    booster_->backward((*boosted_.model)(x_, y_).loss, *boosted_.optimizer);
+    booster_->backward(boosted_.model(x_, y_).loss, *boosted_.optimizer);
     boosted_.optimizer->step();
   }
 

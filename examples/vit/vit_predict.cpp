@@ -5,7 +5,7 @@
 
 #include "booster/booster.h"
 #include "core/autograd/grad_mode.h"
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 #include "data/image_processor.h"
 #include "nn/pretrained.h"
 #include "run_checkpoint.h"

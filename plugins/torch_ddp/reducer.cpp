@@ -30,7 +30,7 @@ Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& gro
   }
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor p = params_[k].second;
-    p.register_post_accumulate_grad_hook([this, k](const Tensor&) { on_ready(k); });
+    hooks_.push_back(p.register_post_accumulate_grad_hook([this, k](const Tensor&) { on_ready(k); }));
   }
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/collectives.h"
+#include "core/dist/collectives.h"
 #include "optim/optimizer.h"
 
 namespace booster::plugins {
@@ -23,7 +23,8 @@ struct ReducerOptions {
 
 class Reducer {
  public:
-  /// `params` in registration order; hooks are registered on each.
+  /// `params` in registration order; hooks are registered on each and removed when the
+  /// reducer is destroyed (a model boosted again gets a fresh reducer, not two).
   Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts);
   /// True while gradients should only accumulate locally.
   void set_no_sync(bool on) { no_sync_ = on; }
@@ -59,6 +60,7 @@ class Reducer {
   size_t next_launch_ = 0;
   bool started_ = false, no_sync_ = false;
   double wait_s_ = 0;
+  std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };
 
 }  // namespace booster::plugins

@@ -3,26 +3,9 @@
 
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/autograd/grad_mode.h"
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 
 namespace booster::plugins {
-
-namespace {
-
-// The optimizer users hold under DDP: gradients are synchronized before they are read.
-class DDPOptimizer : public OptimizerWrapper {
- public:
-  DDPOptimizer(std::shared_ptr<optim::Optimizer> o, std::shared_ptr<Reducer> r)
-      : OptimizerWrapper(std::move(o)), reducer_(std::move(r)) {}
-
- protected:
-  void sync_grads() override { reducer_->finish(); }
-
- private:
-  std::shared_ptr<Reducer> reducer_;
-};
-
-}  // namespace
 
 ConfigSchema TorchDDPOptions::schema(const std::string& t) {
   TorchDDPOptions d;
@@ -54,6 +37,68 @@ TorchDDPOptions TorchDDPOptions::from_config(const Config& cfg_in, const std::st
   return o;
 }
 
+TorchDDPModel::TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group,
+                             const TorchDDPOptions& opts)
+    : ModelWrapper(std::move(inner)), group_(group), broadcast_buffers_(opts.broadcast_buffers) {
+  auto m = module();
+  {
+    // Every rank starts from rank 0's weights.
+    NoGradGuard ng;
+    for (auto& [n, t] : m->state_dict()) {
+      BOOSTER_CHECK(t.is_contiguous(), "TorchDDPPlugin: tensor '", n, "' must be contiguous to broadcast");
+      Tensor x = t;
+      dist::broadcast(x, group_.ranks()[0], group_);
+    }
+  }
+  reducer_ = std::make_shared<Reducer>(m->named_parameters(), group_,
+                                       ReducerOptions{opts.bucket_cap_mb, opts.find_unused_parameters,
+                                                      opts.gradient_as_bucket_view});
+}
+
+void TorchDDPModel::before_forward() {
+  ModelWrapper::before_forward();
+  if (!broadcast_buffers_) return;
+  NoGradGuard ng;
+  for (auto& [n, t] : module()->named_buffers()) {
+    Tensor x = t;
+    dist::broadcast(x, group_.ranks()[0], group_);
+  }
+}
+
+DDPOptimizer::DDPOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<Reducer> reducer)
+    : OptimizerWrapper(std::move(inner)), reducer_(std::move(reducer)) {}
+
+void DDPOptimizer::backward(const Tensor& loss, bool retain_graph) {
+  OptimizerWrapper::backward(loss, retain_graph);
+  reducer_->finish();
+}
+
+void DDPOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
+  OptimizerWrapper::backward_by_grad(tensor, grad, retain_graph);
+  reducer_->finish();
+}
+
+void DDPOptimizer::step() {
+  reducer_->finish();
+  OptimizerWrapper::step();
+}
+
+void DDPOptimizer::synchronize() {
+  reducer_->finish();
+  OptimizerWrapper::synchronize();
+}
+
+void DDPOptimizer::clip_grad_by_value(double clip_value) {
+  reducer_->finish();
+  OptimizerWrapper::clip_grad_by_value(clip_value);
+}
+
+double DDPOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
+                               const optim::NormReducer& reduce) {
+  reducer_->finish();  // averaged gradients are the same on every rank: the norm needs no reduction
+  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, reduce);
+}
+
 TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
   BOOSTER_CHECK(opts_.bucket_cap_mb > 0, "TorchDDPPlugin: bucket_cap_mb must be positive, got ", opts_.bucket_cap_mb);
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
@@ -62,30 +107,9 @@ TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
 }
 
 void TorchDDPPlugin::configure(BoostedObjects& o) {
-  BOOSTER_CHECK(o.model != nullptr, "TorchDDPPlugin.configure: a model is required");
-  const auto& world = dist::ProcessGroup::world();
-  auto module = o.model->module();
-  {
-    // Every rank starts from rank 0's weights.
-    NoGradGuard ng;
-    for (auto& [n, t] : module->state_dict()) {
-      BOOSTER_CHECK(t.is_contiguous(), "TorchDDPPlugin: tensor '", n, "' must be contiguous to broadcast");
-      Tensor x = t;
-      dist::broadcast(x, 0, world);
-    }
-  }
-  if (opts_.broadcast_buffers && !module->named_buffers().empty()) {
-    o.model->add_pre_forward([module, &world] {
-      NoGradGuard ng;
-      for (auto& [n, t] : module->named_buffers()) {
-        Tensor x = t;
-        dist::broadcast(x, 0, world);
-      }
-    });
-  }
-  ReducerOptions ro{opts_.bucket_cap_mb, opts_.find_unused_parameters, opts_.gradient_as_bucket_view};
-  reducer_ = std::make_shared<Reducer>(module->named_parameters(), world, ro);
-  if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer->unwrap(), reducer_);
+  auto model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_);
+  if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer, model->shared_reducer());
+  o.model = model;
 }
 
 std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
@@ -95,24 +119,14 @@ std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
   return checkpoint_io_;
 }
 
-NoSyncScope TorchDDPPlugin::no_sync(BoostedModel&, OptimizerWrapper*) {
-  BOOSTER_CHECK(reducer_ != nullptr, "TorchDDPPlugin.no_sync: boost() the model first");
-  BOOSTER_CHECK(!reducer_->no_sync(), "TorchDDPPlugin.no_sync: already inside a no_sync scope");
-  reducer_->set_no_sync(true);
-  auto r = reducer_;
+NoSyncScope TorchDDPPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
+  auto* ddp = model.find<TorchDDPModel>();
+  BOOSTER_CHECK(ddp != nullptr, "TorchDDPPlugin.no_sync: the model was not boosted by TorchDDPPlugin (it is a ",
+                model.type_name(), ")");
+  BOOSTER_CHECK(!ddp->reducer().no_sync(), "TorchDDPPlugin.no_sync: already inside a no_sync scope");
+  ddp->reducer().set_no_sync(true);
+  auto r = ddp->shared_reducer();
   return NoSyncScope([r] { r->set_no_sync(false); });
-}
-
-std::shared_ptr<data::DataLoader> TorchDDPPlugin::prepare_dataloader(std::shared_ptr<const data::Dataset> dataset,
-                                                                     const DataLoaderArgs& a) {
-  auto sampler = std::make_shared<data::DistributedSampler>(dataset->size(), dist::world_size(), dist::world_rank(),
-                                                            a.shuffle, a.seed, a.drop_last);
-  data::DataLoaderOptions lo;
-  lo.batch_size = a.batch_size;
-  lo.drop_last = a.drop_last;
-  lo.num_workers = a.num_workers;
-  lo.seed = a.seed;
-  return std::make_shared<data::DataLoader>(std::move(dataset), lo, sampler);
 }
 
 }  // namespace booster::plugins

@@ -1,10 +1,13 @@
 // TorchDDPPlugin (Colossal-AI's name and options): data parallelism over all ranks.
-// Parameters and buffers are broadcast from rank 0 at boost; gradients are averaged by
-// bucketed all-reduces launched from the gradient hooks while backward runs.
+// configure() broadcasts rank 0's parameters and buffers, wraps the model in a
+// TorchDDPModel (which owns the gradient reducer: bucketed all-reduces launched from the
+// gradient hooks while backward runs) and the optimizer chain in a DDPOptimizer, which
+// finishes the reduction before anything reads gradients.
 #pragma once
 
 #include "booster/plugin.h"
 #include "core/common/config.h"
+#include "core/dist/process_group.h"
 #include "plugins/torch_ddp/reducer.h"
 
 namespace booster::plugins {
@@ -23,6 +26,40 @@ struct TorchDDPOptions {
   static ConfigSchema schema(const std::string& table = "plugin");
 };
 
+/// The model under DDP (Colossal-AI's TorchDDPModel): broadcasts buffers before each
+/// forward and owns the reducer its optimizer waits on.
+class TorchDDPModel : public ModelWrapper {
+ public:
+  TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group, const TorchDDPOptions& opts);
+  std::string type_name() const override { return "TorchDDPModel"; }
+  void before_forward() override;
+  Reducer& reducer() const { return *reducer_; }
+  const std::shared_ptr<Reducer>& shared_reducer() const { return reducer_; }
+
+ private:
+  const dist::ProcessGroup& group_;
+  bool broadcast_buffers_;
+  std::shared_ptr<Reducer> reducer_;
+};
+
+/// The optimizer under DDP: gradients are averaged before they are read.
+class DDPOptimizer : public OptimizerWrapper {
+ public:
+  DDPOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<Reducer> reducer);
+  std::string type_name() const override { return "DDPOptimizer"; }
+  void backward(const Tensor& loss, bool retain_graph = false) override;
+  void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false) override;
+  void step() override;
+  void synchronize() override;
+  void clip_grad_by_value(double clip_value) override;
+
+ protected:
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;
+
+ private:
+  std::shared_ptr<Reducer> reducer_;
+};
+
 class TorchDDPPlugin : public Plugin {
  public:
   explicit TorchDDPPlugin(TorchDDPOptions opts = {});
@@ -34,16 +71,11 @@ class TorchDDPPlugin : public Plugin {
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
-  NoSyncScope no_sync(BoostedModel& model, OptimizerWrapper* optimizer) override;
-  std::shared_ptr<data::DataLoader> prepare_dataloader(std::shared_ptr<const data::Dataset> dataset,
-                                                       const DataLoaderArgs& args) override;
+  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
   const TorchDDPOptions& options() const { return opts_; }
-  /// The reducer of the last configured model (benchmarks read its wait time).
-  Reducer* reducer() const { return reducer_.get(); }
 
  private:
   TorchDDPOptions opts_;
-  std::shared_ptr<Reducer> reducer_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 

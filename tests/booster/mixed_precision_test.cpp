@@ -93,7 +93,7 @@ TEST(MixedPrecision, MastersKeepFullPrecisionAndCheckpointsHoldThem) {
     booster.backward((*b.model)(input.at("pixel_values"), input.at("labels")).loss, *b.optimizer);
     b.optimizer->step();
   }
-  Tensor master = opt->master("vit.layernorm.bias");
+  Tensor master = b.optimizer->find<MixedPrecisionOptimizer>()->masters().master("vit.layernorm.bias");
   ASSERT_TRUE(master.defined());
   EXPECT_EQ(master.dtype(), DType::f32);
   // Updates of ~1e-4 accumulate in the master although bf16 cannot hold them.
@@ -114,28 +114,32 @@ TEST(MixedPrecision, MastersKeepFullPrecisionAndCheckpointsHoldThem) {
   auto b2 = booster.boost(model2, opt2);
   booster.load_model(*b2.model, (dir / "m.ckpt").string());
   booster.load_optimizer(*b2.optimizer, (dir / "o.ckpt").string());
-  EXPECT_EQ(opt2->master("vit.layernorm.bias").to_vector(), master.to_vector());
+  EXPECT_EQ(b2.optimizer->find<MixedPrecisionOptimizer>()->masters().master("vit.layernorm.bias").to_vector(),
+            master.to_vector());
+  // The model's checkpoint and the optimizer read the same master: one owner.
+  EXPECT_TRUE(b2.model->find<MixedPrecisionModel>()->masters().master("vit.layernorm.bias").is_same(
+      b2.optimizer->find<MixedPrecisionOptimizer>()->masters().master("vit.layernorm.bias")));
 }
 
 TEST(MixedPrecision, NonFiniteUnderBf16IsSkippedOrRaised) {
   for (bool skip : {true, false}) {
     auto model = nn::vit_from_pretrained(kGolden);
     auto opt = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1});
-    BoostedObjects o{std::make_shared<ModelWrapper<nn::ViTForImageClassification>>(model),
-                     std::make_shared<OptimizerWrapper>(opt), {}, nullptr, nullptr};
+    BoostedObjects o{std::make_shared<ModelWrapper>(model), std::make_shared<OptimizerWrapper>(opt), {}, nullptr, nullptr};
     MixedPrecisionOptions mp;
     mp.skip_nonfinite = skip;
     apply_mixed_precision(o, mp);
     auto input = nn::load_safetensors(kGolden + "/input.safetensors");
-    auto& wrapper = static_cast<ModelWrapper<nn::ViTForImageClassification>&>(*o.model);
+    BoostedModel<nn::ViTForImageClassification> wrapper(o.model);
+    auto masters = [&] { return o.optimizer->find<MixedPrecisionOptimizer>()->masters(); };
     o.optimizer->backward(wrapper(input.at("pixel_values"), input.at("labels")).loss);
     Tensor g = model->get_tensor("classifier.bias").grad();
     g.fill_(NAN);
-    const auto before = opt->master("classifier.weight").to_vector();
+    const auto before = masters().master("classifier.weight").to_vector();
     if (skip) {
       o.optimizer->step();
       EXPECT_TRUE(static_cast<MixedPrecisionOptimizer&>(*o.optimizer).last_step_skipped());
-      EXPECT_EQ(opt->master("classifier.weight").to_vector(), before);
+      EXPECT_EQ(masters().master("classifier.weight").to_vector(), before);
     } else {
       try {
         o.optimizer->step();

@@ -103,7 +103,7 @@ TEST(Autograd, DiamondSumsBeforeLeafHookFires) {
   Tensor x = leaf({2}, {1});
   int fired = 0;
   float seen = 0;
-  x.register_post_accumulate_grad_hook([&](const Tensor& p) {
+  auto hook = x.register_post_accumulate_grad_hook([&](const Tensor& p) {
     ++fired;
     seen = p.grad().to_vector()[0];
   });
@@ -118,13 +118,36 @@ TEST(Autograd, HooksFireLastUsedFirst) {
   // data parallel can start its all-reduce while backward continues.
   Tensor w1 = leaf({1, 0, 0, 1}, {2, 2}), w2 = leaf({1, 0, 0, 1}, {2, 2}), w3 = leaf({1, 0, 0, 1}, {2, 2});
   std::vector<int> order;
-  w1.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(1); });
-  w2.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(2); });
-  w3.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(3); });
+  auto h1 = w1.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(1); });
+  auto h2 = w2.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(2); });
+  auto h3 = w3.register_post_accumulate_grad_hook([&](const Tensor&) { order.push_back(3); });
   Tensor x = Tensor::ones({4, 2});
   Tensor y = sum(linear(linear(linear(x, w1), w2), w3));
   y.backward();
   EXPECT_EQ(order, (std::vector<int>{3, 2, 1}));
+}
+
+TEST(Autograd, HookHandleRemovesItsHookOnly) {
+  Tensor w = leaf({1, 2}, {2});
+  std::vector<int> fired;
+  auto keep = w.register_post_accumulate_grad_hook([&](const Tensor&) { fired.push_back(1); });
+  {
+    auto gone = w.register_post_accumulate_grad_hook([&](const Tensor&) { fired.push_back(2); });
+    sum(w * 2.0).backward();
+  }  // `gone` destroyed: its hook must not fire again
+  sum(w * 2.0).backward();
+  EXPECT_EQ(fired, (std::vector<int>{1, 2, 1}));
+  keep.remove();
+  EXPECT_FALSE(keep.active());
+  sum(w * 2.0).backward();
+  EXPECT_EQ(fired.size(), 3u);
+  // A hook may remove itself while it runs.
+  HookHandle self;
+  int n = 0;
+  self = w.register_post_accumulate_grad_hook([&](const Tensor&) { ++n, self.remove(); });
+  sum(w * 2.0).backward();
+  sum(w * 2.0).backward();
+  EXPECT_EQ(n, 1);
 }
 
 TEST(Autograd, LowPrecisionLeafGetsGradOfItsDtype) {

@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 int main(int argc, char** argv) {
   using namespace booster;

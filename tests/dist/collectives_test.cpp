@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <climits>
 
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 using namespace booster;
 using namespace booster::dist;

@@ -2,9 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "booster/dist_coordinator.h"
-#include "core/comm/collectives.h"
-#include "core/comm/mesh.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/mesh.h"
+#include "core/dist/runtime.h"
 
 using namespace booster;
 using namespace booster::dist;
@@ -85,7 +85,7 @@ TEST(Coordinator, Basics) {
 #include <fstream>
 #include <sstream>
 
-#include "core/comm/logger.h"
+#include "core/dist/logger.h"
 
 TEST(Logger, RankInEveryLineAndFilePerRank) {
   const std::string dir = (std::filesystem::temp_directory_path() / "booster_log_test").string();

@@ -83,16 +83,19 @@ TEST(Module, ReplaceWithWrongKindIsRefused) {
     c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
     return c;
   }());
-  const std::string path = "vit.encoder.layer.3.intermediate.dense";
+  // Slots are typed by the interface the parent calls: ViTLayer calls output(h, residual),
+  // which a Linear does not offer.
+  const std::string wrong = "vit.encoder.layer.3.output";
   try {
-    vit->replace(path, std::make_shared<LayerNorm>(16));
+    vit->replace(wrong, std::make_shared<Linear>(32, 16));
     FAIL();
   } catch (const ValueError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find(wrong), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ViTOutput"), std::string::npos) << msg;
     EXPECT_NE(msg.find("Linear"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("LayerNorm"), std::string::npos) << msg;
   }
+  const std::string path = "vit.encoder.layer.3.intermediate.dense";
   auto counting = std::make_shared<CountingLinear>(16, 32);
   vit->replace(path, counting);
   vit->forward(Tensor::zeros({1, 3, 8, 8}));

@@ -100,12 +100,17 @@ TEST(Optimizer, Bf16ParametersUpdateInF32) {
   opt.step();
   EXPECT_EQ(w.dtype(), DType::bf16);
   EXPECT_EQ(w.to_vector()[0], 0.5f);
-  // With a registered master the master holds the precise value.
+  // Whoever owns a master updates it through step_on, with the gradient divided inside.
   Tensor master = Tensor::ones({4});
-  opt.set_master("w", master);
-  w.set_grad(Tensor::full({4}, 1e-3, DType::bf16));
-  opt.step();
+  opt.step_on({{"w", master, Tensor::full({4}, 2e-3)}}, 2.0);
   EXPECT_NEAR(master.to_vector()[0], 1.0 - 0.5 * 1e-3, 1e-6);
+  EXPECT_EQ(w.to_vector()[0], 0.5f);  // the parameter itself is untouched
+  // A shard of a parameter updates by the parameter's name; its state takes the shard's shape.
+  Tensor shard = Tensor::ones({2});
+  opt.step_on({{"w", shard, Tensor::full({2}, 1.0)}});
+  EXPECT_EQ(shard.to_vector(), (std::vector<float>{0.5f, 0.5f}));
+  EXPECT_THROW(opt.step_on({{"v", shard, Tensor::full({2}, 1.0)}}), ValueError);
+  EXPECT_THROW(opt.step_on({{"w", shard, Tensor::full({3}, 1.0)}}), ShapeError);
 }
 
 TEST(Clip, GlobalNormAndValue) {

@@ -6,8 +6,8 @@
 #include <filesystem>
 
 #include "booster/booster.h"
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
 #include "plugins/registry.h"

@@ -2,8 +2,8 @@
 // every rank, and fails every rank when any rank failed.
 #include <gtest/gtest.h>
 
-#include "core/comm/collectives.h"
-#include "core/comm/runtime.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 int main(int argc, char** argv) {
   booster::dist::LaunchOptions o;

@@ -1,5 +1,5 @@
 // Logger set-up (see logger.h).
-#include "core/comm/logger.h"
+#include "core/dist/logger.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 #include "core/common/check.h"
 
 namespace booster::dist {

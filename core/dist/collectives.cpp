@@ -1,12 +1,12 @@
 // Collectives (see collectives.h). Every call posts non-blocking MPI operations, one per
 // chunk of at most max_message_elements(), into a Work; blocking calls wait at once.
 // bf16/f16 reductions go through an f32 staging buffer; other transfers move raw bits.
-#include "core/comm/collectives.h"
+#include "core/dist/collectives.h"
 
 #include <climits>
 #include <cstring>
 
-#include "core/comm/watchdog.h"
+#include "core/dist/watchdog.h"
 #include "core/kernels/raw.h"
 
 namespace booster::dist {
@@ -335,6 +335,46 @@ double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g) {
   double out = 0;
   mpi_check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, mpi_op(op), g.comm()), "all_reduce_scalar", g);
   return op == ReduceOp::avg ? out / g.size() : out;
+}
+
+std::vector<std::string> all_gather_bytes(const std::string& mine, const ProcessGroup& g) {
+  WatchdogScope wd("all_gather_bytes", g.name());
+  const int n = g.size();
+  BOOSTER_CHECK(mine.size() < size_t(INT_MAX), "all_gather_bytes: ", mine.size(), " bytes exceed one MPI message");
+  int len = int(mine.size());
+  std::vector<int> lens(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  mpi_check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, g.comm()), "all_gather_bytes", g);
+  int64_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    displs[size_t(r)] = int(total);
+    total += lens[size_t(r)];
+  }
+  BOOSTER_CHECK(total < INT_MAX, "all_gather_bytes: ", total, " bytes in all exceed one MPI message");
+  std::string all(size_t(total), '\0');
+  mpi_check(MPI_Allgatherv(mine.data(), len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, g.comm()),
+            "all_gather_bytes", g);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) out.push_back(all.substr(size_t(displs[size_t(r)]), size_t(lens[size_t(r)])));
+  return out;
+}
+
+WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g, bool async_op) {
+  check_tensor("all_to_all", output);
+  check_tensor("all_to_all", input);
+  const int n = g.size();
+  const int64_t c = input.numel() / n;
+  BOOSTER_CHECK_T(ShapeError, input.numel() == c * n && output.numel() == input.numel() && input.dtype() == output.dtype(),
+                  "all_to_all: input ", input.describe(), " must hold ", n, " equal blocks, and output ",
+                  output.describe(), " as many elements");
+  BOOSTER_CHECK(c < g_max_elems, "all_to_all: blocks of ", c, " elements exceed one MPI message");
+  auto w = std::make_shared<Work>("all_to_all", g);
+  MPI_Request req;
+  mpi_check(MPI_Ialltoall(input.raw_data(), int(c), raw_type(input.dtype()), output.raw_data(), int(c),
+                          raw_type(input.dtype()), g.comm(), &req),
+            "all_to_all", g);
+  w->requests.push_back(req);
+  w->keep_alive = {input, output};
+  return finish(w, async_op);
 }
 
 }  // namespace booster::dist

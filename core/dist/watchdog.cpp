@@ -1,9 +1,9 @@
 // Watchdog thread (see watchdog.h).
-#include "core/comm/watchdog.h"
+#include "core/dist/watchdog.h"
 
 #include <cstdio>
 
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 
 namespace booster::dist {
 

@@ -1,7 +1,7 @@
 // Mesh coordinates and the eager group creation.
-#include "core/comm/mesh.h"
+#include "core/dist/mesh.h"
 
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 #include "core/common/check.h"
 
 namespace booster::dist {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/process_group.h"
+#include "core/dist/process_group.h"
 
 namespace booster::dist {
 

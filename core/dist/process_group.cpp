@@ -1,8 +1,8 @@
 // Process groups over MPI communicators.
-#include "core/comm/process_group.h"
+#include "core/dist/process_group.h"
 
-#include "core/comm/runtime.h"
-#include "core/comm/watchdog.h"
+#include "core/dist/runtime.h"
+#include "core/dist/watchdog.h"
 #include "core/common/check.h"
 
 namespace booster::dist {

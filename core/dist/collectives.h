@@ -5,9 +5,10 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "core/comm/process_group.h"
+#include "core/dist/process_group.h"
 #include "core/tensor/tensor.h"
 
 namespace booster::dist {
@@ -70,6 +71,12 @@ WorkPtr recv(Tensor& t, int src, int tag = 0, const ProcessGroup& g = ProcessGro
 WorkPtr barrier(const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
 /// Sum (or max) of one double over the group: the clip-norm reducer.
 double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g = ProcessGroup::world());
+/// Every member's bytes, in group-rank order (metadata: checkpoint descriptors, errors).
+std::vector<std::string> all_gather_bytes(const std::string& mine, const ProcessGroup& g = ProcessGroup::world());
+/// outputs[r] = input block r of every rank, blocks of equal size (input numel = size() *
+/// output numel / size()); output is the concatenation of the blocks received.
+WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
+                   bool async_op = false);
 
 /// Largest element count of one MPI message (INT_MAX by default; tests lower it).
 void set_max_message_elements(int64_t n);

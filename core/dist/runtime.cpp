@@ -1,5 +1,5 @@
 // MPI start-up and the abort-on-error handler.
-#include "core/comm/runtime.h"
+#include "core/dist/runtime.h"
 
 #include <mpi.h>
 #include <omp.h>
@@ -12,8 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/comm/process_group.h"
-#include "core/comm/watchdog.h"
+#include "core/dist/process_group.h"
+#include "core/dist/watchdog.h"
 #include "core/common/check.h"
 #include "core/tensor/random.h"
 
@@ -44,6 +44,10 @@ void on_terminate() {
   }
   abort_job("uncaught exception: " + what, 1);
 }
+
+// Installed before main: an error thrown before launch_from_openmpi (a bad config, a
+// missing file) prints its message and exits 1 instead of "terminate called" and SIGABRT.
+[[maybe_unused]] const bool g_terminate_installed = (std::set_terminate(on_terminate), true);
 }  // namespace
 
 void launch_from_openmpi(const LaunchOptions& opts) {
@@ -109,11 +113,14 @@ std::string node_name() {
 }
 
 void abort_job(const std::string& message, int code) {
-  std::fprintf(stderr, "[rank %d] fatal: %s\n", g_rank, message.c_str());
-  std::fflush(stderr);
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
+  // Before MPI starts the rank is only known from mpirun's environment.
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const int rank = init ? g_rank : env_rank ? std::atoi(env_rank) : 0;
+  std::fprintf(stderr, "[rank %d] fatal: %s\n", rank, message.c_str());
+  std::fflush(stderr);
   if (init && !fin) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

@@ -1,0 +1,46 @@
+// MasterParams (see master_params.h).
+#include "booster/master_params.h"
+
+#include "core/autograd/grad_mode.h"
+#include "core/common/profiler.h"
+
+namespace booster {
+
+MasterParams::MasterParams(const optim::NamedParams& params, DType working) : working_(working) {
+  NoGradGuard ng;
+  for (auto& [name, p] : params) {
+    if (!is_floating(p.dtype())) continue;
+    Tensor param = p;
+    Tensor master = param.detach().to(DType::f32).contiguous().clone();
+    if (param.region()) master.set_region(*param.region());
+    param.set_data(param.detach().to(working).contiguous());  // same handle, low-precision storage
+    entries_.push_back({name, param, master});
+  }
+}
+
+Tensor MasterParams::master(const std::string& name) const {
+  for (auto& e : entries_)
+    if (e.name == name) return e.master;
+  return Tensor();
+}
+
+void MasterParams::refresh_working() {
+  ProfileScope prof_("refresh compute copies");
+  NoGradGuard ng;
+  for (auto& e : entries_) {
+    Tensor t = e.param;
+    t.copy_(e.master);
+  }
+}
+
+ShardedState MasterParams::substitute(ShardedState state) const {
+  for (auto& st : state)
+    for (auto& e : entries_)
+      if (e.name == st.name) {
+        st.tensor = e.master;
+        break;
+      }
+  return state;
+}
+
+}  // namespace booster
