@@ -10,15 +10,16 @@
 namespace booster::ckpt {
 
 namespace {
+// A record is the flat range [offset, offset + numel) of a box's row-major order; without
+// box fields the box is the whole tensor.
 template <typename Msg>
 Region region_from(const Msg& m, const Shape& full, const std::string& where) {
   try {
-    if (m.box_extent_size() == 0) return Region::flat(full, m.offset(), m.numel());
-    Shape o(m.box_offset().begin(), m.box_offset().end()), e(m.box_extent().begin(), m.box_extent().end());
-    Region r = Region::box(full, o, e);
-    BOOSTER_CHECK_T(IOError, r.numel() == m.numel(), where, ": a record's box ", r.str(), " holds ", r.numel(),
-                    " elements, its numel says ", m.numel());
-    return r;
+    const Region box = m.box_extent_size() == 0
+                           ? Region::whole(full)
+                           : Region::box(full, Shape(m.box_offset().begin(), m.box_offset().end()),
+                                         Shape(m.box_extent().begin(), m.box_extent().end()));
+    return box.sub_range(m.offset(), m.numel());
   } catch (const ShapeError& e) {
     BOOSTER_THROW(IOError, where, ": a record does not fit its tensor: ", e.what());
   }
@@ -28,12 +29,9 @@ template <typename Msg>
 void region_into(Msg& m, const Region& r) {
   m.clear_box_offset();
   m.clear_box_extent();
-  m.set_numel(r.numel());
-  if (r.kind == Region::Kind::flat || r.full.empty()) {
-    m.set_offset(r.kind == Region::Kind::flat ? r.offset[0] : 0);
-    return;
-  }
-  m.set_offset(0);
+  m.set_offset(r.range_start);
+  m.set_numel(r.range_numel);
+  if (r.box_numel() == shape_numel(r.full)) return;  // the box is the whole tensor
   for (int64_t v : r.offset) m.add_box_offset(v);
   for (int64_t v : r.extent) m.add_box_extent(v);
 }

@@ -233,13 +233,27 @@ std::string index_file_name(const std::string& prefix, const std::string& kind) 
 void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts) {
   BOOSTER_CHECK(opts.max_shard_bytes > 0, "save: size_per_shard must be positive");
   const World world;
+  // What each rank holds; a rank that cannot describe its tensors still takes part, so
+  // every rank learns of the failure instead of waiting.
+  std::string descriptor, error;
+  try {
+    descriptor = "D" + describe(mine);
+  } catch (const std::exception& e) {
+    descriptor = "E" + std::string(e.what());
+  }
+  std::vector<std::string> descriptors = world.all_gather(descriptor);
+  std::string bad;
+  for (size_t r = 0; r < descriptors.size(); ++r) {
+    if (descriptors[r].empty() || descriptors[r][0] != 'D') bad += "\n  rank " + std::to_string(r) + ": " + descriptors[r].substr(1);
+    else descriptors[r].erase(0, 1);
+  }
+  BOOSTER_CHECK(bad.empty(), "saving '", path, "' failed (nothing was written):", bad);
   std::vector<std::string> order;
-  const std::vector<Piece> pieces = plan(world.all_gather(describe(mine)), order);  // throws alike on every rank
+  const std::vector<Piece> pieces = plan(descriptors, order);  // the same on every rank: throws alike
   const std::string save_id = world.all_gather(world.rank() == 0 ? new_save_id() : "")[0];
 
   proto::Index mine_locs;
   uint64_t part_bytes = 0;
-  std::string error;
   try {
     if (opts.shard) fs::create_directories(path);
     else if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());

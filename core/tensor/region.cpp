@@ -10,7 +10,6 @@ namespace booster {
 
 namespace {
 int64_t product(const Shape& s, size_t from = 0) { return shape_numel(Shape(s.begin() + int64_t(from), s.end())); }
-std::string dims(const Shape& s) { return shape_str(s); }
 }  // namespace
 
 Region Region::whole(const Shape& full) {
@@ -18,64 +17,63 @@ Region Region::whole(const Shape& full) {
   r.full = full;
   r.offset.assign(full.size(), 0);
   r.extent = full;
+  r.range_numel = shape_numel(full);
   return r;
 }
 
 Region Region::box(const Shape& full, Shape offset, Shape extent) {
   BOOSTER_CHECK_T(ShapeError, offset.size() == full.size() && extent.size() == full.size(), "Region::box: offset ",
-                  dims(offset), " and extent ", dims(extent), " must have one entry per dim of ", dims(full));
+                  shape_str(offset), " and extent ", shape_str(extent), " must have one entry per dim of ", shape_str(full));
   for (size_t d = 0; d < full.size(); ++d)
     BOOSTER_CHECK_T(ShapeError, offset[d] >= 0 && extent[d] >= 0 && offset[d] + extent[d] <= full[d], "Region::box: dim ",
-                    d, " [", offset[d], ", ", offset[d] + extent[d], ") lies outside ", dims(full));
+                    d, " [", offset[d], ", ", offset[d] + extent[d], ") lies outside ", shape_str(full));
   Region r;
   r.full = full;
   r.offset = std::move(offset);
   r.extent = std::move(extent);
+  r.range_numel = r.box_numel();
   return r;
 }
 
-Region Region::flat(const Shape& full, int64_t start, int64_t numel) {
-  BOOSTER_CHECK_T(ShapeError, start >= 0 && numel >= 0 && start + numel <= product(full), "Region::flat: elements [",
-                  start, ", ", start + numel, ") lie outside ", dims(full), " (", product(full), " elements)");
-  Region r;
-  r.full = full;
-  r.kind = Kind::flat;
-  r.offset = {start};
-  r.extent = {numel};
+Region Region::flat(const Shape& full, int64_t start, int64_t numel) { return whole(full).sub_range(start, numel); }
+
+Region Region::sub_range(int64_t start, int64_t numel) const {
+  BOOSTER_CHECK_T(ShapeError, start >= 0 && numel >= 0 && start + numel <= range_numel, "Region: elements [", start, ", ",
+                  start + numel, ") lie outside ", str(), " (", range_numel, " elements)");
+  Region r = *this;
+  r.range_start = range_start + start;
+  r.range_numel = numel;
   return r;
 }
 
-int64_t Region::numel() const { return kind == Kind::flat ? extent[0] : product(extent); }
+int64_t Region::box_numel() const { return product(extent); }
 
-bool Region::is_whole() const { return numel() == product(full); }
+bool Region::is_whole() const { return range_numel == product(full); }
 
-Shape Region::local_shape() const { return extent; }
+Shape Region::local_shape() const { return is_box() ? extent : Shape{range_numel}; }
 
 std::vector<Run> Region::runs() const {
   std::vector<Run> out;
-  if (numel() == 0) return out;
-  if (kind == Kind::flat) {
-    out.push_back({offset[0], extent[0], 0});
-    return out;
-  }
+  if (range_numel == 0) return out;
   const size_t nd = full.size();
   if (nd == 0) {
     out.push_back({0, 1, 0});
     return out;
   }
-  // Innermost dims the box covers fully merge into the run of the first partial dim.
+  // The box's runs: innermost dims it covers fully merge into the first partial dim's run.
   size_t k = nd - 1;
-  while (k > 0 && extent[k] == full[k] && offset[k] == 0) --k;
+  while (k > 0 && extent[k] == full[k]) --k;
   const int64_t run_len = extent[k] * product(full, k + 1);
   const Shape stride = contiguous_strides(full);
-  Shape idx(k, 0);      // multi-index over dims [0, k) within the box
+  Shape idx(k, 0);  // multi-index over dims [0, k) within the box
   const int64_t outer = product(Shape(extent.begin(), extent.begin() + int64_t(k)));
-  out.reserve(size_t(outer));
+  const int64_t lo = range_start, hi = range_start + range_numel;  // clip to the flat range
   int64_t local = 0;
-  for (int64_t n = 0; n < outer; ++n) {
+  for (int64_t n = 0; n < outer && local < hi; ++n) {
     int64_t start = offset[k] * stride[k];
     for (size_t d = 0; d < k; ++d) start += (offset[d] + idx[d]) * stride[d];
-    out.push_back({start, run_len, local});
+    const int64_t a = std::max(local, lo), b = std::min(local + run_len, hi);
+    if (a < b) out.push_back({start + (a - local), b - a, a - lo});
     local += run_len;
     for (size_t d = k; d-- > 0;) {  // next multi-index, last dim fastest
       if (++idx[d] < extent[d]) break;
@@ -92,9 +90,8 @@ std::vector<Region> Region::split(int64_t max_elems) const {
     out.push_back(*this);
     return out;
   }
-  if (kind == Kind::flat) {
-    for (int64_t s = 0; s < extent[0]; s += max_elems)
-      out.push_back(flat(full, offset[0] + s, std::min(max_elems, extent[0] - s)));
+  if (!is_box()) {
+    for (int64_t s = 0; s < range_numel; s += max_elems) out.push_back(sub_range(s, std::min(max_elems, range_numel - s)));
     return out;
   }
   // Slabs along the outermost dim with more than one row; a single row recurses inward.
@@ -115,18 +112,21 @@ std::vector<Region> Region::split(int64_t max_elems) const {
 
 std::string Region::str() const {
   std::ostringstream os;
-  if (kind == Kind::flat) {
-    os << "elements [" << offset[0] << ", " << offset[0] + extent[0] << ") of " << dims(full);
-    return os.str();
+  const bool whole_box = product(extent) == product(full);
+  if (!is_box()) {
+    os << "elements [" << range_start << ", " << range_start + range_numel << ") of ";
+    if (whole_box) return os.str() + shape_str(full);
+    os << "box ";
   }
   os << "[";
   for (size_t d = 0; d < full.size(); ++d) os << (d ? ", " : "") << offset[d] << ":" << offset[d] + extent[d];
-  os << "] of " << dims(full);
+  os << "] of " << shape_str(full);
   return os.str();
 }
 
 bool Region::operator==(const Region& o) const {
-  return full == o.full && kind == o.kind && offset == o.offset && extent == o.extent;
+  return full == o.full && offset == o.offset && extent == o.extent && range_start == o.range_start &&
+         range_numel == o.range_numel;
 }
 
 }  // namespace booster

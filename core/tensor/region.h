@@ -1,9 +1,10 @@
-// Region: which part of a larger logical tensor a tensor holds, a box (an offset and an
-// extent per dimension: a tensor-parallel slice such as a row-parallel [out, in/tp]) or a
-// flat range of the row-major order (a ZeRO shard). The local data of a region is
-// contiguous: a box in row-major order of its extent, a flat range as is. Checkpoints
-// record regions, and copying between two regions of one logical tensor walks the
-// row-major runs they share.
+// Region: which part of a larger logical tensor a tensor holds. In general a flat range of
+// the row-major order of a box: the box (an offset and an extent per dimension) is a
+// tensor-parallel slice such as a row-parallel [out, in/tp]; a flat range of the whole
+// tensor is a ZeRO shard; a flat range of a box is a ZeRO shard of a tensor-parallel slice.
+// The local data of a region is contiguous: the range of the box's row-major order.
+// Checkpoints record regions, and copying between two regions of one logical tensor walks
+// the row-major runs they share.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,9 @@ struct Run {
 };
 
 struct Region {
-  enum class Kind { box, flat };
-  Shape full;                // the logical tensor's shape
-  Kind kind = Kind::box;
-  Shape offset, extent;      // box: one per dim; flat: {start}, {numel}
+  Shape full;             // the logical tensor's shape
+  Shape offset, extent;   // the box: one entry per dim
+  int64_t range_start = 0, range_numel = 0;  // the flat range of the box's row-major order
 
   /// The whole tensor.
   static Region whole(const Shape& full);
@@ -32,19 +32,26 @@ struct Region {
   static Region box(const Shape& full, Shape offset, Shape extent);
   /// Elements [start, start + numel) of the row-major order; ShapeError unless inside.
   static Region flat(const Shape& full, int64_t start, int64_t numel);
+  /// Elements [start, start + numel) of this region's local order, as a region.
+  Region sub_range(int64_t start, int64_t numel) const;
 
-  int64_t numel() const;
-  /// True when the region is the whole tensor (either kind).
+  int64_t numel() const { return range_numel; }
+  /// Elements of the box.
+  int64_t box_numel() const;
+  /// True when the region is the whole tensor.
   bool is_whole() const;
+  /// True when the region is its whole box (no flat sub-range).
+  bool is_box() const { return range_start == 0 && range_numel == box_numel(); }
   /// Shape of the local data: the extent of a box, [numel] of a flat range.
   Shape local_shape() const;
   /// The row-major runs of the logical tensor this region covers, in increasing order;
   /// trailing dimensions the box covers fully merge into longer runs.
   std::vector<Run> runs() const;
-  /// Pieces of at most max_elems elements each (flat: sub-ranges; box: slabs along its
-  /// outermost dimension that has more than one row, then smaller), covering it in order.
+  /// Pieces of at most max_elems elements each whose local data are consecutive ranges of
+  /// this region's (a box: slabs along its outermost dimension with more than one row,
+  /// then smaller; a flat range: sub-ranges), covering it in order.
   std::vector<Region> split(int64_t max_elems) const;
-  /// "[0:4, 8:16] of [8, 16]" or "elements [0, 64) of [8, 16]".
+  /// "[0:4, 8:16] of [8, 16]", "elements [0, 64) of [8, 16]", or both for a range of a box.
   std::string str() const;
   bool operator==(const Region& o) const;
   bool operator!=(const Region& o) const { return !(*this == o); }

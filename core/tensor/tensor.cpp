@@ -240,7 +240,7 @@ HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const T
 void Tensor::set_region(const Region& r) {
   BOOSTER_CHECK_T(ShapeError, r.local_shape() == shape(), "set_region: a tensor of shape ", shape_str(shape()),
                   " cannot hold ", r.str(), " (local shape ", shape_str(r.local_shape()), ")");
-  impl()->region = r.is_whole() && r.kind == Region::Kind::box ? nullptr : std::make_shared<const Region>(r);
+  impl()->region = r.is_whole() && r.is_box() ? nullptr : std::make_shared<const Region>(r);
 }
 
 std::string Tensor::describe() const {

@@ -131,7 +131,7 @@ TEST(MixedPrecision, NonFiniteUnderBf16IsSkippedOrRaised) {
     apply_mixed_precision(o, mp);
     auto input = nn::load_safetensors(kGolden + "/input.safetensors");
     BoostedModel<nn::ViTForImageClassification> wrapper(o.model);
-    auto masters = [&] { return o.optimizer->find<MixedPrecisionOptimizer>()->masters(); };
+    auto masters = [&]() -> const MasterParams& { return o.optimizer->find<MixedPrecisionOptimizer>()->masters(); };
     o.optimizer->backward(wrapper(input.at("pixel_values"), input.at("labels")).loss);
     Tensor g = model->get_tensor("classifier.bias").grad();
     g.fill_(NAN);

@@ -10,7 +10,9 @@
 #include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
+#include "booster/mixed_precision.h"
 #include "plugins/registry.h"
+#include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 using namespace booster;
 
@@ -56,6 +58,8 @@ std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64
 }
 
 optim::SGDOptions sgd() { return {0.05, 0.9}; }
+
+int n_ranks() { return dist::world_size(); }
 
 std::shared_ptr<Plugin> make(const PluginCase& c) {
   if (c.toml.empty()) return nullptr;
@@ -266,6 +270,64 @@ TEST(TorchDDP, BroadcastAtBoostAndUnusedParameters) {
   lenient.backward(sum(m2->vit->forward(x)), *b2.optimizer);
   EXPECT_TRUE(m2->get_tensor("classifier.weight").grad().defined());
   b2.optimizer->step();
+}
+
+// DDP on the seams: boost returns TorchDDPModel and DDPOptimizer; boosting the model again
+// leaves exactly one live reducer hook per parameter once the first result is gone.
+TEST(TorchDDP, BoostReturnsItsWrappersAndReboostingDropsOldHooks) {
+  auto model = fresh_model();
+  auto hooks_on = [&](const std::string& n) { return model->get_tensor(n).impl()->post_accumulate_grad_hooks.size(); };
+  {
+    Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
+    auto first = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+    EXPECT_NE(dynamic_cast<plugins::TorchDDPModel*>(first.model.wrapper().get()), nullptr);
+    EXPECT_NE(dynamic_cast<plugins::DDPOptimizer*>(first.optimizer.get()), nullptr);
+    EXPECT_EQ(hooks_on("classifier.weight"), 1u);
+  }
+  EXPECT_EQ(hooks_on("classifier.weight"), 0u);  // the first reducer removed its hooks
+  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
+  auto second = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  EXPECT_EQ(hooks_on("classifier.weight"), 1u);
+  auto [x, y] = my_slice(global_batch(0, n_ranks() * 2), 2);
+  booster.backward((*second.model)(x, y).loss, *second.optimizer);
+  second.optimizer->step();
+}
+
+// DDP decorates the mixed-precision leaf: its reduction runs, then the leaf updates the fp32
+// masters. On N ranks it trains like one bf16 process on the N-times batch.
+TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
+  const int64_t b = 2;
+  auto ref = fresh_model();
+  Booster rb(nullptr, "bf16");
+  auto r = rb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
+  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")), "bf16");
+  auto model = fresh_model();
+  auto d = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  EXPECT_EQ(d.model->type_name(), "MixedPrecisionModel");
+  EXPECT_EQ(d.model->inner()->type_name(), "TorchDDPModel");
+  EXPECT_EQ(d.optimizer->type_name(), "DDPOptimizer");
+  EXPECT_EQ(d.optimizer->inner()->type_name(), "MixedPrecisionOptimizer");
+  for (int s = 0; s < 3; ++s) {
+    auto batch = global_batch(s, n_ranks() * b);
+    r.optimizer->zero_grad();
+    rb.backward((*r.model)(batch.first, batch.second).loss, *r.optimizer);
+    r.optimizer->step();
+    auto [x, y] = my_slice(batch, b);
+    d.optimizer->zero_grad();
+    booster.backward((*d.model)(x, y).loss, *d.optimizer);
+    d.optimizer->step();
+  }
+  // bf16 gradients of N small batches averaged vs one large batch: equal to bf16 rounding.
+  auto masters = [](OptimizerWrapper& o) -> const MasterParams& { return o.find<MixedPrecisionOptimizer>()->masters(); };
+  for (auto& e : masters(*r.optimizer).entries()) {
+    auto a = masters(*d.optimizer).master(e.name).to_vector(), want = e.master.to_vector();
+    double err = 0, scale = 1e-3;
+    for (size_t i = 0; i < a.size(); ++i) {
+      err = std::max(err, double(std::abs(a[i] - want[i])));
+      scale = std::max(scale, double(std::abs(want[i])));
+    }
+    EXPECT_LE(err, 2e-2 * scale) << e.name;
+  }
 }
 
 }  // namespace

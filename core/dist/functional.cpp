@@ -1,0 +1,135 @@
+// Differentiable collectives (see functional.h). The raw moves below run without history;
+// each op records the opposite move as its backward.
+#include "core/dist/functional.h"
+
+#include "core/autograd/engine.h"
+#include "core/dist/collectives.h"
+
+namespace booster::dist {
+
+namespace {
+
+int64_t checked_dim(const char* op, const Tensor& x, int64_t dim, int64_t parts, bool divides) {
+  const int64_t nd = x.dim();
+  BOOSTER_CHECK_T(ShapeError, dim >= -nd && dim < nd, op, ": dim ", dim, " of a ", nd, "-d tensor ",
+                  shape_str(x.shape()));
+  if (dim < 0) dim += nd;
+  BOOSTER_CHECK_T(ShapeError, !divides || x.size(dim) % parts == 0, op, ": dim ", dim, " of ", shape_str(x.shape()),
+                  " does not divide by the group size ", parts);
+  return dim;
+}
+
+// This rank's chunk of x along dim.
+Tensor raw_split(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  NoGradGuard ng;
+  const int64_t c = x.size(dim) / g.size();
+  return x.detach().narrow(dim, g.rank() * c, c).contiguous().clone();
+}
+
+// Every rank's x concatenated along dim.
+Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  NoGradGuard ng;
+  const int n = g.size();
+  Tensor in = x.detach().contiguous(), flat = Tensor::empty({n * in.numel()}, in.dtype());
+  all_gather(flat, in, g);
+  Shape s = in.shape();
+  s[size_t(dim)] *= n;
+  Tensor out = Tensor::empty(s, in.dtype());
+  for (int r = 0; r < n; ++r)
+    out.narrow(dim, r * in.size(dim), in.size(dim)).copy_(flat.narrow(0, r * in.numel(), in.numel()).view(in.shape()));
+  return out;
+}
+
+// The sum over ranks of x, this rank's chunk along dim.
+Tensor raw_reduce_scatter(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  NoGradGuard ng;
+  const int n = g.size();
+  Shape s = x.shape();
+  s[size_t(dim)] /= n;
+  const int64_t c = s[size_t(dim)], chunk = shape_numel(s);
+  Tensor stage = Tensor::empty({n * chunk}, x.dtype()), out = Tensor::empty(s, x.dtype());
+  for (int r = 0; r < n; ++r) stage.narrow(0, r * chunk, chunk).view(s).copy_(x.detach().narrow(dim, r * c, c));
+  reduce_scatter(out, stage, ReduceOp::sum, g);
+  return out;
+}
+
+Tensor raw_all_reduce(const Tensor& x, const ProcessGroup& g) {
+  NoGradGuard ng;
+  Tensor out = x.detach().contiguous().clone();
+  all_reduce(out, ReduceOp::sum, g);
+  return out;
+}
+
+// Chunk r along sd goes to rank r; what arrives is concatenated along gd.
+Tensor raw_all_to_all(const Tensor& x, int64_t sd, int64_t gd, const ProcessGroup& g) {
+  NoGradGuard ng;
+  const int n = g.size();
+  Shape cs = x.shape();
+  cs[size_t(sd)] /= n;
+  const int64_t c = cs[size_t(sd)], chunk = shape_numel(cs);
+  Tensor send = Tensor::empty({n * chunk}, x.dtype()), recv = Tensor::empty({n * chunk}, x.dtype());
+  for (int r = 0; r < n; ++r) send.narrow(0, r * chunk, chunk).view(cs).copy_(x.detach().narrow(sd, r * c, c));
+  all_to_all(recv, send, g);
+  Shape os = cs;
+  os[size_t(gd)] *= n;
+  Tensor out = Tensor::empty(os, x.dtype());
+  for (int r = 0; r < n; ++r)
+    out.narrow(gd, r * cs[size_t(gd)], cs[size_t(gd)]).copy_(recv.narrow(0, r * chunk, chunk).view(cs));
+  return out;
+}
+
+}  // namespace
+
+Tensor reduce_backward(const Tensor& x, const ProcessGroup& g) {
+  const ProcessGroup* pg = &g;
+  return autograd::record("ReduceBackward", {x}, make_view(x, x.shape(), x.strides(), x.offset()),
+                          [pg](const std::vector<Tensor>& gr) { return std::vector<Tensor>{raw_all_reduce(gr[0], *pg)}; });
+}
+
+Tensor reduce_forward(const Tensor& x, const ProcessGroup& g) {
+  return autograd::record("ReduceForward", {x}, raw_all_reduce(x, g),
+                          [](const std::vector<Tensor>& gr) { return std::vector<Tensor>{gr[0]}; });
+}
+
+Tensor split_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("split_forward_gather_backward", x, dim, g.size(), true);
+  const ProcessGroup* pg = &g;
+  return autograd::record("SplitForwardGatherBackward", {x}, raw_split(x, d, g), [pg, d](const std::vector<Tensor>& gr) {
+    return std::vector<Tensor>{raw_gather(gr[0], d, *pg)};
+  });
+}
+
+Tensor gather_forward_split_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("gather_forward_split_backward", x, dim, g.size(), false);
+  const ProcessGroup* pg = &g;
+  return autograd::record("GatherForwardSplitBackward", {x}, raw_gather(x, d, g), [pg, d](const std::vector<Tensor>& gr) {
+    return std::vector<Tensor>{raw_split(gr[0], d, *pg)};
+  });
+}
+
+Tensor reducescatter_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("reducescatter_forward_gather_backward", x, dim, g.size(), true);
+  const ProcessGroup* pg = &g;
+  return autograd::record("ReduceScatterForwardGatherBackward", {x}, raw_reduce_scatter(x, d, g),
+                          [pg, d](const std::vector<Tensor>& gr) { return std::vector<Tensor>{raw_gather(gr[0], d, *pg)}; });
+}
+
+Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("gather_forward_reducescatter_backward", x, dim, g.size(), false);
+  const ProcessGroup* pg = &g;
+  return autograd::record("GatherForwardReduceScatterBackward", {x}, raw_gather(x, d, g),
+                          [pg, d](const std::vector<Tensor>& gr) {
+                            return std::vector<Tensor>{raw_reduce_scatter(gr[0], d, *pg)};
+                          });
+}
+
+Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g) {
+  const int64_t sd = checked_dim("all_to_all_along", x, scatter_dim, g.size(), true);
+  const int64_t gd = checked_dim("all_to_all_along", x, gather_dim, g.size(), false);
+  const ProcessGroup* pg = &g;
+  return autograd::record("AllToAll", {x}, raw_all_to_all(x, sd, gd, g), [pg, sd, gd](const std::vector<Tensor>& gr) {
+    return std::vector<Tensor>{raw_all_to_all(gr[0], gd, sd, *pg)};
+  });
+}
+
+}  // namespace booster::dist

@@ -1,0 +1,31 @@
+// Communication that takes part in autograd: Megatron's pairs, with Colossal-AI's names.
+// Each is an op whose backward is the matching collective, so tensor- and sequence-
+// parallel layers are compositions of ops, never hand-written calls inside a forward.
+// Dims split or gathered must divide evenly by the group size (ShapeError otherwise).
+#pragma once
+
+#include "core/dist/process_group.h"
+#include "core/tensor/tensor.h"
+
+namespace booster::dist {
+
+/// Forward: identity; backward: all-reduce (sum) of the gradient (before a column-parallel
+/// linear: every rank's input gradient is a partial sum).
+Tensor reduce_backward(const Tensor& x, const ProcessGroup& g);
+/// Forward: all-reduce (sum); backward: identity (after a row-parallel linear).
+Tensor reduce_forward(const Tensor& x, const ProcessGroup& g);
+/// Forward: this rank's chunk along dim; backward: all-gather along dim.
+Tensor split_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Forward: all-gather along dim; backward: this rank's chunk of the gradient.
+Tensor gather_forward_split_backward(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Forward: reduce-scatter (sum) along dim; backward: all-gather along dim (sequence
+/// parallelism after a row-parallel linear).
+Tensor reducescatter_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Forward: all-gather along dim; backward: reduce-scatter (sum) along dim (sequence
+/// parallelism before a column-parallel linear).
+Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Forward: splits along scatter_dim, sends chunk r to rank r and concatenates what it
+/// receives along gather_dim; backward: the same with the dims exchanged.
+Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g);
+
+}  // namespace booster::dist
