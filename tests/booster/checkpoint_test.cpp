@@ -17,24 +17,16 @@
 #include "core/autograd/grad_mode.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 namespace fs = std::filesystem;
 
 namespace {
 
-nn::ViTConfig small() {
-  nn::ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 1, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
-  return c;
-}
-
-fs::path temp(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("booster_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
+using testkit::error_of;
+nn::ViTConfig small() { return testkit::tiny_vit(); }
+fs::path temp(const std::string& name) { return testkit::temp_path("ckpt_" + name); }
 
 void expect_same(const nn::StateDict& a, const nn::StateDict& b) {
   ASSERT_EQ(a.size(), b.size());
@@ -49,15 +41,6 @@ nn::StateDict sample() {
   return {{"w", Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {2, 5})},
           {"h", Tensor::from_vector({0.5f, -1.f}, {2}, DType::bf16)},
           {"ids", Tensor::from_ints({3, 1, 4}, {3})}};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const IOError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/autograd/grad_mode.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 
@@ -21,12 +22,7 @@ namespace {
 
 const std::string kDir = BOOSTER_V1_FIXTURE;
 
-nn::ViTConfig small() {
-  nn::ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 1, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
-  return c;
-}
+nn::ViTConfig small() { return testkit::tiny_vit(); }
 
 std::pair<Tensor, Tensor> batch(int s) {
   Tensor x = Tensor::empty({4, 3, 8, 8});

@@ -11,13 +11,12 @@
 #include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 
 TEST(Fp16Overflow, ScriptedInfOnOneRankSkipsOnAllRanks) {
-  nn::ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 1, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
+  const nn::ViTConfig c = testkit::tiny_vit();
   manual_seed(5);
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.01});

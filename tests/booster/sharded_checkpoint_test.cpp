@@ -16,8 +16,10 @@
 #include "booster/checkpoint/tensor_store.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
+using booster::testkit::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -148,15 +150,6 @@ ckpt::WriteOptions opts(bool shard) {
   o.shard = shard;
   o.max_shard_bytes = 160;  // small: "big" splits into many records over several files
   return o;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

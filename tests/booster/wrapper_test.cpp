@@ -13,18 +13,14 @@
 #include "booster/mixed_precision.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 namespace fs = std::filesystem;
 
 namespace {
 
-nn::ViTConfig small() {
-  nn::ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 2, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
-  return c;
-}
+nn::ViTConfig small() { return testkit::tiny_vit(2); }
 
 // A plugin's model wrapper: counts forwards and saves the count with the model.
 class CountingModel : public ModelWrapper {
@@ -69,9 +65,7 @@ class CountingPlugin : public Plugin {
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override { return nullptr; }
 };
 
-fs::path temp(const std::string& name) {
-  return fs::temp_directory_path() / ("booster_wrap_" + name + "_" + std::to_string(::getpid()));
-}
+fs::path temp(const std::string& name) { return testkit::temp_path("wrap_" + name); }
 
 }  // namespace
 

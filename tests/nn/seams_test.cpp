@@ -8,18 +8,14 @@
 
 #include "core/autograd/grad_mode.h"
 #include "nn/vit.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 using namespace booster::nn;
 
 namespace {
 
-ViTConfig small_config() {
-  ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 3, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
-  return c;
-}
+ViTConfig small_config() { return booster::testkit::tiny_vit(3); }
 
 std::shared_ptr<ViTForImageClassification> model(uint64_t seed = 3) {
   manual_seed(seed);

@@ -9,6 +9,7 @@
 #include "optim/clip.h"
 #include "optim/lamb.h"
 #include "optim/sgd.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
 using namespace booster::optim;
@@ -136,9 +137,7 @@ TEST(Clip, GlobalNormAndValue) {
 TEST(Optimizer, StateRoundTripContinuesBitIdentical) {
   // Train a small ViT 3 steps, snapshot, then continue two copies: one uninterrupted, one
   // restored into fresh objects. Parameters must stay bit-identical.
-  nn::ViTConfig c;
-  c.hidden_size = 16, c.num_hidden_layers = 1, c.num_attention_heads = 2, c.intermediate_size = 32;
-  c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
+  const nn::ViTConfig c = booster::testkit::tiny_vit();
   manual_seed(3);
   nn::ViTForImageClassification a(c);
   Tensor x = Tensor::empty({4, 3, 8, 8});
