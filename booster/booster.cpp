@@ -50,10 +50,11 @@ PipelineResult Booster::execute_pipeline(const DataIter& data_iter, ModelWrapper
 }
 
 CheckpointIO& Booster::checkpoint_io() {
-  if (!checkpoint_io_ && plugin_ && plugin_->control_checkpoint_io()) checkpoint_io_ = plugin_->get_checkpoint_io();
+  if (checkpoint_io_) return *checkpoint_io_;
+  if (plugin_ && plugin_->control_checkpoint_io()) checkpoint_io_ = plugin_->get_checkpoint_io();
   if (!checkpoint_io_)
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
-        plugin_ ? plugin_->name() : "none", 1, 1, 1, 1, mixed_precision_.empty() ? "fp32" : mixed_precision_));
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(plugin_ ? plugin_->name() : "none", 1, 1, 1, 1, ""));
+  if (!plugin_ || !plugin_->control_precision()) checkpoint_io_->set_precision(mixed_precision_.empty() ? "fp32" : mixed_precision_);
   return *checkpoint_io_;
 }
 

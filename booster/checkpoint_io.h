@@ -22,6 +22,9 @@ class CheckpointIO {
   virtual void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) = 0;
   virtual void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) = 0;
   virtual void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) = 0;
+  /// Records the precision the run trains in (Booster's mixed precision, when the plugin
+  /// does not own precision), for the checkpoints' layout record.
+  virtual void set_precision(const std::string& precision) {}
 };
 
 }  // namespace booster

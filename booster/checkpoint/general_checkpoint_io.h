@@ -26,6 +26,10 @@ class GeneralCheckpointIO : public CheckpointIO {
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) override;
   void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
   void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
+  /// Fills the layout's precision when the plugin left it empty.
+  void set_precision(const std::string& precision) override {
+    if (layout_.precision().empty()) layout_.set_precision(precision);
+  }
 
  private:
   proto::Layout layout_;

@@ -10,6 +10,7 @@
 #include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
+#include "booster/checkpoint/reader.h"
 #include "booster/mixed_precision.h"
 #include "plugins/registry.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
@@ -328,6 +329,14 @@ TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
     }
     EXPECT_LE(err, 2e-2 * scale) << e.name;
   }
+  // The checkpoint records the precision the run trained in, though DDP does not own it.
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("booster_ddp_bf16_np" + std::to_string(n_ranks()) + ".ckpt")).string();
+  booster.save_model(*d.model, path);
+  ckpt::CheckpointReader reader(path, "model");
+  EXPECT_EQ(reader.index().layout().plugin(), "torch_ddp");
+  EXPECT_EQ(reader.index().layout().precision(), "bf16");
+  EXPECT_EQ(reader.index().layout().dp_size(), n_ranks());
 }
 
 }  // namespace

@@ -4,6 +4,16 @@
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
+# A wrong config key is found before MPI starts: the message and exit 1, not SIGABRT.
+set +e
+"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/torch_ddp.toml" \
+  --set train.epoch=3 > bad.log 2>&1
+code=$?
+set -e
+cat bad.log
+[ "$code" -eq 1 ] || { echo "FAIL: a bad key exited $code, not 1"; exit 1; }
+grep -q "fatal: " bad.log && grep -q "unknown key 'train.epoch'" bad.log
+! grep -q "terminate called" bad.log
 small=(--set model.image_size=32 --set train.epochs=2 --set data.limit=48 --set train.batch_size=4 --set train.log_every=2)
 "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/torch_ddp.toml" \
   --no-progress "${small[@]}" --set checkpoint.every_steps=4 --set run.output_dir=runs 2>&1 | tee train.log
