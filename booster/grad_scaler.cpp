@@ -7,6 +7,16 @@
 
 namespace booster {
 
+void GradScalerOptions::validate(const char* who) const {
+  BOOSTER_CHECK(initial_scale > 0, who, "initial_scale must be positive, got ", initial_scale);
+  BOOSTER_CHECK(min_scale > 0, who, "min_scale must be positive, got ", min_scale);
+  BOOSTER_CHECK(max_scale >= min_scale, who, "max_scale (", max_scale, ") must be >= min_scale (", min_scale, ")");
+  BOOSTER_CHECK(growth_factor > 1, who, "growth_factor must be > 1, got ", growth_factor);
+  BOOSTER_CHECK(backoff_factor > 0 && backoff_factor < 1, who, "backoff_factor must be in (0, 1), got ", backoff_factor);
+  BOOSTER_CHECK(growth_interval > 0, who, "growth_interval must be positive, got ", growth_interval);
+  BOOSTER_CHECK(hysteresis > 0, who, "hysteresis must be positive, got ", hysteresis);
+}
+
 DynamicGradScaler::DynamicGradScaler(GradScalerOptions o) : o_(o), scale_(o.initial_scale) {
   BOOSTER_CHECK(o.min_scale > 0 && o.initial_scale >= o.min_scale && o.max_scale >= o.initial_scale,
                 "DynamicGradScaler: need 0 < min_scale <= initial_scale <= max_scale");

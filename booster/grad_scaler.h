@@ -16,6 +16,8 @@ struct GradScalerOptions {
   int64_t growth_interval = 1000;
   int64_t hysteresis = 2;
   double max_scale = 4294967296.0;  // 2**32
+  /// Throws ValueError, prefixed by `who`, naming the first argument out of range.
+  void validate(const char* who) const;
 };
 
 class DynamicGradScaler {

@@ -24,15 +24,15 @@ void MixedPrecisionModel::after_load() {
 
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<optim::Optimizer> optim,
                                                  std::shared_ptr<MasterParams> masters, MixedPrecisionOptions opts)
-    : OptimizerWrapper(std::move(optim)), masters_(std::move(masters)), opts_(opts), fp16_(opts.precision == "fp16"),
-      scaler_(opts.scaler) {}
+    : OptimizerWrapper(std::move(optim)), masters_(std::move(masters)),
+      scaling_(opts.precision, opts.scaler, opts.skip_nonfinite) {}
 
 void MixedPrecisionOptimizer::backward(const Tensor& loss, bool retain_graph) {
-  OptimizerWrapper::backward(fp16_ ? scale(loss, scaler_.scale()) : loss, retain_graph);
+  OptimizerWrapper::backward(scaling_.scale_loss(loss), retain_graph);
 }
 
 void MixedPrecisionOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  OptimizerWrapper::backward_by_grad(tensor, fp16_ ? scale(grad, scaler_.scale()) : grad, retain_graph);
+  OptimizerWrapper::backward_by_grad(tensor, scaling_.scale_loss(grad), retain_graph);
 }
 
 std::vector<Tensor> MixedPrecisionOptimizer::working_params() const {
@@ -58,62 +58,39 @@ bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
 
 double MixedPrecisionOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
                                           const optim::NormReducer& reduce) {
-  const double norm = optim::grad_norm(working_params(), norm_type, reduce) / loss_scale();  // in double
+  const double norm = optim::grad_norm(working_params(), norm_type, reduce) / scaling_.loss_scale();  // in double
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
-  grad_norm_ = norm;
-  pending_max_norm_ = max_norm;
+  scaling_.set_clip(norm, max_norm);
   return norm;
 }
 
 void MixedPrecisionOptimizer::clip_grad_by_value(double clip_value) {
-  optim::clip_grad_value(working_params(), clip_value * loss_scale());  // gradients are still scaled
+  optim::clip_grad_value(working_params(), clip_value * scaling_.loss_scale());  // gradients are still scaled
 }
 
 void MixedPrecisionOptimizer::step() {
-  ++steps_;
-  last_skipped_ = found_nonfinite_on_any_rank();
-  if (last_skipped_) {
-    ++skipped_;
-    pending_max_norm_ = 0;
-    if (fp16_) {
-      scaler_.update(true);
-      spdlog::warn("step {}: non-finite gradient, step skipped; loss scale now {}", steps_, scaler_.scale());
-    } else {
-      BOOSTER_CHECK(opts_.skip_nonfinite, "bf16 step ", steps_, ": a gradient is non-finite (inf or NaN) on some rank");
-      spdlog::warn("step {}: non-finite gradient under bf16, step skipped", steps_);
-    }
+  if (!scaling_.begin_step(found_nonfinite_on_any_rank())) {
     zero_grad();
     return;
   }
-  double div = loss_scale();
-  if (pending_max_norm_ > 0 && grad_norm_) {
-    const double clip = (*grad_norm_ + 1e-6) / pending_max_norm_;
-    if (clip > 1) div *= clip;
-  }
-  pending_max_norm_ = 0;
   std::vector<optim::UpdateTarget> targets;
   for (auto& e : masters_->entries()) {
     Tensor g = e.param.grad();
     if (g.defined()) targets.push_back({e.name, e.master, g});
   }
-  optim_->step_on(targets, div);  // unscale and clip inside the fused update
+  optim_->step_on(targets, scaling_.take_divisor());  // unscale and clip inside the fused update
   masters_->refresh_working();
-  if (fp16_) scaler_.update(false);
+  scaling_.end_step();
 }
 
 optim::OptimizerStateDict MixedPrecisionOptimizer::with_scaler(optim::OptimizerStateDict sd) const {
-  if (!fp16_) return sd;  // bf16 never scales: nothing to record
-  sd.extra["loss_scale"] = scaler_.scale();
-  sd.extra["growth_step"] = double(scaler_.growth_step());
-  sd.extra["hysteresis_step"] = double(scaler_.hysteresis_step());
+  scaling_.save(sd.extra);
   return sd;
 }
 
 void MixedPrecisionOptimizer::load_state_dict(const optim::OptimizerStateDict& sd) {
   optim_->load_state_dict(sd);
-  if (fp16_ && sd.extra.count("loss_scale"))
-    scaler_.set_state(sd.extra.at("loss_scale"), int64_t(sd.extra.at("growth_step")),
-                      int64_t(sd.extra.at("hysteresis_step")));
+  scaling_.load(sd.extra);
 }
 
 void apply_mixed_precision(BoostedObjects& o, const MixedPrecisionOptions& opts) {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "booster/grad_scaler.h"
+#include "booster/loss_scaling.h"
 #include "booster/master_params.h"
 #include "booster/plugin.h"
 
@@ -54,11 +54,12 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   optim::OptimizerStateDict local_state_dict() const override { return state_dict(); }
   void load_local_state_dict(const optim::OptimizerStateDict& sd) override { load_state_dict(sd); }
 
-  double loss_scale() const { return fp16_ ? scaler_.scale() : 1.0; }
-  const DynamicGradScaler& scaler() const { return scaler_; }
+  double loss_scale() const { return scaling_.loss_scale(); }
+  const DynamicGradScaler& scaler() const { return scaling_.scaler(); }
   const MasterParams& masters() const { return *masters_; }
-  bool last_step_skipped() const { return last_skipped_; }
-  int64_t skipped_steps() const { return skipped_; }
+  bool last_step_skipped() const { return scaling_.last_step_skipped(); }
+  int64_t skipped_steps() const { return scaling_.skipped_steps(); }
+  std::optional<double> get_grad_norm() const override { return scaling_.grad_norm(); }
 
  protected:
   /// Returns the unscaled global norm; the clip itself is applied by the next step().
@@ -69,12 +70,7 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
   std::vector<Tensor> working_params() const;
   optim::OptimizerStateDict with_scaler(optim::OptimizerStateDict sd) const;
   std::shared_ptr<MasterParams> masters_;
-  MixedPrecisionOptions opts_;
-  bool fp16_;
-  DynamicGradScaler scaler_;
-  double pending_max_norm_ = 0;
-  bool last_skipped_ = false;
-  int64_t skipped_ = 0, steps_ = 0;
+  LossScaling scaling_;
 };
 
 /// Makes fp32 masters of the model's parameters (which become low-precision working

@@ -72,6 +72,12 @@ class OptimizerWrapper {
   virtual void synchronize();
   /// Every parameter the optimizer updates.
   std::vector<Tensor> parameters() const;
+  /// Seconds spent waiting for gradient communication after backward since the last reset
+  /// (a plugin's reduction that did not overlap backward); 0 without any.
+  virtual double grad_sync_wait_seconds() const { return inner_ ? inner_->grad_sync_wait_seconds() : 0; }
+  virtual void reset_grad_sync_wait() {
+    if (inner_) inner_->reset_grad_sync_wait();
+  }
 
   // ---- checkpoints (each rank saves and loads what it holds) ----
   /// Where each parameter's state lives on this rank.

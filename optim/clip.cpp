@@ -9,12 +9,24 @@
 
 namespace booster::optim {
 
+namespace {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> out;
+  for (const auto& p : params)
+    if (p.grad().defined()) out.push_back(p.grad());
+  return out;
+}
+}  // namespace
+
 double grad_norm(const std::vector<Tensor>& params, double norm_type, const NormReducer& reduce) {
+  return norm_of(grads_of(params), norm_type, reduce);
+}
+
+double norm_of(const std::vector<Tensor>& grads, double norm_type, const NormReducer& reduce) {
   BOOSTER_CHECK(norm_type > 0, "grad_norm: norm_type must be positive, got ", norm_type);
   const bool is_max = std::isinf(norm_type);
   double acc = 0;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
+  for (const auto& g : grads) {
     if (!g.defined()) continue;
     if (norm_type == 2.0) {
       acc += kernels::sum_squares(g);
@@ -49,11 +61,12 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
   return total;
 }
 
-void clip_grad_value(const std::vector<Tensor>& params, double clip_value) {
+void clip_grad_value(const std::vector<Tensor>& params, double clip_value) { clamp_values(grads_of(params), clip_value); }
+
+void clamp_values(const std::vector<Tensor>& tensors, double clip_value) {
   BOOSTER_CHECK(clip_value >= 0, "clip_grad_value: clip_value must be >= 0, got ", clip_value);
   const float c = float(clip_value);
-  for (const auto& p : params) {
-    Tensor g = p.grad();
+  for (Tensor g : tensors) {
     if (!g.defined()) continue;
     if (g.dtype() == DType::f32 && g.is_contiguous()) {
       float* d = g.data<float>();

@@ -24,4 +24,9 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double
 /// Clamps every gradient element to [-clip_value, clip_value].
 void clip_grad_value(const std::vector<Tensor>& params, double clip_value);
 
+/// grad_norm of gradient tensors themselves (a ZeRO rank's gradient chunks).
+double norm_of(const std::vector<Tensor>& grads, double norm_type = 2.0, const NormReducer& reduce = {});
+/// Clamps every element of these tensors to [-clip_value, clip_value].
+void clamp_values(const std::vector<Tensor>& tensors, double clip_value);
+
 }  // namespace booster::optim

@@ -120,7 +120,7 @@ OptimizerStateDict Optimizer::state_dict() const {
   return sd;
 }
 
-void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
+void Optimizer::load_state_dict(const OptimizerStateDict& sd, const std::map<std::string, Shape>& state_shapes) {
   BOOSTER_CHECK(sd.type.empty() || sd.type == type_name(), "load_state_dict: state of a ", sd.type, " given to a ",
                 type_name());
   BOOSTER_CHECK(sd.param_groups.size() == groups_.size(), "load_state_dict: ", sd.param_groups.size(),
@@ -139,10 +139,12 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
     auto it = by_name.find(name);
     BOOSTER_CHECK(it != by_name.end(), "load_state_dict: state for unknown parameter '", name, "'");
     ParamState copy{st.step, {}};
+    auto shape = state_shapes.find(name);
+    const Shape& want = shape != state_shapes.end() ? shape->second : it->second->shape();
     for (auto& [k, t] : st.buffers) {
-      BOOSTER_CHECK_T(ShapeError, t.numel() == it->second->numel(), "load_state_dict: state '", k, "' of '", name,
-                      "' has shape ", shape_str(t.shape()), ", the parameter ", shape_str(it->second->shape()));
-      copy.buffers[k] = t.detach().to(DType::f32).contiguous().clone().view(it->second->shape());
+      BOOSTER_CHECK_T(ShapeError, t.numel() == shape_numel(want), "load_state_dict: state '", k, "' of '", name,
+                      "' has shape ", shape_str(t.shape()), ", here it takes ", shape_str(want));
+      copy.buffers[k] = t.detach().to(DType::f32).contiguous().clone().view(want);
     }
     next[name] = std::move(copy);
   }

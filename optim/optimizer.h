@@ -87,7 +87,9 @@ class Optimizer {
   OptimizerStateDict state_dict() const;
   /// Restores a snapshot; parameters are matched by name, and a group whose parameters
   /// differ, or state for an unknown parameter or of the wrong shape, is a ValueError.
-  void load_state_dict(const OptimizerStateDict& sd);
+  /// `state_shapes` gives the shape a parameter's state takes here when it is not the
+  /// parameter's own (the state of a ZeRO shard).
+  void load_state_dict(const OptimizerStateDict& sd, const std::map<std::string, Shape>& state_shapes = {});
 
   /// The group holding parameter `name`; ValueError when no group does.
   const ParamGroup& group_of(const std::string& name) const;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "plugins/low_level_zero/low_level_zero_plugin.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 namespace booster::plugins {
@@ -17,10 +18,22 @@ const std::map<std::string, Factory>& factories() {
        [](const Config& c, const std::string& t) {
          return std::make_shared<TorchDDPPlugin>(TorchDDPOptions::from_config(c, t));
        }},
+      {"low_level_zero",
+       [](const Config& c, const std::string& t) {
+         return std::make_shared<LowLevelZeroPlugin>(LowLevelZeroOptions::from_config(c, t));
+       }},
   };
   return f;
 }
 }  // namespace
+
+Config checked_table(const Config& cfg_in, ConfigSchema schema, const std::string& table) {
+  Config cfg = cfg_in;
+  for (auto& top : cfg.keys(""))
+    if (top != table) schema.open_table(top);
+  cfg.apply(schema);
+  return cfg;
+}
 
 std::vector<std::string> plugin_names() {
   std::vector<std::string> n;

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
     auto la = ckpt::load_tensors(a, kind), lb = ckpt::load_tensors(b, kind);
     std::map<std::string, Tensor> mb(lb.tensors.begin(), lb.tensors.end());
     int bad = 0;
+    double worst = 0;
     for (auto& [name, t] : la.tensors) {
       auto it = mb.find(name);
       if (it == mb.end() || it->second.shape() != t.shape()) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
       auto x = t.to_vector(), y = it->second.to_vector();
       double d = 0;
       for (size_t i = 0; i < x.size(); ++i) d = std::max(d, double(std::abs(x[i] - y[i])));
+      worst = std::max(worst, d);
       if (d > atol) {
         std::printf("%s: max |diff| %.3e\n", name.c_str(), d);
         ++bad;
@@ -39,7 +41,8 @@ int main(int argc, char** argv) {
       mb.erase(it);
     }
     for (auto& [name, t] : mb) std::printf("%s: only in %s\n", name.c_str(), b.c_str()), ++bad;
-    std::printf("%s: %zu tensors compared, %d differ\n", bad ? "DIFFERENT" : "IDENTICAL", la.tensors.size(), bad);
+    std::printf("%s: %zu tensors compared, %d differ (largest |diff| %.3e, atol %.3e)\n",
+                bad ? "DIFFERENT" : worst == 0 ? "IDENTICAL" : "EQUAL WITHIN ATOL", la.tensors.size(), bad, worst, atol);
     return bad ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "checkpoint_compare: %s\n", e.what());

@@ -32,6 +32,9 @@ class Work {
 
   // ---- for the implementation ----
   std::vector<MPI_Request> requests;
+  /// Called when `requests` complete: posts the next phase's requests and returns true, or
+  /// returns false when the operation is done (collectives built from several rounds).
+  std::function<bool()> next_phase;
   std::function<void()> on_complete;
   std::vector<Tensor> keep_alive;
 
@@ -63,7 +66,7 @@ WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g = ProcessGroup::worl
 /// On dst (a world rank), t = op over the group; other ranks' t is unchanged.
 WorkPtr reduce(Tensor& t, int dst, ReduceOp op = ReduceOp::sum, const ProcessGroup& g = ProcessGroup::world(),
                bool async_op = false);
-/// Sends t to world rank dst.
+/// Sends t to world rank dst (tags below kUserTagLimit).
 WorkPtr send(const Tensor& t, int dst, int tag = 0, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
 /// Receives into t from world rank src.
 WorkPtr recv(Tensor& t, int src, int tag = 0, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);

@@ -34,6 +34,18 @@ int ProcessGroup::group_rank_of(int world_rank) const {
   BOOSTER_THROW(ValueError, "rank ", world_rank, " is not a member of process group '", name_, "'");
 }
 
+int ProcessGroup::next_collective_tag() const {
+  static const int64_t upper = [] {
+    void* v = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &v, &flag);
+    return flag && v ? int64_t(*static_cast<int*>(v)) : int64_t(32767);
+  }();
+  const int64_t span = upper - kUserTagLimit;
+  BOOSTER_CHECK_T(BackendError, span > 64, "MPI's largest tag (", upper, ") leaves no room for collective tags");
+  return int(kUserTagLimit + (collective_seq_++ % span));
+}
+
 GroupPtr split_group(const ProcessGroup& parent, int color, int key, const std::string& name) {
   MPI_Comm c;
   WatchdogScope wd("MPI_Comm_split", parent.name());

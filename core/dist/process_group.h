@@ -29,13 +29,21 @@ class ProcessGroup {
   const std::vector<int>& ranks() const { return ranks_; }
   /// Group rank of a world rank; throws ValueError naming the group when not a member.
   int group_rank_of(int world_rank) const;
+  /// A tag for the point-to-point messages of the next collective built from them (ring
+  /// reduce-scatter): every rank issues collectives in the same order, so every rank draws
+  /// the same tag, from a range above the tags send/recv may use (below kUserTagLimit).
+  int next_collective_tag() const;
 
  private:
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
   std::vector<int> ranks_;
+  mutable int64_t collective_seq_ = 0;
 };
+
+/// send/recv tags must stay below this; collectives use the tags above it.
+constexpr int kUserTagLimit = 1 << 20;
 
 using GroupPtr = std::shared_ptr<ProcessGroup>;
 

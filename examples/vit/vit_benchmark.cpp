@@ -47,11 +47,16 @@ class StepBench {
   /// Seconds per step over `steps` steps, all ranks together.
   double seconds(int steps) {
     dist::barrier();
+    boosted_.optimizer->reset_grad_sync_wait();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) step();
     dist::barrier();
+    sync_wait_s_ = dist::all_reduce_scalar(boosted_.optimizer->grad_sync_wait_seconds() / steps, dist::ReduceOp::max);
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   }
+  /// Seconds a step of the last seconds() waited for gradient communication after
+  /// backward (the slowest rank).
+  double sync_wait_seconds() const { return sync_wait_s_; }
 
   /// One more step, op by op.
   std::string profile() { return bench::profile_step([this] { step(); }); }
@@ -84,6 +89,7 @@ class StepBench {
   std::optional<Booster> booster_;
   BoostResult<nn::ViTForImageClassification> boosted_;
   Tensor x_, y_;
+  double sync_wait_s_ = 0;
 };
 
 double peak_alloc_mb() {
@@ -122,16 +128,17 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (master && !json_path.empty()) json.open(json_path, std::ios::app);
   if (master)
-    std::printf("%-28s %-5s %5s | %8s %8s %6s | %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s", "GFLOP/s",
-                "ceil%", "alloc MB", "rss MB", "torch i/s", "ratio");
+    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s", "GFLOP/s",
+                "ceil%", "sync ms", "alloc MB", "rss MB", "torch i/s", "ratio");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
       StepBench sb(cfg, prec, preset, batch);
       // Ours and the peer alternate round by round; each side's figure is its median round,
       // the ratio the median of the rounds' ratios (the machines are shared and noisy).
-      std::vector<double> ours, theirs, ratios;
+      std::vector<double> ours, theirs, ratios, waits;
       for (int round = 0; round < rounds; ++round) {
         ours.push_back(sb.seconds(steps));
+        waits.push_back(sb.sync_wait_seconds());
         // The peer runs one process with this rank's threads; compare per process.
         std::optional<bench::PeerResult> pr;
         if (peer && peer_model.count(preset))
@@ -149,15 +156,16 @@ int main(int argc, char** argv) {
         std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
                     cfg.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
-      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
+      const double wait_ms = 1e3 * bench::median(waits);
+      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
                   dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s), 100 * sb.gflops(step_s) / ceiling,
-                  alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
+                  wait_ms, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
                   have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-");
       nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
                        {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", sb.gflops(step_s) / ceiling}, {"alloc_peak_mb", alloc_mb},
-                       {"os_peak_mb", rss_mb}, {"rounds", rounds}};
+                       {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"rounds", rounds}};
       if (have_peer) {
         j["torch_images_per_s"] = bench::median(theirs), j["ratio_per_process"] = bench::median(ratios);
         j["round_ratios"] = ratios;

@@ -2,39 +2,21 @@
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 #include "booster/checkpoint/general_checkpoint_io.h"
+#include "plugins/registry.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
 
 namespace booster::plugins {
 
-ConfigSchema TorchDDPOptions::schema(const std::string& t) {
-  TorchDDPOptions d;
-  ConfigSchema s;
-  s.add(t + ".name", ConfigType::string, "torch_ddp")
-      .add(t + ".broadcast_buffers", ConfigType::boolean, d.broadcast_buffers)
-      .add(t + ".bucket_cap_mb", ConfigType::floating, d.bucket_cap_mb)
-      .add(t + ".find_unused_parameters", ConfigType::boolean, d.find_unused_parameters)
-      .add(t + ".check_reduction", ConfigType::boolean, d.check_reduction)
-      .add(t + ".gradient_as_bucket_view", ConfigType::boolean, d.gradient_as_bucket_view)
-      .add(t + ".static_graph", ConfigType::boolean, d.static_graph);
-  return s;
-}
-
-TorchDDPOptions TorchDDPOptions::from_config(const Config& cfg_in, const std::string& t) {
-  Config cfg = cfg_in;
-  // Validate only this table: other tables belong to other readers.
-  ConfigSchema s = schema(t);
-  for (auto& top : cfg.keys(""))
-    if (top != t) s.open_table(top);
-  cfg.apply(s);
-  TorchDDPOptions o;
-  o.broadcast_buffers = cfg.get_bool(t + ".broadcast_buffers");
-  o.bucket_cap_mb = cfg.get_float(t + ".bucket_cap_mb");
-  o.find_unused_parameters = cfg.get_bool(t + ".find_unused_parameters");
-  o.check_reduction = cfg.get_bool(t + ".check_reduction");
-  o.gradient_as_bucket_view = cfg.get_bool(t + ".gradient_as_bucket_view");
-  o.static_graph = cfg.get_bool(t + ".static_graph");
-  return o;
+TorchDDPOptions TorchDDPOptions::from_config(const Config& cfg, const std::string& t) {
+  static const auto binder = OptionBinder<TorchDDPOptions>()
+                                 .add("broadcast_buffers", &TorchDDPOptions::broadcast_buffers)
+                                 .add("bucket_cap_mb", &TorchDDPOptions::bucket_cap_mb)
+                                 .add("find_unused_parameters", &TorchDDPOptions::find_unused_parameters)
+                                 .add("check_reduction", &TorchDDPOptions::check_reduction)
+                                 .add("gradient_as_bucket_view", &TorchDDPOptions::gradient_as_bucket_view)
+                                 .add("static_graph", &TorchDDPOptions::static_graph);
+  return options_from(cfg, t, "torch_ddp", binder);
 }
 
 TorchDDPModel::TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group,

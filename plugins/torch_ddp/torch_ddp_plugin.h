@@ -22,8 +22,6 @@ struct TorchDDPOptions {
 
   /// Reads the options of a [plugin] table (name = "torch_ddp"); unknown keys are refused.
   static TorchDDPOptions from_config(const Config& cfg, const std::string& table = "plugin");
-  /// The accepted keys below `table`.
-  static ConfigSchema schema(const std::string& table = "plugin");
 };
 
 /// The model under DDP (Colossal-AI's TorchDDPModel): broadcasts buffers before each
@@ -52,6 +50,8 @@ class DDPOptimizer : public OptimizerWrapper {
   void step() override;
   void synchronize() override;
   void clip_grad_by_value(double clip_value) override;
+  double grad_sync_wait_seconds() const override { return reducer_->wait_seconds(); }
+  void reset_grad_sync_wait() override { reducer_->reset_wait_seconds(); }
 
  protected:
   double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;

@@ -175,8 +175,9 @@ TEST(ShardedCheckpoint, EveryLayoutLoadsUnderEveryOther) {
               << st.region.str() << " on rank " << dist::world_rank();
         }
         // A rank reads exactly its own share when the layouts agree: nothing more.
-        if (wname == rname)
+        if (wname == rname) {
           EXPECT_EQ(int64_t(reader.bytes_read()), bytes_of(dst)) << wname << " on rank " << dist::world_rank();
+        }
       }
     }
   }

@@ -104,8 +104,12 @@ TEST(Wrappers, BoostReturnsThePluginsChain) {
   bool counter = false;
   for (auto& [n, t] : saved.tensors) {
     if (n == "counting.calls") counter = t.item() == 1.0;
-    if (n == "classifier.bias") EXPECT_EQ(t.to_vector(), master.to_vector());
-    if (n != "counting.calls") EXPECT_EQ(t.dtype(), DType::f32) << n;
+    if (n == "classifier.bias") {
+      EXPECT_EQ(t.to_vector(), master.to_vector());
+    }
+    if (n != "counting.calls") {
+      EXPECT_EQ(t.dtype(), DType::f32) << n;
+    }
   }
   EXPECT_TRUE(counter);
   // Loading runs every layer's after_load: the counter comes back and the working copies

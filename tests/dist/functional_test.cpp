@@ -89,7 +89,9 @@ TEST(DistFunctional, ForwardValues) {
   std::vector<Tensor> mine;
   for (int r = 0; r < n; ++r) mine.push_back(input_of(r, s).narrow(0, 2 * me, 2));
   EXPECT_EQ(a2a.to_vector(), concat(mine, 1).to_vector());
-  if (n > 1) EXPECT_THROW(split_forward_gather_backward(Tensor::zeros({n + 1, 2}), 0, g), ShapeError);
+  if (n > 1) {
+    EXPECT_THROW(split_forward_gather_backward(Tensor::zeros({n + 1, 2}), 0, g), ShapeError);
+  }
 }
 
 TEST(DistFunctional, GradientsMatchFiniteDifferences) {

@@ -29,6 +29,13 @@ const std::vector<PluginCase> kCases = {
     {"torch_ddp", "[plugin]\nname = 'torch_ddp'\n"},
     {"torch_ddp_many_buckets", "[plugin]\nname = 'torch_ddp'\nbucket_cap_mb = 0.01\n"},
     {"torch_ddp_bucket_view", "[plugin]\nname = 'torch_ddp'\ngradient_as_bucket_view = true\n"},
+    {"zero1", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\n"},
+    {"zero1_no_overlap", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\noverlap_communication = false\n"},
+    {"zero2", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\n"},
+    {"zero2_no_overlap", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\noverlap_communication = false\n"},
+    {"zero2_small_buckets", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\nreduce_bucket_size_in_m = 0.002\n"},
+    {"zero2_offload", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\ncpu_offload = true\n"},
+    {"zero1_offload", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\ncpu_offload = true\n"},
 };
 
 nn::ViTConfig tiny_config() {

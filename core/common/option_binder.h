@@ -1,0 +1,76 @@
+// OptionBinder: one list that binds the keys of a config table to the fields of an options
+// struct, giving both the schema (types, and defaults taken from the struct's defaults)
+// and the reading. Plugins declare their Colossal-AI arguments once.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/common/config.h"
+
+namespace booster {
+
+template <typename O>
+class OptionBinder {
+ public:
+  /// Binds key to a field (int, int64_t, double, bool or std::string).
+  template <typename T>
+  OptionBinder& add(const std::string& key, T O::*field, std::string doc = "") {
+    return add_ref<T>(key, [field](O& o) -> T& { return o.*field; }, std::move(doc));
+  }
+  /// Binds key to a nested field through an accessor, e.g. [](O& o) -> double& { return o.scaler.initial_scale; }.
+  template <typename T>
+  OptionBinder& add_ref(const std::string& key, std::function<T&(O&)> ref, std::string doc = "") {
+    fields_.push_back({key, std::move(doc), Ref(std::move(ref))});
+    return *this;
+  }
+
+  /// The keys below `table`, with their types and the defaults of `defaults`.
+  ConfigSchema schema(const std::string& table, O defaults = O{}) const {
+    ConfigSchema s;
+    for (auto& f : fields_) {
+      std::visit(
+          [&](auto& ref) {
+            auto& v = ref(defaults);
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, bool>) s.add(table + "." + f.key, ConfigType::boolean, v, f.doc);
+            else if constexpr (std::is_same_v<T, std::string>) s.add(table + "." + f.key, ConfigType::string, v, f.doc);
+            else if constexpr (std::is_same_v<T, double>) s.add(table + "." + f.key, ConfigType::floating, v, f.doc);
+            else s.add(table + "." + f.key, ConfigType::integer, int64_t(v), f.doc);
+          },
+          f.ref);
+    }
+    return s;
+  }
+  /// The options a checked table holds (every key present: the schema filled defaults).
+  O read(const Config& cfg, const std::string& table) const {
+    O o{};
+    for (auto& f : fields_) {
+      const std::string key = table + "." + f.key;
+      std::visit(
+          [&](auto& ref) {
+            auto& v = ref(o);
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, bool>) v = cfg.get_bool(key);
+            else if constexpr (std::is_same_v<T, std::string>) v = cfg.get_string(key);
+            else if constexpr (std::is_same_v<T, double>) v = cfg.get_float(key);
+            else v = T(cfg.get_int(key));
+          },
+          f.ref);
+    }
+    return o;
+  }
+
+ private:
+  using Ref = std::variant<std::function<int&(O&)>, std::function<int64_t&(O&)>, std::function<double&(O&)>,
+                           std::function<bool&(O&)>, std::function<std::string&(O&)>>;
+  struct Field {
+    std::string key, doc;
+    Ref ref;
+  };
+  std::vector<Field> fields_;
+};
+
+}  // namespace booster

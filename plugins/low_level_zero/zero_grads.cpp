@@ -1,0 +1,136 @@
+// ZeRO gradient reduction (see zero_grads.h).
+#include "plugins/low_level_zero/zero_grads.h"
+
+#include "core/autograd/grad_mode.h"
+#include "core/common/profiler.h"
+#include "core/kernels/raw.h"
+
+namespace booster::plugins {
+
+ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
+    : zp_(zp), stage_(stage), overlap_(overlap), comm_(comm) {
+  const auto& parts = zp_.parts();
+  bucket_of_.resize(parts.size());
+  ready_.assign(parts.size(), false);
+  chunks_.resize(parts.size());
+  buckets_.resize(zp_.buckets().size());
+  for (size_t b = 0; b < zp_.buckets().size(); ++b)
+    for (size_t i : zp_.buckets()[b]) bucket_of_[i] = b;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Tensor p = parts[i].param;
+    hooks_.push_back(p.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
+  }
+}
+
+void ZeroGrads::on_ready(size_t i) {
+  if (stage_ == 1 && no_sync_) return;  // full gradients accumulate locally
+  started_ = true;
+  if (ready_[i]) return;
+  ready_[i] = true;
+  ++buckets_[bucket_of_[i]].ready;
+  if (!overlap_) return;
+  launch_ready_in_order();
+  for (size_t b = 0; b < next_launch_; ++b)  // let in-flight buckets progress while backward computes
+    if (buckets_[b].work) buckets_[b].work->test();
+}
+
+void ZeroGrads::launch_ready_in_order() {
+  // Buckets launch strictly in order, so every rank issues the same collective sequence.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == zp_.buckets()[next_launch_].size())
+    launch(next_launch_++);
+}
+
+void ZeroGrads::launch(size_t b) {
+  ProfileScope prof_("zero reduce-scatter launch");
+  NoGradGuard ng;
+  const auto& ids = zp_.buckets()[b];
+  auto& parts = zp_.parts();
+  int64_t width = 0;
+  for (size_t i : ids) width += parts[i].chunk;
+  const int n = zp_.group().size();
+  // [rank][parameter chunk]: block r holds every parameter's chunk r, padded with zeros.
+  Tensor stage = Tensor::empty({n * width}, comm_);
+  for (int r = 0; r < n; ++r) {
+    int64_t off = int64_t(r) * width;
+    for (size_t i : ids) {
+      const auto& p = parts[i];
+      const int64_t lo = std::min(p.numel, p.chunk * r), len = std::min(p.numel, lo + p.chunk) - lo;
+      Tensor g = p.param.grad();
+      Tensor dst = stage.narrow(0, off, p.chunk);
+      if (g.defined() && len > 0) dst.narrow(0, 0, len).copy_(g.view({-1}).narrow(0, lo, len));
+      else if (len > 0) dst.narrow(0, 0, len).zero_();
+      if (len < p.chunk) dst.narrow(0, len, p.chunk - len).zero_();
+      off += p.chunk;
+    }
+  }
+  Bucket& bk = buckets_[b];
+  bk.out = Tensor::empty({width}, comm_);
+  bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, zp_.group(), /*async_op=*/true);
+  if (stage_ == 2)
+    for (size_t i : ids) {  // only the chunks are kept
+      Tensor p = parts[i].param;
+      p.set_grad(Tensor());
+    }
+}
+
+void ZeroGrads::complete(size_t b) {
+  NoGradGuard ng;
+  Bucket& bk = buckets_[b];
+  auto& parts = zp_.parts();
+  int64_t off = 0;
+  for (size_t i : zp_.buckets()[b]) {
+    auto& p = parts[i];
+    Tensor mine = bk.out.narrow(0, off, p.n);
+    off += p.chunk;
+    if (p.n == 0) continue;
+    if (stage_ == 2) {
+      if (chunks_[i].defined()) kernels::add_(chunks_[i], mine);
+      else chunks_[i] = mine.to(DType::f32).contiguous().clone();
+    } else {
+      Tensor param = p.param;
+      if (!param.grad().defined()) param.set_grad(Tensor::zeros(param.shape(), param.dtype()));
+      param.grad().view({-1}).narrow(0, p.lo, p.n).copy_(mine);
+    }
+  }
+  bk.out = Tensor();
+  bk.work.reset();
+  bk.ready = 0;
+}
+
+void ZeroGrads::finish() {
+  if (!started_) return;
+  for (size_t i = 0; i < ready_.size(); ++i)
+    if (!ready_[i]) {  // no gradient this backward: counts as zero
+      ready_[i] = true;
+      ++buckets_[bucket_of_[i]].ready;
+    }
+  launch_ready_in_order();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ProfileScope prof_("zero reduce-scatter wait");
+    for (auto& bk : buckets_) bk.work->wait();
+  }
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t b = 0; b < buckets_.size(); ++b) complete(b);
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  started_ = false;
+}
+
+Tensor ZeroGrads::chunk(size_t i) const {
+  const auto& p = zp_.parts().at(i);
+  if (stage_ == 2) return chunks_[i];
+  Tensor g = p.param.grad();
+  return g.defined() ? g.view({-1}).narrow(0, p.lo, p.n) : Tensor();
+}
+
+void ZeroGrads::zero() {
+  NoGradGuard ng;
+  for (size_t i = 0; i < zp_.parts().size(); ++i) {
+    Tensor p = zp_.parts()[i].param;
+    p.set_grad(Tensor());
+    chunks_[i] = Tensor();
+  }
+}
+
+}  // namespace booster::plugins

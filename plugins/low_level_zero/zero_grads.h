@@ -1,0 +1,66 @@
+// ZeroGrads: a ZeRO rank's gradients. Buckets of parameters (ZeroPartition's) are
+// reduce-scattered (averaged over the dp group) so that each rank receives its chunk of
+// every gradient. With overlap_communication a bucket is launched from the gradient hooks
+// as soon as backward has finished all its parameters, in bucket order on every rank;
+// otherwise, once backward is done.
+//   Stage 2: a launched bucket frees its full gradients; the chunks accumulate in fp32
+//   buffers (gradient memory / dp). Under no_sync the buckets are still reduced, into the
+//   chunks, so memory stays partitioned while micro-batches accumulate.
+//   Stage 1: full gradients stay (working dtype); each rank's chunk of the average is
+//   written into its own slice of them. Under no_sync nothing is sent: the full gradients
+//   accumulate locally and are reduced by the next synchronized backward.
+#pragma once
+
+#include <chrono>
+
+#include "core/common/hook_handle.h"
+#include "plugins/low_level_zero/zero_partition.h"
+
+namespace booster::plugins {
+
+class ZeroGrads {
+ public:
+  /// comm_dtype: the dtype gradients travel in (the working dtype when undefined-like f32
+  /// for fp32 training).
+  ZeroGrads(ZeroPartition& partition, int stage, bool overlap, DType comm_dtype);
+
+  int stage() const { return stage_; }
+  void set_no_sync(bool on) { no_sync_ = on; }
+  bool no_sync() const { return no_sync_; }
+  /// Finishes the current backward's reduction (launches what is left, waits, writes the
+  /// chunks). Parameters that received no gradient count as zero.
+  void finish();
+  /// This rank's chunk of part i's averaged gradient ([n]; fp32 in stage 2, the working
+  /// dtype in stage 1), or undefined when it has none yet.
+  Tensor chunk(size_t i) const;
+  /// Clears the gradients (full and chunks).
+  void zero();
+  /// Seconds finish() spent waiting on communication since the last reset.
+  double wait_seconds() const { return wait_s_; }
+  void reset_wait_seconds() { wait_s_ = 0; }
+
+ private:
+  struct Bucket {
+    Tensor out;  // this rank's chunks of the bucket's parameters, comm dtype
+    dist::WorkPtr work;
+    size_t ready = 0;
+  };
+  void on_ready(size_t part);
+  void launch(size_t bucket);
+  void launch_ready_in_order();
+  void complete(size_t bucket);
+
+  ZeroPartition& zp_;
+  int stage_;
+  bool overlap_, no_sync_ = false, started_ = false;
+  DType comm_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<bool> ready_;
+  std::vector<Tensor> chunks_;  // stage 2: fp32 [n] per part
+  size_t next_launch_ = 0;
+  double wait_s_ = 0;
+  std::vector<HookHandle> hooks_;  // last: removed before anything they point at
+};
+
+}  // namespace booster::plugins

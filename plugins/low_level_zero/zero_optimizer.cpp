@@ -1,0 +1,233 @@
+// The ZeRO optimizer leaf (see zero_optimizer.h).
+#include "plugins/low_level_zero/zero_optimizer.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "core/autograd/grad_mode.h"
+#include "core/dist/runtime.h"
+#include "core/kernels/raw.h"
+
+namespace booster::plugins {
+
+LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim,
+                                             std::shared_ptr<ZeroPartition> partition, std::shared_ptr<ZeroGrads> grads,
+                                             ZeroStepOptions opts)
+    : OptimizerWrapper(std::move(optim)), zp_(std::move(partition)), grads_(std::move(grads)), opts_(opts),
+      scaling_(opts.precision, opts.scaler) {
+  BOOSTER_CHECK(optim_->elementwise(), "LowLevelZeroPlugin: ", optim_->type_name(),
+                " needs whole tensors for its update and cannot run on ZeRO's chunks; use Adam, AdamW, HybridAdam or SGD");
+}
+
+void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {
+  OptimizerWrapper::backward(scaling_.scale_loss(loss), retain_graph);
+  grads_->finish();
+}
+
+void LowLevelZeroOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
+  OptimizerWrapper::backward_by_grad(tensor, scaling_.scale_loss(grad), retain_graph);
+  grads_->finish();
+}
+
+std::vector<Tensor> LowLevelZeroOptimizer::chunks() const {
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < zp_->parts().size(); ++i)
+    if (Tensor g = grads_->chunk(i); g.defined()) out.push_back(g);
+  return out;
+}
+
+bool LowLevelZeroOptimizer::nonfinite_anywhere() const {
+  bool bad = false;
+  for (auto& g : chunks())
+    if (!kernels::all_finite(g)) {
+      bad = true;
+      break;
+    }
+  // Every rank decides alike (Colossal-AI reduces the flag over the world).
+  return dist::world_size() > 1 ? dist::all_reduce_scalar(bad ? 1.0 : 0.0, dist::ReduceOp::max) > 0 : bad;
+}
+
+double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
+                                        const optim::NormReducer& reduce) {
+  BOOSTER_CHECK(norm_type == 2.0, "LowLevelZeroPlugin: only the 2-norm clips across partitions, got norm_type ",
+                norm_type);
+  grads_->finish();
+  // The chunks are disjoint: their squares summed over the dp group count each element once.
+  const auto& dp = zp_->group();
+  const optim::NormReducer over_dp = [&](double local, bool is_max) {
+    const double v = dp.size() > 1 ? dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, dp)
+                                   : local;
+    return reduce ? reduce(v, is_max) : v;
+  };
+  const double norm = optim::norm_of(chunks(), 2.0, over_dp) / scaling_.loss_scale();
+  BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
+  scaling_.set_clip(norm, max_norm);
+  return norm;
+}
+
+void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
+  grads_->finish();
+  optim::clamp_values(chunks(), clip_value * scaling_.loss_scale());  // gradients are still scaled
+}
+
+void LowLevelZeroOptimizer::step() {
+  grads_->finish();
+  if (!scaling_.begin_step(nonfinite_anywhere())) {
+    zero_grad();
+    return;
+  }
+  if (opts_.max_norm > 0) clip_norm(opts_.max_norm, 2.0, false, {});
+  const double div = scaling_.take_divisor();
+  NoGradGuard ng;
+  auto& parts = zp_->parts();
+  std::vector<size_t> todo;  // parts with a chunk here and a gradient
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].n > 0 && grads_->chunk(i).defined()) todo.push_back(i);
+  // Without masters the chunk of the working parameter is updated through an fp32 copy.
+  auto value_of = [&](size_t i) {
+    return zp_->has_masters() ? zp_->master(i) : zp_->own_slice(i).to(DType::f32).contiguous().clone();
+  };
+  if (!zp_->store()) {
+    std::vector<optim::UpdateTarget> targets;
+    for (size_t i : todo) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i)});
+    optim_->step_on(targets, div);  // unscale and clip inside the fused update
+    for (size_t k = 0; k < todo.size(); ++k) {
+      Tensor own = zp_->own_slice(todo[k]);
+      own.copy_(targets[k].value);
+    }
+  } else {
+    for (size_t k = 0; k < todo.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
+      const size_t i = todo[k];
+      if (k + 1 < todo.size()) {
+        zp_->prefetch_master(todo[k + 1]);
+        prefetch_state(todo[k + 1]);
+      }
+      Tensor value = value_of(i);
+      install_state(i);
+      optim_->step_on({{parts[i].name, value, grads_->chunk(i)}}, div);
+      stash_state(i);
+      Tensor own = zp_->own_slice(i);
+      own.copy_(value);
+      zp_->release_master(i, true);
+    }
+  }
+  zp_->gather(opts_.overlap_allgather);
+  scaling_.end_step();
+}
+
+void LowLevelZeroOptimizer::prefetch_state(size_t i) {
+  for (auto& [k, id] : state_slots_[zp_->parts()[i].name]) zp_->store()->prefetch(id);
+}
+
+void LowLevelZeroOptimizer::install_state(size_t i) {
+  const std::string& name = zp_->parts()[i].name;
+  for (auto& [k, id] : state_slots_[name]) optim_->state()[name].buffers[k] = zp_->store()->get(id);
+}
+
+void LowLevelZeroOptimizer::stash_state(size_t i) {
+  const std::string& name = zp_->parts()[i].name;
+  auto it = optim_->state().find(name);
+  if (it == optim_->state().end()) return;
+  auto& slots = state_slots_[name];
+  for (auto& [k, t] : it->second.buffers) {
+    auto s = slots.find(k);
+    if (s == slots.end()) {
+      slots[k] = zp_->store()->put(t);  // state created by this step: into the store
+      continue;
+    }
+    Tensor ram = zp_->store()->get(s->second);
+    if (!ram.is_same(t)) ram.copy_(t);
+    zp_->store()->release(s->second, true);
+  }
+  it->second.buffers.clear();  // RAM keeps the step count only
+}
+
+std::vector<StateLayout> LowLevelZeroOptimizer::state_layout() const {
+  std::vector<StateLayout> out;
+  for (auto& p : zp_->parts())
+    if (p.n > 0) out.push_back({p.name, {p.n}, p.region});
+  return out;
+}
+
+optim::OptimizerStateDict LowLevelZeroOptimizer::local_state_dict() const {
+  optim::OptimizerStateDict sd = optim_->state_dict();
+  if (OffloadStore* store = zp_->store())
+    for (auto& [name, slots] : state_slots_)
+      for (auto& [k, id] : slots) {
+        sd.state[name].buffers[k] = store->get(id).clone();
+        store->release(id, false);
+      }
+  scaling_.save(sd.extra);
+  return sd;
+}
+
+void LowLevelZeroOptimizer::load_local_state_dict(const optim::OptimizerStateDict& sd) {
+  std::map<std::string, Shape> shapes;
+  for (auto& p : zp_->parts()) shapes[p.name] = {p.n};
+  optim_->load_state_dict(sd, shapes);
+  scaling_.load(sd.extra);
+  if (zp_->store())
+    for (size_t i = 0; i < zp_->parts().size(); ++i) stash_state(i);
+}
+
+optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
+  const optim::OptimizerStateDict local = local_state_dict();
+  const auto& dp = zp_->group();
+  // Which states each parameter has (a rank without a chunk of it has none): over all ranks.
+  std::ostringstream mine;
+  for (auto& [name, st] : local.state) {
+    mine << name << ' ' << st.step;
+    for (auto& [k, t] : st.buffers) mine << ' ' << k;
+    mine << '\n';
+  }
+  std::map<std::string, std::pair<int64_t, std::set<std::string>>> known;
+  for (auto& text : dp.size() > 1 ? dist::all_gather_bytes(mine.str(), dp) : std::vector<std::string>{mine.str()}) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream ls(line);
+      std::string name, key;
+      int64_t step = 0;
+      ls >> name >> step;
+      auto& k = known[name];
+      k.first = std::max(k.first, step);
+      while (ls >> key) k.second.insert(key);
+    }
+  }
+  optim::OptimizerStateDict full{local.type, local.param_groups, {}, local.extra};
+  NoGradGuard ng;
+  for (auto& p : zp_->parts()) {  // every rank walks the parts in the same order
+    auto it = known.find(p.name);
+    if (it == known.end()) continue;
+    optim::ParamState st{it->second.first, {}};
+    for (auto& k : it->second.second) {
+      Tensor send = Tensor::zeros({p.chunk});
+      auto mine_st = local.state.find(p.name);
+      if (mine_st != local.state.end() && mine_st->second.buffers.count(k) && p.n > 0)
+        send.narrow(0, 0, p.n).copy_(mine_st->second.buffers.at(k).view({-1}));
+      Tensor recv = Tensor::empty({dp.size() * p.chunk});
+      dist::all_gather(recv, send, dp);
+      st.buffers[k] = recv.narrow(0, 0, p.numel).contiguous().view(p.param.shape());
+    }
+    full.state[p.name] = std::move(st);
+  }
+  return full;
+}
+
+void LowLevelZeroOptimizer::load_state_dict(const optim::OptimizerStateDict& sd) {
+  optim::OptimizerStateDict local{sd.type, sd.param_groups, {}, sd.extra};
+  for (auto& p : zp_->parts()) {
+    auto it = sd.state.find(p.name);
+    if (it == sd.state.end() || p.n == 0) continue;
+    optim::ParamState st{it->second.step, {}};
+    for (auto& [k, t] : it->second.buffers) {
+      BOOSTER_CHECK_T(ShapeError, t.numel() == p.numel, "load_state_dict: state '", k, "' of '", p.name, "' has ",
+                      t.numel(), " elements, the parameter ", p.numel);
+      st.buffers[k] = t.detach().contiguous().view({-1}).narrow(0, p.lo, p.n).to(DType::f32).contiguous().clone();
+    }
+    local.state[p.name] = std::move(st);
+  }
+  load_local_state_dict(local);
+}
+
+}  // namespace booster::plugins

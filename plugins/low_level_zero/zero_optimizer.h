@@ -1,0 +1,72 @@
+// LowLevelZeroOptimizer: the optimizer leaf under ZeRO stage 1 and 2 (Colossal-AI's
+// LowLevelZeroOptimizer). It owns precision: the loss scaling and skip rule of every
+// precision owner (LossScaling), the fp32 master chunks of ZeroPartition, and the optimizer
+// state of this rank's chunks only. A step checks every rank's chunks for non-finite values,
+// unscales and clips by the global norm inside the fused update of its chunks, writes them
+// into the working parameters and all-gathers them (in the background with
+// overlap_allgather, waited for by the next forward). With cpu_offload the masters and the
+// optimizer state live in the disk store and pass through RAM one parameter at a time, the
+// next one read ahead.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "booster/loss_scaling.h"
+#include "booster/optimizer_wrapper.h"
+#include "plugins/low_level_zero/zero_grads.h"
+
+namespace booster::plugins {
+
+struct ZeroStepOptions {
+  std::string precision = "fp16";
+  GradScalerOptions scaler;
+  double max_norm = 0;  // > 0: every step clips by the global norm
+  bool overlap_allgather = false;
+};
+
+class LowLevelZeroOptimizer : public OptimizerWrapper {
+ public:
+  LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<ZeroPartition> partition,
+                        std::shared_ptr<ZeroGrads> grads, ZeroStepOptions opts);
+  std::string type_name() const override { return "LowLevelZeroOptimizer"; }
+  void backward(const Tensor& loss, bool retain_graph = false) override;
+  void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false) override;
+  void step() override;
+  void zero_grad(bool set_to_none = true) override { grads_->zero(); }
+  void synchronize() override { grads_->finish(); }
+  void clip_grad_by_value(double clip_value) override;
+  std::optional<double> get_grad_norm() const override { return scaling_.grad_norm(); }
+  double grad_sync_wait_seconds() const override { return grads_->wait_seconds(); }
+  void reset_grad_sync_wait() override { grads_->reset_wait_seconds(); }
+  /// The full state, every chunk all-gathered (collective); load_state_dict takes it back
+  /// from any layout.
+  optim::OptimizerStateDict state_dict() const override;
+  void load_state_dict(const optim::OptimizerStateDict& sd) override;
+  std::vector<StateLayout> state_layout() const override;
+  optim::OptimizerStateDict local_state_dict() const override;
+  void load_local_state_dict(const optim::OptimizerStateDict& sd) override;
+
+  ZeroPartition& partition() const { return *zp_; }
+  ZeroGrads& grads() const { return *grads_; }
+  const LossScaling& scaling() const { return scaling_; }
+
+ protected:
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;
+
+ private:
+  bool nonfinite_anywhere() const;
+  std::vector<Tensor> chunks() const;
+  // Offload: the state of part i in RAM for its update, and back to the store after.
+  void prefetch_state(size_t i);
+  void install_state(size_t i);
+  void stash_state(size_t i);
+
+  std::shared_ptr<ZeroPartition> zp_;
+  std::shared_ptr<ZeroGrads> grads_;
+  ZeroStepOptions opts_;
+  LossScaling scaling_;
+  std::map<std::string, std::map<std::string, int64_t>> state_slots_;  // offload: parameter -> state -> slot
+};
+
+}  // namespace booster::plugins

@@ -1,0 +1,88 @@
+// ZeroPartition: what a ZeRO rank owns of the parameters (Colossal-AI's low-level ZeRO
+// layout). Each parameter is flattened and split into dp chunks of ceil(numel / dp)
+// elements, the last padded; rank r owns chunk r: its fp32 master (in RAM, or in the disk
+// store with cpu_offload) and its optimizer state. The one owner of the masters: the
+// optimizer updates them, LowLevelZeroModel's checkpoints hold them, and gather() writes
+// every rank's chunks back into the working parameters, in buckets, at once or in the
+// background until the next forward waits for it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "booster/model_wrapper.h"
+#include "core/dist/collectives.h"
+#include "core/tensor/offload_store.h"
+#include "optim/optimizer.h"
+
+namespace booster::plugins {
+
+class ZeroPartition {
+ public:
+  struct Part {
+    std::string name;
+    Tensor param;          // the working parameter (full, working dtype)
+    int64_t numel, chunk;  // elements, and elements per rank (ceil(numel / dp))
+    int64_t lo, n;         // this rank's elements [lo, lo + n) of the flattened parameter
+    Region region;         // the same, as a region of the logical tensor
+    Tensor master;         // fp32 [n] in RAM; undefined when offloaded or without masters
+    int64_t master_slot = -1;  // its slot in the disk store when offloaded
+  };
+
+  /// Partitions `params` over `dp` (ranks hold equal parameters: they start from rank 0's).
+  /// master_weights: keep fp32 masters of the chunks; store: where they live when offloaded.
+  ZeroPartition(const optim::NamedParams& params, const dist::ProcessGroup& dp, DType working, bool master_weights,
+                double bucket_elems, std::shared_ptr<OffloadStore> store);
+
+  const dist::ProcessGroup& group() const { return dp_; }
+  DType working_dtype() const { return working_; }
+  bool has_masters() const { return master_weights_; }
+  std::vector<Part>& parts() { return parts_; }
+  const std::vector<Part>& parts() const { return parts_; }
+  OffloadStore* store() const { return store_.get(); }
+  /// Parts grouped in buckets of about bucket_elems elements, last parameters first (the
+  /// order backward finishes them).
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+
+  /// The fp32 master chunk of part i in RAM (fetched from the store when offloaded; give it
+  /// back with release_master).
+  Tensor master(size_t i);
+  void release_master(size_t i, bool dirty);
+  /// Starts fetching part i's master ahead of use (offload only).
+  void prefetch_master(size_t i);
+  /// This rank's slice [lo, lo + n) of part i's working parameter (flat).
+  Tensor own_slice(size_t i) const;
+
+  /// All-gathers every rank's own slice into the working parameters. async: returns at
+  /// once, and wait_gather() (the next forward) finishes it.
+  void gather(bool async);
+  /// Copies every master into its own slice, then gathers (after loading masters).
+  void refresh_working();
+  /// Finishes a pending gather (the next forward calls it).
+  void wait_gather();
+  bool gather_pending() const { return !pending_.empty(); }
+
+  /// The model's state with this rank's master chunks (flat regions of their tensors,
+  /// fetched into RAM when offloaded) in place of the partitioned parameters; without
+  /// masters, the state as given. Loading into them, then after_load(), restores them.
+  ShardedState substitute(ShardedState state);
+  /// Writes loaded (offloaded) masters back to the store and refreshes the parameters.
+  void after_load();
+
+ private:
+  struct Pending {
+    std::vector<size_t> parts;
+    Tensor recv;
+    dist::WorkPtr work;
+  };
+  const dist::ProcessGroup& dp_;
+  DType working_;
+  bool master_weights_;
+  std::shared_ptr<OffloadStore> store_;
+  std::vector<Part> parts_;
+  std::vector<std::vector<size_t>> buckets_;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace booster::plugins

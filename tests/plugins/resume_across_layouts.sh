@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# A checkpoint saved by ZeRO-2 on 2 ranks resumes at dp 4 and dp 1, and under ZeRO-1, DDP
+# and no plugin, continuing to the losses and final weights of the uninterrupted run; and a
+# DDP checkpoint resumes under ZeRO. Usage: resume_across_layouts.sh MPIEXEC DRIVER COMPARE
+set -uo pipefail
+mpiexec=$1 driver=$2 compare=$3
+work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT
+run() { "$mpiexec" -np "$1" --oversubscribe "$driver" "$2" "$3" "$4" || { echo "FAIL: $*"; exit 1; }; }
+check() {  # the resumed losses equal steps 3..5 of the uninterrupted run (to 1e-5), and the weights too
+  python3 - "$work/$1/full.txt" "$work/$1/resume_$2.txt" <<'PY' || exit 1
+import sys
+full = dict(l.split() for l in open(sys.argv[1]))
+got = [l.split() for l in open(sys.argv[2])]
+assert [s for s, _ in got] == ["3", "4", "5"], got
+for s, v in got:
+    a, b = float(v), float(full[s])
+    assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"step {s}: {a} vs {b}"
+print("losses match:", sys.argv[2])
+PY
+  "$compare" --atol 1e-5 "$work/$1/final_full.ckpt" "$work/$1/final_$2.ckpt" | tail -1 || exit 1
+}
+mkdir -p "$work/zero2" "$work/ddp"
+run 2 full "$work/zero2" zero2
+run 2 save "$work/zero2" zero2
+for np_plugin in "4 zero2" "1 zero2" "4 zero1" "2 ddp" "1 none" "2 zero2_offload"; do
+  set -- $np_plugin
+  run "$1" resume "$work/zero2" "$2"
+  check zero2 "$2_np$1"
+done
+run 2 full "$work/ddp" ddp
+run 2 save "$work/ddp" ddp
+run 4 resume "$work/ddp" zero2
+check ddp zero2_np4
+echo PASS
