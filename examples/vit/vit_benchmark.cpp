@@ -36,7 +36,19 @@ class StepBench {
     c_.num_labels = 3;
     host_tier().reset_peak();
     model_ = std::make_shared<nn::ViTForImageClassification>(c_);
-    booster_.emplace(config == "none" ? nullptr : plugins::make_plugin(Config::from_file(config)), precision);
+    std::shared_ptr<Plugin> plugin;
+    std::string mixed = precision;
+    if (config != "none") {
+      // A plugin that owns precision takes this row's precision as its own argument.
+      Config cfg = Config::from_file(config);
+      plugin = plugins::make_plugin(cfg);
+      if (plugin->control_precision()) {
+        cfg.set("plugin.precision=" + precision);
+        plugin = plugins::make_plugin(cfg);
+        mixed = "";
+      }
+    }
+    booster_.emplace(plugin, mixed);
     boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
     x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
     Generator(uint64_t(dist::world_rank())).normal_(x_);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
@@ -158,6 +159,34 @@ TEST(LowLevelZero, OffloadKeepsMastersAndStatesOnDisk) {
   // The state still reads back whole (gathered over the ranks).
   auto sd = b.optimizer->state_dict();
   EXPECT_EQ(sd.state.at("classifier.weight").buffers.at("exp_avg").shape(), (Shape{3, 16}));
+}
+
+TEST(LowLevelZero, MaxNormClipsEveryStepAsAnExplicitClip) {
+  // The plugin's max_norm clips each step by the global norm over all partitions: the same
+  // update as calling clip_grad_by_norm(max_norm) before each step.
+  auto run = [](const std::string& extra, double explicit_clip) {
+    auto m = model();
+    Booster booster(zero("stage = 2\nprecision = 'fp32'\n" + extra));
+    auto b = booster.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), optim::SGDOptions{0.5}));
+    std::optional<double> norm;
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = batch(s);
+      b.optimizer->zero_grad();
+      booster.backward(b.model(x, y).loss, *b.optimizer);
+      if (explicit_clip > 0) b.optimizer->clip_grad_by_norm(explicit_clip);
+      b.optimizer->step();
+      norm = b.optimizer->get_grad_norm();
+    }
+    return std::make_pair(m->get_tensor("classifier.weight").to_vector(), norm);
+  };
+  const auto [plugin_clipped, n1] = run("max_norm = 0.01\n", 0);
+  const auto [explicit_clipped, n2] = run("", 0.01);
+  const auto [unclipped, n3] = run("", 0);
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_GT(*n1, 0.01);  // the test really clips
+  EXPECT_NEAR(*n1, *n2, 1e-6 * *n2);
+  for (size_t i = 0; i < plugin_clipped.size(); ++i) EXPECT_NEAR(plugin_clipped[i], explicit_clipped[i], 1e-6);
+  EXPECT_NE(plugin_clipped, unclipped);
 }
 
 TEST(LowLevelZero, BadArgumentsAreNamed) {
