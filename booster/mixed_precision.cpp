@@ -57,8 +57,8 @@ bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
 }
 
 double MixedPrecisionOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
-                                          const optim::NormReducer& reduce) {
-  const double norm = optim::grad_norm(working_params(), norm_type, reduce) / scaling_.loss_scale();  // in double
+                                          const optim::NormScope& scope) {
+  const double norm = optim::grad_norm(working_params(), norm_type, scope) / scaling_.loss_scale();  // in double
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
   scaling_.set_clip(norm, max_norm);
   return norm;

@@ -63,7 +63,7 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
 
  protected:
   /// Returns the unscaled global norm; the clip itself is applied by the next step().
-  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
 
  private:
   bool found_nonfinite_on_any_rank();

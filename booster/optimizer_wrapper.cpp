@@ -34,14 +34,14 @@ void OptimizerWrapper::zero_grad(bool set_to_none) {
 }
 
 double OptimizerWrapper::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
-                                   const optim::NormReducer& reduce) {
-  if (inner_) return inner_->clip_norm(max_norm, norm_type, error_if_nonfinite, reduce);
-  return leaf_clip(max_norm, norm_type, error_if_nonfinite, reduce);
+                                   const optim::NormScope& scope) {
+  if (inner_) return inner_->clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
+  return leaf_clip(max_norm, norm_type, error_if_nonfinite, scope);
 }
 
 double OptimizerWrapper::leaf_clip(double max_norm, double norm_type, bool error_if_nonfinite,
-                                   const optim::NormReducer& reduce) {
-  grad_norm_ = optim::clip_grad_norm(parameters(), max_norm, norm_type, error_if_nonfinite, reduce);
+                                   const optim::NormScope& scope) {
+  grad_norm_ = optim::clip_grad_norm(parameters(), max_norm, norm_type, error_if_nonfinite, scope);
   return *grad_norm_;
 }
 

@@ -88,11 +88,11 @@ class OptimizerWrapper {
   virtual void load_local_state_dict(const optim::OptimizerStateDict& sd);
 
  protected:
-  /// Clips by the global norm; `reduce` combines a local norm piece across the ranks that
+  /// Clips by the global norm; `scope` combines local norm pieces across the ranks that
   /// hold different gradients (decorators that shard gradients compose theirs into it).
-  virtual double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce);
+  virtual double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope);
   /// The leaf's clip: plain clipping of the parameters' gradients.
-  double leaf_clip(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce);
+  double leaf_clip(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope);
 
   std::shared_ptr<optim::Optimizer> optim_;      // leaves only
   std::shared_ptr<OptimizerWrapper> inner_;      // decorators only

@@ -88,6 +88,11 @@ class Plugin {
   /// Runs one pipeline step; plugins without a pipeline say so.
   virtual PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                           OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
+  /// The data-parallel size (Colossal-AI's plugin.dp_size): how many ranks see different
+  /// data. The global batch, and the learning rate scaled with it, grow with it.
+  int dp_size() const { return dp_rank_size().second; }
+  /// This rank's index in its data-parallel group.
+  int dp_rank() const { return dp_rank_size().first; }
 
  protected:
   /// This rank's data-parallel group: rank and size (all ranks by default).

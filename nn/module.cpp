@@ -297,6 +297,7 @@ void Module::copy_into(Module& dst) const {
         continue;
       }
       Tensor copy = c->tensor.detach().clone();
+      if (c->tensor.region()) copy.set_region(*c->tensor.region());  // a shard stays the same slice
       if (c->tensor.requires_grad()) copy.requires_grad_(true);
       d->tensor = copy;
     }

@@ -125,6 +125,10 @@ ViTEncoder::ViTEncoder(const ViTConfig& c) : c_(c) {
   layer = register_module("layer", list);
 }
 
+ViTEncoder::ViTEncoder(const ViTConfig& c, std::shared_ptr<ModuleList<UnaryModule>> layers) : c_(c) {
+  layer = register_module("layer", std::move(layers));
+}
+
 Tensor ViTEncoder::forward(const Tensor& hidden) { return forward_layers(hidden, 0, int64_t(layer->size())); }
 
 Tensor ViTEncoder::forward_layers(const Tensor& hidden, int64_t begin, int64_t end) {

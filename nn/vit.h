@@ -135,6 +135,8 @@ class ViTEncoder : public UnaryModule {
   Slot<ModuleList<UnaryModule>> layer;
 
  protected:
+  /// An encoder around existing layers (a subclass replacing the encoder keeps them).
+  ViTEncoder(const ViTConfig& c, std::shared_ptr<ModuleList<UnaryModule>> layers);
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTEncoder>(c_); }
   ViTConfig c_;
 };

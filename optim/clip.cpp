@@ -10,16 +10,16 @@
 namespace booster::optim {
 
 namespace {
-std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params, const NormScope& scope = {}) {
   std::vector<Tensor> out;
   for (const auto& p : params)
-    if (p.grad().defined()) out.push_back(p.grad());
+    if (p.grad().defined() && scope.count(p)) out.push_back(p.grad());
   return out;
 }
 }  // namespace
 
-double grad_norm(const std::vector<Tensor>& params, double norm_type, const NormReducer& reduce) {
-  return norm_of(grads_of(params), norm_type, reduce);
+double grad_norm(const std::vector<Tensor>& params, double norm_type, const NormScope& scope) {
+  return norm_of(grads_of(params, scope), norm_type, scope.reduce);
 }
 
 double norm_of(const std::vector<Tensor>& grads, double norm_type, const NormReducer& reduce) {
@@ -43,8 +43,8 @@ double norm_of(const std::vector<Tensor>& grads, double norm_type, const NormRed
 }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, bool error_if_nonfinite,
-                      const NormReducer& reduce) {
-  const double total = grad_norm(params, norm_type, reduce);
+                      const NormScope& scope) {
+  const double total = grad_norm(params, norm_type, scope);
   if (!std::isfinite(total)) {
     BOOSTER_CHECK(!error_if_nonfinite, "clip_grad_norm: the total norm of order ", norm_type, " is ", total,
                   ": gradients are non-finite");

@@ -12,14 +12,25 @@ namespace booster::optim {
 /// there is one process. Data-parallel plugins pass their all-reduce here.
 using NormReducer = std::function<double(double local, bool is_max)>;
 
-/// The total norm of all gradients (norm_type 2, 1, or inf = INFINITY), summed in double.
-double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0, const NormReducer& reduce = {});
+/// How a global norm is formed across ranks: `reduce` combines the local pieces; `counts`
+/// says whether this rank counts a parameter's gradient (a parameter replicated over the
+/// reducing ranks is counted by one of them, so it enters the norm once). Default: one
+/// process, every parameter.
+struct NormScope {
+  NormReducer reduce;
+  std::function<bool(const Tensor& param)> counts;
+  double combine(double local, bool is_max) const { return reduce ? reduce(local, is_max) : local; }
+  bool count(const Tensor& param) const { return !counts || counts(param); }
+};
 
-/// Scales every gradient so the total norm is at most max_norm (clip_coef = max_norm /
+/// The total norm of the counted gradients (norm_type 2, 1, or inf = INFINITY), summed in double.
+double grad_norm(const std::vector<Tensor>& params, double norm_type = 2.0, const NormScope& scope = {});
+
+/// Scales every gradient so the total norm (over the counted ones) is at most max_norm (clip_coef = max_norm /
 /// (norm + 1e-6), as PyTorch). Returns the norm before clipping. A non-finite norm is
 /// returned as is, gradients untouched, or raised as ValueError with error_if_nonfinite.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
-                      bool error_if_nonfinite = false, const NormReducer& reduce = {});
+                      bool error_if_nonfinite = false, const NormScope& scope = {});
 
 /// Clamps every gradient element to [-clip_value, clip_value].
 void clip_grad_value(const std::vector<Tensor>& params, double clip_value);

@@ -5,6 +5,8 @@
 #include "core/autograd/engine.h"
 #include "core/dist/collectives.h"
 
+#include <algorithm>
+
 namespace booster::dist {
 
 namespace {
@@ -19,24 +21,43 @@ int64_t checked_dim(const char* op, const Tensor& x, int64_t dim, int64_t parts,
   return dim;
 }
 
+// Rank r's chunk along dim: even, or balanced when the size does not divide (full = the
+// gathered size).
+std::pair<int64_t, int64_t> chunk_of(int64_t full, const ProcessGroup& g, int r) { return balanced_chunk(full, g.size(), r); }
+
 // This rank's chunk of x along dim.
 Tensor raw_split(const Tensor& x, int64_t dim, const ProcessGroup& g) {
   NoGradGuard ng;
-  const int64_t c = x.size(dim) / g.size();
-  return x.detach().narrow(dim, g.rank() * c, c).contiguous().clone();
+  const auto [start, len] = chunk_of(x.size(dim), g, g.rank());
+  return x.detach().narrow(dim, start, len).contiguous().clone();
 }
 
-// Every rank's x concatenated along dim.
-Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+// Every rank's chunk concatenated along dim into `full` elements (chunks padded to the
+// largest for the all-gather).
+Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t full) {
   NoGradGuard ng;
   const int n = g.size();
-  Tensor in = x.detach().contiguous(), flat = Tensor::empty({n * in.numel()}, in.dtype());
-  all_gather(flat, in, g);
+  Tensor in = x.detach().contiguous();
+  BOOSTER_CHECK_T(ShapeError, in.size(dim) == chunk_of(full, g, g.rank()).second, "gather along dim ", dim,
+                  ": this rank holds ", in.size(dim), " of ", full, " elements, its share is ",
+                  chunk_of(full, g, g.rank()).second);
+  Shape ps = in.shape();
+  ps[size_t(dim)] = chunk_of(full, g, 0).second;  // the largest share
+  const int64_t pn = shape_numel(ps);
+  Tensor padded = in;
+  if (ps != in.shape()) {
+    padded = Tensor::zeros(ps, in.dtype());
+    padded.narrow(dim, 0, in.size(dim)).copy_(in);
+  }
+  Tensor flat = Tensor::empty({n * pn}, in.dtype());
+  all_gather(flat, padded, g);
   Shape s = in.shape();
-  s[size_t(dim)] *= n;
+  s[size_t(dim)] = full;
   Tensor out = Tensor::empty(s, in.dtype());
-  for (int r = 0; r < n; ++r)
-    out.narrow(dim, r * in.size(dim), in.size(dim)).copy_(flat.narrow(0, r * in.numel(), in.numel()).view(in.shape()));
+  for (int r = 0; r < n; ++r) {
+    const auto [start, len] = chunk_of(full, g, r);
+    out.narrow(dim, start, len).copy_(flat.narrow(0, r * pn, pn).view(ps).narrow(dim, 0, len));
+  }
   return out;
 }
 
@@ -44,13 +65,18 @@ Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g) {
 Tensor raw_reduce_scatter(const Tensor& x, int64_t dim, const ProcessGroup& g) {
   NoGradGuard ng;
   const int n = g.size();
+  const int64_t full = x.size(dim);
   Shape s = x.shape();
-  s[size_t(dim)] /= n;
-  const int64_t c = s[size_t(dim)], chunk = shape_numel(s);
-  Tensor stage = Tensor::empty({n * chunk}, x.dtype()), out = Tensor::empty(s, x.dtype());
-  for (int r = 0; r < n; ++r) stage.narrow(0, r * chunk, chunk).view(s).copy_(x.detach().narrow(dim, r * c, c));
+  s[size_t(dim)] = chunk_of(full, g, 0).second;  // every rank's share padded to the largest
+  const int64_t chunk = shape_numel(s);
+  Tensor stage = Tensor::zeros({n * chunk}, x.dtype()), out = Tensor::empty(s, x.dtype());
+  for (int r = 0; r < n; ++r) {
+    const auto [start, len] = chunk_of(full, g, r);
+    stage.narrow(0, r * chunk, chunk).view(s).narrow(dim, 0, len).copy_(x.detach().narrow(dim, start, len));
+  }
   reduce_scatter(out, stage, ReduceOp::sum, g);
-  return out;
+  const int64_t mine = chunk_of(full, g, g.rank()).second;
+  return mine == s[size_t(dim)] ? out : out.narrow(dim, 0, mine).contiguous();
 }
 
 Tensor raw_all_reduce(const Tensor& x, const ProcessGroup& g) {
@@ -80,6 +106,11 @@ Tensor raw_all_to_all(const Tensor& x, int64_t sd, int64_t gd, const ProcessGrou
 
 }  // namespace
 
+std::pair<int64_t, int64_t> balanced_chunk(int64_t n, int parts, int r) {
+  const int64_t q = n / parts, extra = n % parts;
+  return {r * q + std::min<int64_t>(r, extra), q + (r < extra ? 1 : 0)};
+}
+
 Tensor reduce_backward(const Tensor& x, const ProcessGroup& g) {
   const ProcessGroup* pg = &g;
   return autograd::record("ReduceBackward", {x}, make_view(x, x.shape(), x.strides(), x.offset()),
@@ -91,33 +122,39 @@ Tensor reduce_forward(const Tensor& x, const ProcessGroup& g) {
                           [](const std::vector<Tensor>& gr) { return std::vector<Tensor>{gr[0]}; });
 }
 
-Tensor split_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
-  const int64_t d = checked_dim("split_forward_gather_backward", x, dim, g.size(), true);
+Tensor split_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g, bool balanced) {
+  const int64_t d = checked_dim("split_forward_gather_backward", x, dim, g.size(), !balanced);
   const ProcessGroup* pg = &g;
-  return autograd::record("SplitForwardGatherBackward", {x}, raw_split(x, d, g), [pg, d](const std::vector<Tensor>& gr) {
-    return std::vector<Tensor>{raw_gather(gr[0], d, *pg)};
-  });
+  const int64_t full = x.size(d);
+  return autograd::record("SplitForwardGatherBackward", {x}, raw_split(x, d, g),
+                          [pg, d, full](const std::vector<Tensor>& gr) {
+                            return std::vector<Tensor>{raw_gather(gr[0], d, *pg, full)};
+                          });
 }
 
-Tensor gather_forward_split_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+Tensor gather_forward_split_backward(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t full) {
   const int64_t d = checked_dim("gather_forward_split_backward", x, dim, g.size(), false);
+  if (full < 0) full = x.size(d) * g.size();
   const ProcessGroup* pg = &g;
-  return autograd::record("GatherForwardSplitBackward", {x}, raw_gather(x, d, g), [pg, d](const std::vector<Tensor>& gr) {
-    return std::vector<Tensor>{raw_split(gr[0], d, *pg)};
-  });
+  return autograd::record("GatherForwardSplitBackward", {x}, raw_gather(x, d, g, full),
+                          [pg, d](const std::vector<Tensor>& gr) { return std::vector<Tensor>{raw_split(gr[0], d, *pg)}; });
 }
 
-Tensor reducescatter_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
-  const int64_t d = checked_dim("reducescatter_forward_gather_backward", x, dim, g.size(), true);
+Tensor reducescatter_forward_gather_backward(const Tensor& x, int64_t dim, const ProcessGroup& g, bool balanced) {
+  const int64_t d = checked_dim("reducescatter_forward_gather_backward", x, dim, g.size(), !balanced);
   const ProcessGroup* pg = &g;
+  const int64_t full = x.size(d);
   return autograd::record("ReduceScatterForwardGatherBackward", {x}, raw_reduce_scatter(x, d, g),
-                          [pg, d](const std::vector<Tensor>& gr) { return std::vector<Tensor>{raw_gather(gr[0], d, *pg)}; });
+                          [pg, d, full](const std::vector<Tensor>& gr) {
+                            return std::vector<Tensor>{raw_gather(gr[0], d, *pg, full)};
+                          });
 }
 
-Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t full) {
   const int64_t d = checked_dim("gather_forward_reducescatter_backward", x, dim, g.size(), false);
+  if (full < 0) full = x.size(d) * g.size();
   const ProcessGroup* pg = &g;
-  return autograd::record("GatherForwardReduceScatterBackward", {x}, raw_gather(x, d, g),
+  return autograd::record("GatherForwardReduceScatterBackward", {x}, raw_gather(x, d, g, full),
                           [pg, d](const std::vector<Tensor>& gr) {
                             return std::vector<Tensor>{raw_reduce_scatter(gr[0], d, *pg)};
                           });

@@ -7,7 +7,8 @@
 
 namespace booster::examples {
 
-EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels) {
+EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
+                    int copies) {
   NoGradGuard ng;
   model->eval();
   std::vector<int64_t> confusion(size_t(num_labels * num_labels), 0);
@@ -34,6 +35,14 @@ EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, da
   if (dist::is_initialized() && dist::world_size() > 1) {
     dist::all_reduce(counts);
     dist::all_reduce(totals);
+  }
+  if (copies > 1) {  // every image was scored by `copies` ranks
+    counts = Tensor::from_ints([&] {
+      auto v = counts.to_int_vector();
+      for (auto& x : v) x /= copies;
+      return v;
+    }(), {num_labels * num_labels});
+    totals = scale(totals, 1.0 / copies);
   }
   EvalResult r;
   auto c = counts.to_int_vector();

@@ -19,6 +19,9 @@ struct EvalResult {
 };
 
 /// Runs the model over every batch of the loader without gradients.
-EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels);
+/// copies: how many ranks score each image (a tensor-parallel replica's ranks score the
+/// same ones); their all-reduced counts are divided by it.
+EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
+                    int copies = 1);
 
 }  // namespace booster::examples

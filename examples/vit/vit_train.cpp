@@ -50,13 +50,16 @@ data::ImageFolderOptions folder_options(const Config& cfg) {
   return io;
 }
 
-// A sharded loader over the whole split for evaluation (every rank scores its share).
-std::unique_ptr<data::DataLoader> eval_loader(std::shared_ptr<const data::Dataset> ds, const Config& cfg) {
+// A sharded loader over the whole split for evaluation: each data-parallel replica scores its
+// share (the ranks of one tensor-parallel replica score the same images together).
+std::unique_ptr<data::DataLoader> eval_loader(std::shared_ptr<const data::Dataset> ds, const Config& cfg,
+                                              const Plugin* plugin = nullptr) {
   DistCoordinator c;
+  const int replicas = plugin ? plugin->dp_size() : c.world_size(), rank = plugin ? plugin->dp_rank() : c.rank();
   data::DataLoaderOptions o;
   o.batch_size = cfg.get_int("train.batch_size");
   o.num_workers = int(cfg.get_int("data.num_workers"));
-  auto sampler = std::make_shared<data::InferenceShardSampler>(ds->size(), c.world_size(), c.rank());
+  auto sampler = std::make_shared<data::InferenceShardSampler>(ds->size(), replicas, rank);
   return std::make_unique<data::DataLoader>(std::move(ds), o, sampler);
 }
 
@@ -143,9 +146,11 @@ int train(const Config& cfg, const Cli& cli) {
   lo.drop_last = true;
   lo.num_workers = int(cfg.get_int("data.num_workers"));
   auto train_loader = plugin ? plugin->prepare_dataloader(train_set, lo) : std::make_shared<data::DataLoader>(train_set, lo);
-  auto val_loader = eval_loader(val_set, cfg);
+  auto val_loader = eval_loader(val_set, cfg, plugin.get());
+  // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
+  const int dp = plugin ? plugin->dp_size() : coordinator.world_size();
   optim::AdamOptions ao;
-  ao.lr = cfg.get_float("train.lr") * coordinator.world_size();
+  ao.lr = cfg.get_float("train.lr") * dp;
   auto optimizer = std::make_shared<optim::HybridAdam>(
       optim::param_groups_no_decay(model->named_parameters(), cfg.get_float("train.weight_decay")), ao);
   const int64_t epochs = cfg.get_int("train.epochs"), steps_per_epoch = int64_t(train_loader->size());
@@ -220,7 +225,7 @@ int train(const Config& cfg, const Cli& cli) {
       ++step;
       loss_sum += loss.item();
       ++loss_count;
-      const double ips = double(batch->labels.size(0) * coordinator.world_size()) /
+      const double ips = double(batch->labels.size(0) * dp) /
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       bar.update(int64_t(dataloader->position()), loss.item(), scheduler->get_last_lr()[0], ips);
       if (coordinator.is_master() && step % cfg.get_int("train.log_every") == 0)
@@ -233,14 +238,15 @@ int train(const Config& cfg, const Cli& cli) {
     bar.finish();
     skip_batches = 0;
     const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()));
+    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), coordinator.world_size() / dp);
     best_accuracy = std::max(best_accuracy, r.accuracy);
     const double train_loss = dist::all_reduce_scalar(loss_count ? loss_sum / double(loss_count) : 0.0, dist::ReduceOp::avg);
     log.info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s", epoch + 1,
              epochs, train_loss, r.loss, r.accuracy, best_accuracy, epoch_s);
     if (coordinator.is_master()) {
       metrics.write({{"type", "epoch"}, {"epoch", epoch + 1}, {"train_loss", train_loss}, {"val_loss", r.loss},
-                     {"val_accuracy", r.accuracy}, {"best_accuracy", best_accuracy}, {"epoch_seconds", epoch_s},
+                     {"val_accuracy", r.accuracy}, {"val_samples", r.samples}, {"best_accuracy", best_accuracy},
+                     {"epoch_seconds", epoch_s},
                      {"per_class_accuracy", r.per_class_accuracy}});
       metrics.epoch(epoch + 1, train_loss, r.loss, r.accuracy);
     }

@@ -80,11 +80,10 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(LowLevelZeroOptions opts) : opts_(std::mo
                   "LowLevelZeroPlugin: call dist::launch_from_openmpi() before creating the plugin");
 }
 
-void LowLevelZeroPlugin::configure(BoostedObjects& o) {
-  const auto& dp = dist::ProcessGroup::world();
+void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const LowLevelZeroOptions& opts) {
   auto module = o.model->module();
   {
-    // Every rank starts from rank 0's weights, in full precision.
+    // Every rank of the group starts from its first rank's weights, in full precision.
     NoGradGuard ng;
     for (auto& [n, t] : module->state_dict()) {
       Tensor x = t.is_contiguous() ? t : t.contiguous();
@@ -92,7 +91,7 @@ void LowLevelZeroPlugin::configure(BoostedObjects& o) {
       if (!x.is_same(t)) Tensor(t).copy_(x);
     }
   }
-  const DType working = dtype_of_precision(opts_.precision);
+  const DType working = dtype_of_precision(opts.precision);
   std::shared_ptr<ZeroPartition> zp;
   std::shared_ptr<ZeroGrads> grads;
   if (o.optimizer) {
@@ -100,16 +99,16 @@ void LowLevelZeroPlugin::configure(BoostedObjects& o) {
     optim::NamedParams params;
     for (auto& g : optim->param_groups())
       for (auto& np : g.params) params.push_back(np);
-    auto store = opts_.cpu_offload ? std::make_shared<OffloadStore>(opts_.offload_dir) : nullptr;
-    zp = std::make_shared<ZeroPartition>(params, dp, working, opts_.master_weights,
-                                         opts_.reduce_bucket_size_in_m * double(1 << 20), store);
-    const DType comm = opts_.communication_dtype.empty() ? working : dtype_of_precision(opts_.communication_dtype);
-    grads = std::make_shared<ZeroGrads>(*zp, opts_.stage, opts_.overlap_communication, comm);
+    auto store = opts.cpu_offload ? std::make_shared<OffloadStore>(opts.offload_dir) : nullptr;
+    zp = std::make_shared<ZeroPartition>(params, dp, working, opts.master_weights,
+                                         opts.reduce_bucket_size_in_m * double(1 << 20), store);
+    const DType comm = opts.communication_dtype.empty() ? working : dtype_of_precision(opts.communication_dtype);
+    grads = std::make_shared<ZeroGrads>(*zp, opts.stage, opts.overlap_communication, comm);
     ZeroStepOptions so;
-    so.precision = opts_.precision;
-    so.scaler = opts_.scaler;
-    so.max_norm = opts_.max_norm;
-    so.overlap_allgather = opts_.overlap_allgather;
+    so.precision = opts.precision;
+    so.scaler = opts.scaler;
+    so.max_norm = opts.max_norm;
+    so.overlap_allgather = opts.overlap_allgather;
     o.optimizer = std::make_shared<LowLevelZeroOptimizer>(optim, zp, grads, so);
   }
   {
@@ -118,8 +117,20 @@ void LowLevelZeroPlugin::configure(BoostedObjects& o) {
     for (auto& [n, p] : module->named_parameters())
       if (is_floating(p.dtype()) && p.dtype() != working) Tensor(p).set_data(p.detach().to(working).contiguous());
   }
-  o.model = std::make_shared<LowLevelZeroModel>(o.model, zp, grads, opts_.cast_inputs ? working : DType::f32);
+  o.model = std::make_shared<LowLevelZeroModel>(o.model, zp, grads, opts.cast_inputs ? working : DType::f32);
 }
+
+NoSyncScope zero_no_sync(ModelWrapper& model, const std::string& plugin) {
+  auto* zero = model.find<LowLevelZeroModel>();
+  BOOSTER_CHECK(zero != nullptr && zero->grads(), plugin, ".no_sync: the model was not boosted with an optimizer by ",
+                plugin, " (it is a ", model.type_name(), ")");
+  ZeroGrads* g = zero->grads();
+  BOOSTER_CHECK(!g->no_sync(), plugin, ".no_sync: already inside a no_sync scope");
+  g->set_no_sync(true);
+  return NoSyncScope([g] { g->set_no_sync(false); });
+}
+
+void LowLevelZeroPlugin::configure(BoostedObjects& o) { apply_low_level_zero(o, dist::ProcessGroup::world(), opts_); }
 
 std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() {
   if (!checkpoint_io_)
@@ -129,13 +140,7 @@ std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() {
 }
 
 NoSyncScope LowLevelZeroPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
-  auto* zero = model.find<LowLevelZeroModel>();
-  BOOSTER_CHECK(zero != nullptr && zero->grads(), "LowLevelZeroPlugin.no_sync: the model was not boosted with an "
-                                                  "optimizer by LowLevelZeroPlugin (it is a ", model.type_name(), ")");
-  ZeroGrads* g = zero->grads();
-  BOOSTER_CHECK(!g->no_sync(), "LowLevelZeroPlugin.no_sync: already inside a no_sync scope");
-  g->set_no_sync(true);
-  return NoSyncScope([g] { g->set_no_sync(false); });
+  return zero_no_sync(model, "LowLevelZeroPlugin");
 }
 
 }  // namespace booster::plugins

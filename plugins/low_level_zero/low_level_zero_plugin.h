@@ -54,6 +54,13 @@ class LowLevelZeroModel : public ModelWrapper {
   DType input_dtype_;
 };
 
+/// ZeRO over `dp`: the group starts from its first rank's weights, the optimizer becomes a
+/// LowLevelZeroOptimizer on this rank's chunks and the model a LowLevelZeroModel (what
+/// LowLevelZeroPlugin does over the world, and HybridParallelPlugin over its dp group).
+void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const LowLevelZeroOptions& opts);
+/// A no_sync scope for a model boosted by apply_low_level_zero (`plugin` names it in errors).
+NoSyncScope zero_no_sync(ModelWrapper& model, const std::string& plugin);
+
 class LowLevelZeroPlugin : public Plugin {
  public:
   explicit LowLevelZeroPlugin(LowLevelZeroOptions opts = {});

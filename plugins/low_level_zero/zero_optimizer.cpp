@@ -49,7 +49,7 @@ bool LowLevelZeroOptimizer::nonfinite_anywhere() const {
 }
 
 double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
-                                        const optim::NormReducer& reduce) {
+                                        const optim::NormScope& scope) {
   BOOSTER_CHECK(norm_type == 2.0, "LowLevelZeroPlugin: only the 2-norm clips across partitions, got norm_type ",
                 norm_type);
   grads_->finish();
@@ -58,9 +58,12 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
   const optim::NormReducer over_dp = [&](double local, bool is_max) {
     const double v = dp.size() > 1 ? dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, dp)
                                    : local;
-    return reduce ? reduce(v, is_max) : v;
+    return scope.combine(v, is_max);
   };
-  const double norm = optim::norm_of(chunks(), 2.0, over_dp) / scaling_.loss_scale();
+  std::vector<Tensor> counted;  // a part replicated over an outer group (tensor parallelism) counts once there
+  for (size_t i = 0; i < zp_->parts().size(); ++i)
+    if (Tensor g = grads_->chunk(i); g.defined() && scope.count(zp_->parts()[i].param)) counted.push_back(g);
+  const double norm = optim::norm_of(counted, 2.0, over_dp) / scaling_.loss_scale();
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
   scaling_.set_clip(norm, max_norm);
   return norm;

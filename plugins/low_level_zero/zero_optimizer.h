@@ -52,7 +52,7 @@ class LowLevelZeroOptimizer : public OptimizerWrapper {
   const LossScaling& scaling() const { return scaling_; }
 
  protected:
-  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
 
  private:
   bool nonfinite_anywhere() const;

@@ -76,9 +76,9 @@ void DDPOptimizer::clip_grad_by_value(double clip_value) {
 }
 
 double DDPOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
-                               const optim::NormReducer& reduce) {
+                               const optim::NormScope& scope) {
   reducer_->finish();  // averaged gradients are the same on every rank: the norm needs no reduction
-  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, reduce);
+  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
 }
 
 TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
@@ -101,14 +101,16 @@ std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
   return checkpoint_io_;
 }
 
-NoSyncScope TorchDDPPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
+NoSyncScope ddp_no_sync(ModelWrapper& model, const std::string& plugin) {
   auto* ddp = model.find<TorchDDPModel>();
-  BOOSTER_CHECK(ddp != nullptr, "TorchDDPPlugin.no_sync: the model was not boosted by TorchDDPPlugin (it is a ",
+  BOOSTER_CHECK(ddp != nullptr, plugin, ".no_sync: the model was not boosted by ", plugin, " (it is a ",
                 model.type_name(), ")");
-  BOOSTER_CHECK(!ddp->reducer().no_sync(), "TorchDDPPlugin.no_sync: already inside a no_sync scope");
+  BOOSTER_CHECK(!ddp->reducer().no_sync(), plugin, ".no_sync: already inside a no_sync scope");
   ddp->reducer().set_no_sync(true);
   auto r = ddp->shared_reducer();
   return NoSyncScope([r] { r->set_no_sync(false); });
 }
+
+NoSyncScope TorchDDPPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) { return ddp_no_sync(model, "TorchDDPPlugin"); }
 
 }  // namespace booster::plugins

@@ -54,11 +54,14 @@ class DDPOptimizer : public OptimizerWrapper {
   void reset_grad_sync_wait() override { reducer_->reset_wait_seconds(); }
 
  protected:
-  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormReducer& reduce) override;
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
 
  private:
   std::shared_ptr<Reducer> reducer_;
 };
+
+/// A no_sync scope for a model with a TorchDDPModel in its chain (`plugin` names it in errors).
+NoSyncScope ddp_no_sync(ModelWrapper& model, const std::string& plugin);
 
 class TorchDDPPlugin : public Plugin {
  public:

@@ -121,3 +121,24 @@ TEST(DistFunctional, GradientsMatchFiniteDifferences) {
       },
       {2, 3}, true, true, "column-row pair");
 }
+
+// A sequence that does not divide (a ViT's 197 tokens): balanced shards, n / size each and
+// one more on the first n % size ranks, gathered back to the full length.
+TEST(DistFunctional, BalancedShardsOfAnUnevenSequence) {
+  const auto& g = ProcessGroup::world();
+  const int n = g.size(), me = g.rank();
+  const int64_t t = 2 * n + 1;
+  const auto [start, len] = balanced_chunk(t, n, me);
+  EXPECT_EQ(len, me < 1 ? 3 : 2);
+  EXPECT_EQ(start, me == 0 ? 0 : 3 + 2 * (me - 1));
+  Tensor x = input_of(0, {2, t, 3});
+  Tensor shard = split_forward_gather_backward(x, 1, g, true);
+  EXPECT_EQ(shard.to_vector(), x.narrow(1, start, len).contiguous().to_vector());
+  EXPECT_EQ(gather_forward_split_backward(shard, 1, g, t).to_vector(), x.to_vector());
+  EXPECT_THROW(gather_forward_split_backward(shard, 1, g, t + 1 + n), ShapeError);  // a share that does not match
+  gradcheck([&](const Tensor& v) { return gather_forward_reducescatter_backward(split_forward_gather_backward(v, 1, g, true), 1, g, t); },
+            {2, t, 2}, true, false, "balanced split, then gather with reduce-scatter backward");
+  gradcheck([&](const Tensor& v) { return gather_forward_split_backward(reducescatter_forward_gather_backward(v, 0, g, true), 0, g, t); },
+            {t, 2}, false, true, "balanced reduce-scatter, then gather");
+}
+

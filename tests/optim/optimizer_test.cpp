@@ -124,7 +124,16 @@ TEST(Clip, GlobalNormAndValue) {
   EXPECT_NEAR(a.grad().to_vector()[0], 3.0 / (5.0 + 1e-6), 1e-7);
   EXPECT_NEAR(grad_norm({a, b}), 1.0, 1e-6);
   // The reducer seam: pretend another rank holds the same sum of squares.
-  EXPECT_NEAR(grad_norm({a, b}, 2.0, [](double local, bool) { return 2 * local; }), std::sqrt(2.0), 1e-6);
+  EXPECT_NEAR(grad_norm({a, b}, 2.0, {[](double local, bool) { return 2 * local; }}), std::sqrt(2.0), 1e-6);
+  // The counting seam: a parameter this rank does not count stays out of the norm but is
+  // still clipped.
+  const optim::NormScope without_b{{}, [&](const Tensor& p) { return !p.is_same(b); }};
+  EXPECT_NEAR(grad_norm({a, b}, 2.0, without_b), 3.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_NEAR(clip_grad_norm({a, b}, 0.3, 2.0, false, without_b), 3.0 / (5.0 + 1e-6), 1e-6);
+  EXPECT_NEAR(b.grad().to_vector()[0], 4.0 / 5.0 * 0.5, 1e-5);  // scaled by 0.3 / 0.6 too
+  set_grad(a, {3, 0});
+  set_grad(b, {4});
+  clip_grad_norm({a, b}, 1.0);
   EXPECT_NEAR(grad_norm({a, b}, INFINITY), 4.0 / 5.0, 1e-6);  // max |g| after clipping: b = 4/5
   set_grad(b, {NAN});
   EXPECT_TRUE(std::isnan(clip_grad_norm({a, b}, 1.0)));

@@ -14,6 +14,7 @@
 #include "booster/mixed_precision.h"
 #include "plugins/registry.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
+#include "tests/support/logical.h"
 
 using namespace booster;
 
@@ -22,7 +23,10 @@ namespace {
 struct PluginCase {
   std::string name;
   std::string toml;  // the [plugin] table; empty: Booster without plugin
+  int tp = 1;        // ranks of one data-parallel replica (the world must be a multiple)
 };
+
+const std::string kHybrid = "[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\nprecision = 'fp32'\n";
 
 const std::vector<PluginCase> kCases = {
     {"no_plugin", ""},
@@ -36,7 +40,15 @@ const std::vector<PluginCase> kCases = {
     {"zero2_small_buckets", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\nreduce_bucket_size_in_m = 0.002\n"},
     {"zero2_offload", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\ncpu_offload = true\n"},
     {"zero1_offload", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\ncpu_offload = true\n"},
+    {"tp2", kHybrid, 2},
+    {"tp2_zero1", kHybrid + "zero_stage = 1\n", 2},
+    {"tp2_zero2", kHybrid + "zero_stage = 2\n", 2},
+    {"tp2_zero2_no_overlap", kHybrid + "zero_stage = 2\noverlap_communication = false\n", 2},
+    {"tp2_sequence_parallel", kHybrid + "enable_sequence_parallelism = true\n", 2},
 };
+
+// Whether a configuration runs at this world size.
+bool runs_here(const PluginCase& c) { return dist::world_size() % c.tp == 0 && (c.tp == 1 || !c.toml.empty()); }
 
 nn::ViTConfig tiny_config() {
   nn::ViTConfig c;
@@ -59,9 +71,11 @@ std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
   return {x, Tensor::from_ints(y, {rows})};
 }
 
-// Rows [rank * b, (rank + 1) * b) of a batch.
-std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1) {
-  const int64_t start = (int64_t(dist::world_rank()) * parts + part) * b;
+// Rows [dp_rank * b, (dp_rank + 1) * b) of a batch (a data-parallel replica's ranks, tp
+// consecutive ones, see the same rows).
+std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1,
+                                   int tp = 1) {
+  const int64_t start = (int64_t(dist::world_rank() / tp) * parts + part) * b;
   return {batch.first.narrow(0, start, b).contiguous(), batch.second.narrow(0, start, b).contiguous()};
 }
 
@@ -74,10 +88,12 @@ std::shared_ptr<Plugin> make(const PluginCase& c) {
   return plugins::make_plugin(Config::from_string(c.toml, c.name + ".toml"));
 }
 
-// max |a - b| <= tol * max|b| for every parameter.
+// max |a - b| <= tol * max|b| for every parameter (tensor-parallel shards compared as the
+// logical tensors they are part of).
 void expect_params_close(nn::Module& got, nn::Module& want, double tol, const std::string& what) {
   for (auto& [n, w] : want.named_parameters()) {
-    auto a = got.get_tensor(n).to_vector(), b = w.to_vector();
+    auto a = testkit::logical(got.get_tensor(n)).to_vector(), b = testkit::logical(w).to_vector();
+    ASSERT_EQ(a.size(), b.size()) << what << ": parameter " << n;
     double scale = 1e-3, err = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       scale = std::max(scale, double(std::abs(b[i])));
@@ -92,9 +108,11 @@ class Conformance : public ::testing::TestWithParam<PluginCase> {
   void SetUp() override {
     if (GetParam().toml.empty() && dist::world_size() > 1)
       GTEST_SKIP() << "without a plugin, ranks do not share gradients";
+    if (!runs_here(GetParam())) GTEST_SKIP() << "tp " << GetParam().tp << " needs a multiple of " << GetParam().tp << " ranks";
   }
-  const int64_t b = 2;  // per-rank batch
-  const int n = dist::world_size();
+  const int64_t b = 2;  // per-replica batch
+  const int tp = GetParam().tp;
+  const int n = dist::world_size() / GetParam().tp;  // data-parallel replicas
 };
 
 // 1. K steps on per-rank batches b match one process on batches N * b.
@@ -116,7 +134,7 @@ TEST_P(Conformance, TrainingParity) {
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
   auto boosted = booster.boost(model, opt);
   for (int s = 0; s < K; ++s) {
-    auto [x, y] = my_slice(global_batch(s, n * b), b);
+    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
     boosted.optimizer->zero_grad();
     Tensor loss = (*boosted.model)(x, y).loss;
     booster.backward(loss, *boosted.optimizer);
@@ -141,7 +159,7 @@ TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
   auto model = fresh_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
-    auto [x, y] = my_slice(batch, b, m, A);
+    auto [x, y] = my_slice(batch, b, m, A, tp);
     Tensor loss = scale((*boosted.model)(x, y).loss, 1.0 / A);
     if (m < A - 1) {
       auto scope = booster.no_sync(*boosted.model, boosted.optimizer.get());
@@ -166,7 +184,7 @@ TEST_P(Conformance, ClipByGlobalNorm) {
   Booster booster(make(GetParam()));
   auto model = fresh_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  auto [x, y] = my_slice(batch, b);
+  auto [x, y] = my_slice(batch, b, 0, 1, tp);
   booster.backward((*boosted.model)(x, y).loss, *boosted.optimizer);
   const double norm = boosted.optimizer->clip_grad_by_norm(0.05);
   EXPECT_NEAR(norm, ref_norm, 1e-5 * ref_norm);
@@ -207,9 +225,12 @@ TEST_P(Conformance, InvalidConfigurationsAreRefused) {
 // single-file), continue: the result matches the uninterrupted run.
 TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
   const int K1 = 2, K2 = 2;
-  auto train = [&](Booster& bo, BoostResult<nn::ViTForImageClassification>& r, int from, int to) {
+  // The same global batches under any configuration: each of its replicas (tp_of ranks
+  // each) takes its share of the n * b rows.
+  auto train = [&](Booster& bo, BoostResult<nn::ViTForImageClassification>& r, int from, int to, int tp_of) {
+    const int64_t rows = b * tp_of / tp;
     for (int s = from; s < to; ++s) {
-      auto [x, y] = my_slice(global_batch(s, n * b), b);
+      auto [x, y] = my_slice(global_batch(s, n * b), rows, 0, 1, tp_of);
       r.optimizer->zero_grad();
       bo.backward((*r.model)(x, y).loss, *r.optimizer);
       r.optimizer->step();
@@ -218,9 +239,9 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
   Booster booster(make(GetParam()));
   auto model = fresh_model();
   auto run = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  train(booster, run, 0, K1);
+  train(booster, run, 0, K1, tp);
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("booster_conf_" + GetParam().name + "_np" + std::to_string(n))).string();
+      (std::filesystem::temp_directory_path() / ("booster_conf_" + GetParam().name + "_np" + std::to_string(dist::world_size()))).string();
   for (bool shard : {true, false}) {
     const std::string m = dir + (shard ? "/model" : "/model.ckpt"), o = dir + (shard ? "/optim" : "/optim.ckpt");
     std::filesystem::create_directories(dir);
@@ -228,7 +249,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
     booster.save_optimizer(*run.optimizer, o, shard);
     // Load under every other configuration that can run at this world size.
     for (const auto& other : kCases) {
-      if (other.toml.empty() && n > 1) continue;
+      if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other)) continue;
       Booster ob(make(other));
       auto m2 = fresh_model(7);
       auto r2 = ob.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), sgd()));
@@ -237,12 +258,12 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
       expect_params_close(*m2, *model, 0, "loaded from " + GetParam().name + " into " + other.name);
       if (shard) continue;
       auto m3 = fresh_model(7);  // the uninterrupted reference continues from a clone
-      train(ob, r2, K1, K1 + K2);
+      train(ob, r2, K1, K1 + K2, other.tp);
       Booster cb(make(GetParam()));
       auto ref = std::static_pointer_cast<nn::ViTForImageClassification>(model->clone());
       auto rr = cb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
       rr.optimizer->load_state_dict(run.optimizer->state_dict());
-      train(cb, rr, K1, K1 + K2);
+      train(cb, rr, K1, K1 + K2, tp);
       expect_params_close(*m2, *ref, 1e-5, "continued after loading into " + other.name);
     }
   }

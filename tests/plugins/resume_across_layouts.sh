@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A checkpoint saved by ZeRO-2 on 2 ranks resumes at dp 4 and dp 1, and under ZeRO-1, DDP
 # and no plugin, continuing to the losses and final weights of the uninterrupted run; and a
-# DDP checkpoint resumes under ZeRO. Usage: resume_across_layouts.sh MPIEXEC DRIVER COMPARE
+# DDP checkpoint resumes under ZeRO; a tensor-parallel (tp 2 x dp 2, ZeRO-2) checkpoint
+# resumes at tp 1 without a plugin, under DDP, at tp 2 alone, and the DDP one at tp 2. Usage: resume_across_layouts.sh MPIEXEC DRIVER COMPARE
 set -uo pipefail
 mpiexec=$1 driver=$2 compare=$3
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT
@@ -31,4 +32,17 @@ run 2 full "$work/ddp" ddp
 run 2 save "$work/ddp" ddp
 run 4 resume "$work/ddp" zero2
 check ddp zero2_np4
+for np_plugin in "2 tp2" "4 tp2_zero1"; do
+  set -- $np_plugin
+  run "$1" resume "$work/ddp" "$2"
+  check ddp "$2_np$1"
+done
+mkdir -p "$work/tp"
+run 4 full "$work/tp" tp2_zero2
+run 4 save "$work/tp" tp2_zero2
+for np_plugin in "1 none" "2 ddp" "2 tp2" "4 zero2" "2 tp2_zero2"; do
+  set -- $np_plugin
+  run "$1" resume "$work/tp" "$2"
+  check tp "$2_np$1"
+done
 echo PASS

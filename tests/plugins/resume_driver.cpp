@@ -4,7 +4,8 @@
 //   resume_driver save   DIR PLUGIN   3 steps, then model and optimizer to DIR/ckpt
 //   resume_driver resume DIR PLUGIN   loads DIR/ckpt into a fresh model, steps 3..5; losses to
 //                                     DIR/resume_<plugin>_np<N>.txt, final model DIR/final_<plugin>_np<N>
-// PLUGIN: none, ddp, zero1, zero2, zero2_offload (fp32).
+// PLUGIN: none, ddp, zero1, zero2, zero2_offload, tp2, tp2_zero1, tp2_zero2 (fp32; tp2: hybrid
+// parallel with tp_size 2, ZeRO over its dp group).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,9 @@ namespace {
 std::shared_ptr<Plugin> plugin(const std::string& p) {
   if (p == "none") return nullptr;
   if (p == "ddp") return plugins::make_plugin(Config::from_string("[plugin]\nname = 'torch_ddp'\n"));
+  if (p.rfind("tp2", 0) == 0)
+    return plugins::make_plugin(Config::from_string("[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\nprecision = 'fp32'\n"
+                                                    "zero_stage = " + std::string(p == "tp2" ? "0" : p.substr(8, 1)) + "\n"));
   const std::string stage = p.substr(4, 1), offload = p.find("offload") != std::string::npos ? "true" : "false";
   return plugins::make_plugin(Config::from_string("[plugin]\nname = 'low_level_zero'\nprecision = 'fp32'\nstage = " +
                                                   stage + "\ncpu_offload = " + offload + "\n"));
@@ -39,7 +43,9 @@ int main(int argc, char** argv) {
   auto model = std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
   optim::AdamOptions ao;
   ao.lr = 5e-3;
-  Booster booster(plugin(name));
+  auto pl = plugin(name);
+  const int dp = pl ? pl->dp_size() : n, dr = pl ? pl->dp_rank() : r;  // replicas see different rows
+  Booster booster(pl);
   auto b = booster.boost(model, std::make_shared<optim::AdamW>(model->named_parameters(), ao));
   int from = 0, to = mode == "save" ? 3 : 6;
   if (mode == "resume") {
@@ -53,8 +59,8 @@ int main(int argc, char** argv) {
     Generator(1000 + uint64_t(s)).normal_(x);
     std::vector<int64_t> y;
     for (int i = 0; i < 8; ++i) y.push_back((i + s) % 3);
-    const int64_t per = 8 / n;
-    Tensor xs = x.narrow(0, r * per, per).contiguous(), ys = Tensor::from_ints(y, {8}).narrow(0, r * per, per).contiguous();
+    const int64_t per = 8 / dp;
+    Tensor xs = x.narrow(0, dr * per, per).contiguous(), ys = Tensor::from_ints(y, {8}).narrow(0, dr * per, per).contiguous();
     b.optimizer->zero_grad();
     Tensor loss = b.model(xs, ys).loss;
     booster.backward(loss, *b.optimizer);

@@ -1,0 +1,35 @@
+// LayerNorm on sequence shards (sequence parallelism): each tensor-parallel rank normalizes
+// its own tokens with the replicated weight and bias, whose gradients are then partial
+// sums; they are completed over the tp group in backward (copy forward, all-reduce
+// backward), so every rank holds the same full gradient as without the split. With
+// gather_output the normalized shards are all-gathered along the sequence for the
+// column-parallel linears that follow (one gather for query, key and value), and their
+// gradient reduce-scattered.
+#pragma once
+
+#include "core/dist/process_group.h"
+#include "nn/layers.h"
+
+namespace booster::nn {
+
+class SequenceParallelLayerNorm : public UnaryModule {
+ public:
+  /// Adopts `native`'s (a LayerNorm) weight and bias handles and eps.
+  static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
+                                                         const dist::ProcessGroup& tp, int64_t gather_seq_len = 0,
+                                                         int64_t seq_dim = 1);
+  /// gather_seq_len > 0: all-gather the output along seq_dim into that many tokens.
+  SequenceParallelLayerNorm(Tensor weight, Tensor bias, double eps, const dist::ProcessGroup& tp,
+                            int64_t gather_seq_len, int64_t seq_dim);
+  std::string type_name() const override { return "SequenceParallelLayerNorm"; }
+  Tensor forward(const Tensor& x) override;
+  TensorSlot weight, bias;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  double eps_;
+  const dist::ProcessGroup& tp_;
+  int64_t gather_len_, seq_dim_;
+};
+
+}  // namespace booster::nn

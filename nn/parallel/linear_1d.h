@@ -1,0 +1,83 @@
+// Tensor-parallel linears (Megatron's, under Colossal-AI's names Linear1D_Col and
+// Linear1D_Row). Built from a model's Linear by from_native_module, they adopt its
+// parameter handles and reshard them in place, so the optimizer built before boost() and
+// every checkpoint name stay valid: the handle now holds this rank's slice and records it
+// as a region of the logical tensor. Communication is the differentiable collectives of
+// core/dist/functional.h; with sequence parallelism the activations between the linears
+// are sequence shards (all-gathered before a column-parallel linear, reduce-scattered after
+// a row-parallel one).
+#pragma once
+
+#include "core/dist/process_group.h"
+#include "nn/layers.h"
+
+namespace booster::nn {
+
+struct Linear1DOptions {
+  bool gather_output = false;    // column: all-gather the output features (the classifier)
+  bool parallel_input = true;    // row: the input is already split along its features
+  bool seq_parallel = false;     // activations outside the pair are sequence shards: a column
+                                 // linear all-gathers its input, a row linear reduce-scatters its output
+  bool input_gathered = false;   // column, sequence parallel: the layer before already all-gathered
+                                 // the input (and reduce-scatters its gradient), so nothing to do here
+  int64_t seq_dim = 1;           // the sequence dim of [B, T, C] activations
+  int64_t seq_len = -1;          // the full sequence length (balanced shards), -1: even shards
+};
+
+/// Replaces `param`'s storage by this rank's chunk along `dim` (same handle, requires_grad
+/// kept) and records it as a box of the logical tensor. ShapeError when the dim does not
+/// divide by the group size; ValueError when it is already a shard.
+void shard_parameter(Tensor param, int64_t dim, const dist::ProcessGroup& g, const std::string& who);
+
+/// What both tensor-parallel linears share: the adopted handles, the group and the options.
+class Linear1D : public Linear {
+ public:
+  Linear1D(Tensor weight, Tensor bias, const dist::ProcessGroup& tp, Linear1DOptions opts)
+      : Linear(std::move(weight), std::move(bias)), tp_(tp), opts_(opts) {}
+  const Linear1DOptions& options() const { return opts_; }
+
+ protected:
+  /// A T with empty tensors of this layer's shapes (clone() fills them).
+  template <typename T>
+  std::shared_ptr<Module> fresh_as() const {
+    Tensor w = Tensor::empty(weight->shape(), weight->dtype());
+    Tensor b = bias.defined() ? Tensor::empty(bias->shape(), bias->dtype()) : Tensor();
+    return std::make_shared<T>(w, b, tp_, opts_);
+  }
+  const dist::ProcessGroup& tp_;
+  Linear1DOptions opts_;
+};
+
+/// Column-parallel linear: weight [out/tp, in] and bias [out/tp] are this rank's rows of
+/// the logical [out, in] and [out]. x: [..., in] (replicated; or a sequence shard under
+/// sequence parallelism) -> [..., out/tp] (or [..., out] with gather_output).
+class Linear1DCol : public Linear1D {
+ public:
+  /// Shards `native`'s parameters over `tp` (a Linear1DCol already is one: returned as is).
+  static std::shared_ptr<Linear> from_native_module(const std::shared_ptr<Module>& native, const dist::ProcessGroup& tp,
+                                                    Linear1DOptions opts = {});
+  using Linear1D::Linear1D;
+  std::string type_name() const override { return "Linear1DCol"; }
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return fresh_as<Linear1DCol>(); }
+};
+
+/// Row-parallel linear: weight [out, in/tp] is this rank's columns of the logical
+/// [out, in]; the bias [out] is whole and added once, after the partial products are
+/// summed over tp. x: [..., in/tp] (or [..., in] without parallel_input) -> [..., out]
+/// (a sequence shard of it under sequence parallelism).
+class Linear1DRow : public Linear1D {
+ public:
+  static std::shared_ptr<Linear> from_native_module(const std::shared_ptr<Module>& native, const dist::ProcessGroup& tp,
+                                                    Linear1DOptions opts = {});
+  using Linear1D::Linear1D;
+  std::string type_name() const override { return "Linear1DRow"; }
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return fresh_as<Linear1DRow>(); }
+};
+
+}  // namespace booster::nn

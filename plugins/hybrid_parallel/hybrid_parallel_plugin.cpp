@@ -1,0 +1,190 @@
+// HybridParallelPlugin (see hybrid_parallel_plugin.h).
+#include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
+
+#include "booster/checkpoint/general_checkpoint_io.h"
+#include "booster/mixed_precision.h"
+#include "core/autograd/grad_mode.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+#include "plugins/low_level_zero/low_level_zero_plugin.h"
+#include "plugins/registry.h"
+#include "plugins/torch_ddp/torch_ddp_plugin.h"
+
+namespace booster::plugins {
+
+HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, const std::string& t) {
+  using O = HybridParallelOptions;
+  static const auto binder = [] {
+    OptionBinder<O> b;
+    b.add("tp_size", &O::tp_size, "tensor-parallel size")
+        .add("pp_size", &O::pp_size, "pipeline stages")
+        .add("sp_size", &O::sp_size, "sequence-parallel size (0: None)")
+        .add("precision", &O::precision, "fp16, bf16 or fp32")
+        .add("zero_stage", &O::zero_stage, "0, 1 or 2")
+        .add("enable_all_optimization", &O::enable_all_optimization)
+        .add("enable_fused_normalization", &O::enable_fused_normalization)
+        .add("enable_flash_attention", &O::enable_flash_attention)
+        .add("enable_jit_fused", &O::enable_jit_fused)
+        .add("enable_sequence_parallelism", &O::enable_sequence_parallelism)
+        .add("sequence_parallelism_mode", &O::sequence_parallelism_mode, "split_gather (\"\": split_gather when enabled)")
+        .add("parallel_output", &O::parallel_output)
+        .add("num_microbatches", &O::num_microbatches, "0: None")
+        .add("microbatch_size", &O::microbatch_size, "0: None")
+        .add("max_norm", &O::max_norm)
+        .add("broadcast_buffers", &O::broadcast_buffers)
+        .add("ddp_bucket_cap_mb", &O::ddp_bucket_cap_mb)
+        .add("find_unused_parameters", &O::find_unused_parameters)
+        .add("check_reduction", &O::check_reduction)
+        .add("gradient_as_bucket_view", &O::gradient_as_bucket_view)
+        .add("static_graph", &O::static_graph)
+        .add("zero_bucket_size_in_m", &O::zero_bucket_size_in_m)
+        .add("cpu_offload", &O::cpu_offload, "ZeRO masters and optimizer states on local disk")
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)")
+        .add("communication_dtype", &O::communication_dtype, "\"\" (the gradients'), fp16, bf16 or fp32")
+        .add("overlap_communication", &O::overlap_communication)
+        .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)")
+        .add("pp_style", &O::pp_style, "1f1b, interleaved or zbv")
+        .add("num_model_chunks", &O::num_model_chunks)
+        .add("enable_metadata_cache", &O::enable_metadata_cache)
+        .add("dp_outside", &O::dp_outside)
+        .add("overlap_p2p", &O::overlap_p2p)
+        .add("overlap_allgather", &O::overlap_allgather);
+    return bind_loss_scale(b, &O::scaler);
+  }();
+  return options_from(cfg, t, "hybrid_parallel", binder);
+}
+
+void HybridParallelOptions::validate() const {
+  const char* who = "HybridParallelPlugin: ";
+  BOOSTER_CHECK(tp_size >= 1, who, "tp_size must be >= 1, got ", tp_size);
+  BOOSTER_CHECK(pp_size >= 1, who, "pp_size must be >= 1, got ", pp_size);
+  BOOSTER_CHECK(precision == "fp16" || precision == "bf16" || precision == "fp32", who,
+                "precision must be one of fp16, bf16, fp32, got '", precision, "'");
+  BOOSTER_CHECK(zero_stage >= 0 && zero_stage <= 2, who, "zero_stage must be 0, 1 or 2, got ", zero_stage);
+  const std::string& m = sequence_parallelism_mode;
+  BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
+                "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
+  if (enable_sequence_parallelism) {
+    const std::string mode = m.empty() ? "split_gather" : m;
+    BOOSTER_CHECK(mode == "split_gather", who, "sequence_parallelism_mode '", mode,
+                  "' is not implemented; split_gather is");
+    BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
+                                    "needs tp_size > 1, got tp_size ", tp_size);
+    BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size,
+                  " with split_gather: the sequence is split over the tp group (leave sp_size unset)");
+  } else {
+    BOOSTER_CHECK(sp_size == 0 || sp_size == 1, who, "sp_size ", sp_size,
+                  " needs enable_sequence_parallelism = true");
+  }
+  BOOSTER_CHECK(num_microbatches >= 0, who, "num_microbatches must be >= 0 (0: None), got ", num_microbatches);
+  BOOSTER_CHECK(microbatch_size >= 0, who, "microbatch_size must be >= 0 (0: None), got ", microbatch_size);
+  BOOSTER_CHECK(num_model_chunks >= 1, who, "num_model_chunks must be >= 1, got ", num_model_chunks);
+  if (pp_size > 1) {
+    BOOSTER_CHECK(pp_style == "1f1b" || pp_style == "interleaved" || pp_style == "zbv", who,
+                  "pp_style must be one of 1f1b, interleaved, zbv, got '", pp_style, "'");
+    BOOSTER_CHECK(pp_style != "1f1b" || num_model_chunks == 1, who, "pp_style 1f1b needs num_model_chunks = 1, got ",
+                  num_model_chunks);
+    BOOSTER_CHECK(pp_style != "interleaved" || num_model_chunks > 1, who,
+                  "pp_style interleaved needs num_model_chunks > 1, got ", num_model_chunks);
+    BOOSTER_CHECK(pp_style != "zbv" || num_model_chunks == 2, who, "pp_style zbv needs num_model_chunks = 2, got ",
+                  num_model_chunks);
+    BOOSTER_CHECK(num_microbatches > 0 || microbatch_size > 0, who,
+                  "with pp_size > 1, set num_microbatches or microbatch_size");
+  }
+  BOOSTER_CHECK(ddp_bucket_cap_mb > 0, who, "ddp_bucket_cap_mb must be positive, got ", ddp_bucket_cap_mb);
+  BOOSTER_CHECK(zero_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ", zero_bucket_size_in_m);
+  BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
+  BOOSTER_CHECK(communication_dtype.empty() || communication_dtype == "fp16" || communication_dtype == "bf16" ||
+                    communication_dtype == "fp32",
+                who, "communication_dtype must be empty, fp16, bf16 or fp32, got '", communication_dtype, "'");
+  BOOSTER_CHECK(!cpu_offload || zero_stage > 0, who, "cpu_offload needs zero_stage 1 or 2");
+  scaler.validate(who);
+}
+
+HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(std::move(opts)) {
+  opts_.validate();
+  BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
+                  "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
+  const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size;
+  BOOSTER_CHECK(world % (tp * pp) == 0, "HybridParallelPlugin: the world size ", world,
+                " is not divisible by tp_size ", tp, " x pp_size ", pp);
+  BOOSTER_CHECK(pp == 1, "HybridParallelPlugin: pp_size ", pp,
+                " (pipeline parallelism) is not implemented yet; use tp_size and zero_stage");
+  if (opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode.empty())
+    opts_.sequence_parallelism_mode = "split_gather";
+  mesh_ = std::make_shared<dist::ProcessGroupMesh>(dist::ProcessGroupMesh::dp_pp_tp(world / (tp * pp), pp, tp, opts_.dp_outside));
+}
+
+std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
+  return {mesh_->coordinate("dp"), mesh_->size("dp")};
+}
+
+void HybridParallelPlugin::configure(BoostedObjects& o) {
+  auto module = o.model->module();
+  const auto& dp = mesh_->group("dp");
+  const auto& tp = mesh_->group("tp");
+  {
+    // Every rank starts from world rank 0's weights (a model sharded before: each shard from
+    // its dp group's first rank).
+    NoGradGuard ng;
+    for (auto& [n, t] : module->state_dict()) {
+      Tensor x = t.is_contiguous() ? t : t.contiguous();
+      if (t.region()) dist::broadcast(x, dp.ranks()[0], dp);
+      else dist::broadcast(x, 0);
+      if (!x.is_same(t)) Tensor(t).copy_(x);
+    }
+  }
+  if (opts_.tp_size > 1) {
+    std::shared_ptr<Policy> policy = opts_.custom_policy_object
+                                         ? opts_.custom_policy_object
+                                         : !opts_.custom_policy.empty() ? make_policy(opts_.custom_policy) : auto_policy(*module);
+    BOOSTER_CHECK(policy != nullptr, "HybridParallelPlugin: no shardformer policy for a ", module->type_name(),
+                  " model; write one and pass it as custom_policy (register_policy gives it a name for configs)");
+    ShardConfig sc;
+    sc.tensor_parallel_process_group = &tp;
+    sc.enable_sequence_parallelism = opts_.enable_sequence_parallelism;
+    sc.sequence_parallelism_mode = opts_.sequence_parallelism_mode;
+    sc.parallel_output = opts_.parallel_output;
+    const uint64_t seed = default_generator().state().seed;
+    sc.replicated_generator = std::make_shared<Generator>(seed, (uint64_t(1) << 32) + uint64_t(mesh_->coordinate("dp")));
+    sc.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
+    shard_model(*module, *policy, sc);
+  }
+  if (opts_.zero_stage == 0) {
+    TorchDDPOptions d{opts_.broadcast_buffers,       opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters,
+                      opts_.check_reduction,         opts_.gradient_as_bucket_view, opts_.static_graph};
+    auto ddp = std::make_shared<TorchDDPModel>(o.model, dp, d);
+    o.model = ddp;
+    if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer, ddp->shared_reducer());
+    if (opts_.precision != "fp32") apply_mixed_precision(o, {opts_.precision, opts_.scaler, true});
+  } else {
+    LowLevelZeroOptions z;
+    z.stage = opts_.zero_stage;
+    z.precision = opts_.precision;
+    z.scaler = opts_.scaler;
+    z.max_norm = 0;  // HybridParallelOptimizer clips, counting replicated parameters once
+    z.reduce_bucket_size_in_m = opts_.zero_bucket_size_in_m;
+    z.communication_dtype = opts_.communication_dtype;
+    z.overlap_communication = opts_.overlap_communication;
+    z.overlap_allgather = opts_.overlap_allgather;
+    z.cpu_offload = opts_.cpu_offload;
+    z.offload_dir = opts_.offload_dir;
+    apply_low_level_zero(o, dp, z);
+  }
+  o.model = std::make_shared<HybridParallelModule>(o.model, mesh_);
+  if (o.optimizer) o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm);
+}
+
+std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() {
+  if (!checkpoint_io_)
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
+        name(), dist::world_size(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.precision));
+  return checkpoint_io_;
+}
+
+NoSyncScope HybridParallelPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
+  return opts_.zero_stage == 0 ? ddp_no_sync(model, "HybridParallelPlugin") : zero_no_sync(model, "HybridParallelPlugin");
+}
+
+}  // namespace booster::plugins

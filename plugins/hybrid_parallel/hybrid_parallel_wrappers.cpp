@@ -1,0 +1,81 @@
+// HybridParallelPlugin's wrappers (see hybrid_parallel_wrappers.h).
+#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+
+#include "core/autograd/grad_mode.h"
+#include "core/dist/collectives.h"
+#include "core/dist/functional.h"
+
+namespace booster::plugins {
+
+namespace {
+// The dim along which a tensor-parallel shard splits its logical tensor, or -1 when whole.
+int64_t split_dim(const Tensor& p) {
+  const Region* r = p.region();
+  if (!r) return -1;
+  for (size_t d = 0; d < r->full.size(); ++d)
+    if (r->extent[d] != r->full[d]) return int64_t(d);
+  return -1;
+}
+// Calls f(state tensor, its parameter's region, split dim) for every optimizer state tensor
+// of a tensor-parallel shard in `sd` (those shaped like the parameter, or like the logical
+// tensor when `logical`).
+template <typename F>
+void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bool logical, F&& f) {
+  for (auto& g : o.param_groups())
+    for (auto& [name, p] : g.params) {
+      const int64_t d = split_dim(p);
+      auto it = sd.state.find(name);
+      if (d < 0 || it == sd.state.end()) continue;
+      for (auto& [k, buf] : it->second.buffers)
+        if (buf.shape() == (logical ? p.region()->full : p.shape())) f(buf, *p.region(), d);
+    }
+}
+}  // namespace
+
+HybridParallelModule::HybridParallelModule(std::shared_ptr<ModelWrapper> inner,
+                                           std::shared_ptr<dist::ProcessGroupMesh> mesh)
+    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)) {}
+
+HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
+                                                 std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm)
+    : OptimizerWrapper(std::move(inner)), mesh_(std::move(mesh)), max_norm_(max_norm) {}
+
+double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
+                                          const optim::NormScope& outer) {
+  const auto& tp = mesh_->group("tp");
+  if (tp.size() == 1) return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
+  const bool first = tp.rank() == 0;
+  optim::NormScope scope;
+  scope.reduce = [&tp, outer](double local, bool is_max) {
+    return outer.combine(dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, tp), is_max);
+  };
+  // A shard is this rank's own; a replicated parameter is the same on every tp rank.
+  scope.counts = [first, outer](const Tensor& p) { return (split_dim(p) >= 0 || first) && outer.count(p); };
+  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
+}
+
+void HybridParallelOptimizer::step() {
+  if (max_norm_ > 0) clip_norm(max_norm_, 2.0, false, {});
+  OptimizerWrapper::step();
+}
+
+optim::OptimizerStateDict HybridParallelOptimizer::state_dict() const {
+  optim::OptimizerStateDict sd = OptimizerWrapper::state_dict();
+  const auto& tp = mesh_->group("tp");
+  if (tp.size() == 1) return sd;
+  NoGradGuard ng;
+  for_each_shard_state(*inner(), sd, false,
+                       [&](Tensor& buf, const Region&, int64_t d) { buf = dist::gather_forward_split_backward(buf, d, tp); });
+  return sd;
+}
+
+void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& full) {
+  optim::OptimizerStateDict sd = full;
+  NoGradGuard ng;
+  for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Region& r, int64_t d) {
+    buf = buf.narrow(d, r.offset[size_t(d)], r.extent[size_t(d)]).contiguous().clone();
+  });
+  OptimizerWrapper::load_state_dict(sd);
+}
+
+}  // namespace booster::plugins

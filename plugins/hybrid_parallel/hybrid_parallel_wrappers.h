@@ -1,0 +1,47 @@
+// HybridParallelPlugin's wrappers. HybridParallelModule heads the model chain (tensor-
+// parallel layers inside, DDP or ZeRO over the dp group and the precision layer below it).
+// HybridParallelOptimizer decorates the optimizer chain: it clips by the global norm with
+// every parameter counted once (a tensor-parallel shard on every tp rank, a replicated
+// parameter on tp rank 0 only, summed over the tp group; the dp group is DDP's or ZeRO's
+// business below), clips every step with max_norm, and gives state_dict() in the logical
+// shapes by gathering tensor-parallel shards.
+#pragma once
+
+#include <memory>
+
+#include "booster/model_wrapper.h"
+#include "booster/optimizer_wrapper.h"
+#include "core/dist/mesh.h"
+
+namespace booster::plugins {
+
+class HybridParallelModule : public ModelWrapper {
+ public:
+  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh);
+  std::string type_name() const override { return "HybridParallelModule"; }
+  const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
+
+ private:
+  std::shared_ptr<dist::ProcessGroupMesh> mesh_;
+};
+
+class HybridParallelOptimizer : public OptimizerWrapper {
+ public:
+  HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh,
+                          double max_norm);
+  std::string type_name() const override { return "HybridParallelOptimizer"; }
+  void step() override;
+  /// Every parameter's state in its logical shape (tensor-parallel shards all-gathered; collective).
+  optim::OptimizerStateDict state_dict() const override;
+  /// Takes state_dict()'s form from any layout: each rank keeps its slices.
+  void load_state_dict(const optim::OptimizerStateDict& sd) override;
+
+ protected:
+  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
+
+ private:
+  std::shared_ptr<dist::ProcessGroupMesh> mesh_;
+  double max_norm_;
+};
+
+}  // namespace booster::plugins

@@ -1,0 +1,134 @@
+// The ViT shardformer policy (see vit_policy.h).
+#include "plugins/policies/vit_policy.h"
+
+#include <spdlog/spdlog.h>
+
+#include "core/dist/functional.h"
+#include "core/dist/runtime.h"
+#include "nn/parallel/dropout.h"
+#include "nn/parallel/layernorm.h"
+#include "nn/parallel/linear_1d.h"
+#include "nn/vit.h"
+
+namespace booster::plugins {
+
+namespace {
+
+const nn::ViTConfig& vit_config(const nn::Module& model) {
+  auto* vit = dynamic_cast<const nn::ViTForImageClassification*>(&model);
+  BOOSTER_CHECK(vit != nullptr, "ViTForImageClassificationPolicy: expects a ViTForImageClassification, got a ",
+                model.type_name(), " (write a Policy for it and pass it as custom_policy)");
+  return vit->config();
+}
+
+// Sequence parallelism's encoder: the tokens are split over tp on the way in (balanced) and
+// gathered on the way out; the layers in between run on token shards.
+class SequenceParallelViTEncoder : public nn::ViTEncoder {
+ public:
+  SequenceParallelViTEncoder(const nn::ViTConfig& c, std::shared_ptr<nn::ModuleList<nn::UnaryModule>> layers,
+                             const dist::ProcessGroup& tp)
+      : ViTEncoder(c, std::move(layers)), tp_(tp) {}
+  std::string type_name() const override { return "SequenceParallelViTEncoder"; }
+  // hidden: [B, T, H] (replicated) -> [B, T, H] (replicated); [B, T/tp, H] inside
+  Tensor forward(const Tensor& hidden) override {
+    Tensor h = dist::split_forward_gather_backward(hidden, 1, tp_, true);
+    h = forward_layers(h, 0, int64_t(layer->size()));
+    return dist::gather_forward_split_backward(h, 1, tp_, hidden.size(1));
+  }
+
+ protected:
+  std::shared_ptr<Module> fresh() const override {
+    return std::make_shared<SequenceParallelViTEncoder>(c_, std::make_shared<nn::ModuleList<nn::UnaryModule>>(), tp_);
+  }
+  const dist::ProcessGroup& tp_;
+};
+
+ModuleFactory column(nn::Linear1DOptions o) {
+  return [o](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
+    return nn::Linear1DCol::from_native_module(m, c.tp_group(), o);
+  };
+}
+ModuleFactory row(nn::Linear1DOptions o) {
+  return [o](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
+    return nn::Linear1DRow::from_native_module(m, c.tp_group(), o);
+  };
+}
+ModuleFactory dropout(bool parallel_input) {
+  return [parallel_input](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
+    return nn::TPDropout::from_native_module(m, parallel_input ? c.parallel_generator : c.replicated_generator,
+                                             parallel_input);
+  };
+}
+ModuleFactory sp_layernorm(int64_t gather_seq_len) {
+  return [gather_seq_len](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
+    return nn::SequenceParallelLayerNorm::from_native_module(m, c.tp_group(), gather_seq_len);
+  };
+}
+
+}  // namespace
+
+void ViTPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& config) const {
+  const auto& c = vit_config(model);
+  const int tp = config.tp_size();
+  BOOSTER_CHECK(c.num_attention_heads % tp == 0, name(), ": num_attention_heads ", c.num_attention_heads,
+                " does not divide by tp_size ", tp);
+  BOOSTER_CHECK(c.intermediate_size % tp == 0, name(), ": intermediate_size ", c.intermediate_size,
+                " does not divide by tp_size ", tp);
+  BOOSTER_CHECK(!config.enable_sequence_parallelism || config.sequence_parallelism_mode == "split_gather", name(),
+                ": sequence_parallelism_mode '", config.sequence_parallelism_mode,
+                "' is not supported for ViT; use split_gather");
+}
+
+std::map<std::string, ModulePolicyDescription> ViTPolicy::module_policy(const nn::Module& model,
+                                                                         const ShardConfig& config) const {
+  const auto& c = vit_config(model);
+  const int tp = config.tp_size();
+  const bool sp = config.enable_sequence_parallelism;
+  const int64_t tokens = c.num_patches() + 1;
+  std::map<std::string, ModulePolicyDescription> p;
+  p["ViTEmbeddings"].sub_module_replacement = {{"dropout", dropout(false)}};
+
+  auto& layer = p["ViTLayer"];
+  layer.attribute_replacement = {{"attention.attention.num_attention_heads", int64_t(c.num_attention_heads / tp)},
+                                 {"attention.attention.all_head_size", int64_t(c.hidden_size / tp)}};
+  nn::Linear1DOptions col, rw;
+  if (sp) {
+    col.input_gathered = true;  // the LayerNorm before gathered the tokens
+    rw.seq_parallel = true;
+  }
+  layer.sub_module_replacement = {
+      {"attention.attention.query", column(col)},
+      {"attention.attention.key", column(col)},
+      {"attention.attention.value", column(col)},
+      {"attention.output.dense", row(rw)},
+      {"attention.output.dropout", dropout(sp)},
+      {"intermediate.dense", column(col)},
+      {"output.dense", row(rw)},
+      {"output.dropout", dropout(sp)},
+  };
+  if (sp) {
+    layer.sub_module_replacement.push_back({"layernorm_before", sp_layernorm(tokens)});
+    layer.sub_module_replacement.push_back({"layernorm_after", sp_layernorm(tokens)});
+  }
+  if (c.num_labels > 0 && c.num_labels % tp == 0) {
+    nn::Linear1DOptions head;
+    head.gather_output = true;
+    p["ViTForImageClassification"].sub_module_replacement = {{"classifier", column(head)}};
+  } else if (c.num_labels > 0 && tp > 1 && dist::world_rank() == 0) {
+    spdlog::info("{}: num_labels {} does not divide by tp_size {}; the classifier stays whole on every rank", name(),
+                 c.num_labels, tp);
+  }
+  return p;
+}
+
+void ViTPolicy::postprocess(nn::Module& model, const ShardConfig& config) const {
+  if (!config.enable_sequence_parallelism) return;
+  auto* vit = dynamic_cast<nn::ViTForImageClassification*>(&model);
+  auto& enc = *vit->vit->encoder;
+  if (dynamic_cast<SequenceParallelViTEncoder*>(&enc)) return;
+  model.replace("vit.encoder", std::make_shared<SequenceParallelViTEncoder>(
+                                   vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()),
+                                   config.tp_group()));
+}
+
+}  // namespace booster::plugins

@@ -1,0 +1,85 @@
+// The sharder and the policy registry (see policy.h).
+#include "plugins/shardformer/policy.h"
+
+#include <mutex>
+
+#include "plugins/policies/vit_policy.h"
+
+namespace booster::plugins {
+
+const dist::ProcessGroup& ShardConfig::tp_group() const {
+  BOOSTER_CHECK(tensor_parallel_process_group != nullptr, "ShardConfig: no tensor-parallel process group");
+  return *tensor_parallel_process_group;
+}
+
+void shard_model(nn::Module& model, const Policy& policy, const ShardConfig& config) {
+  policy.config_sanity_check(model, config);
+  policy.preprocess(model, config);
+  const auto table = policy.module_policy(model, config);
+  // The modules to rewrite, listed before any replacement (a replaced child is not revisited).
+  std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> todo;
+  for (auto& [path, m] : model.named_modules())
+    if (table.count(m->type_name())) todo.emplace_back(path, m);
+  for (auto& [path, m] : todo) {
+    const auto& desc = table.at(m->type_name());
+    const std::string where = path.empty() ? "the model" : "'" + path + "'";
+    for (auto& [attr, value] : desc.attribute_replacement) {
+      try {
+        m->set_attribute(attr, value);
+      } catch (const Error& e) {
+        BOOSTER_THROW(ValueError, policy.name(), ": attribute '", attr, "' of ", where, ": ", e.what());
+      }
+    }
+    for (auto& sub : desc.sub_module_replacement) {
+      std::shared_ptr<nn::Module> native;
+      try {
+        native = m->get(sub.suffix);
+      } catch (const Error&) {
+        if (sub.ignore_if_not_exist) continue;
+        BOOSTER_THROW(ValueError, policy.name(), ": ", m->type_name(), " at ", where, " has no sub-module '",
+                      sub.suffix, "' to replace");
+      }
+      try {
+        m->replace(sub.suffix, sub.target_module(native, config));
+      } catch (const Error& e) {
+        BOOSTER_THROW(ValueError, policy.name(), ": replacing '", (path.empty() ? "" : path + "."), sub.suffix,
+                      "': ", e.what());
+      }
+    }
+  }
+  policy.postprocess(model, config);
+}
+
+namespace {
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::function<std::shared_ptr<Policy>()>>& registry() {
+  static std::map<std::string, std::function<std::shared_ptr<Policy>()>> r{
+      {"vit", [] { return std::make_shared<ViTPolicy>(); }}};
+  return r;
+}
+}  // namespace
+
+void register_policy(const std::string& name, std::function<std::shared_ptr<Policy>()> make) {
+  std::lock_guard lock(registry_mutex());
+  registry()[name] = std::move(make);
+}
+
+std::shared_ptr<Policy> make_policy(const std::string& name) {
+  std::lock_guard lock(registry_mutex());
+  auto it = registry().find(name);
+  if (it != registry().end()) return it->second();
+  std::string known;
+  for (auto& [n, f] : registry()) known += (known.empty() ? "" : ", ") + n;
+  BOOSTER_THROW(ValueError, "custom_policy: no policy registered as '", name, "' (registered: ", known,
+                "; register_policy(name, factory) adds one)");
+}
+
+std::shared_ptr<Policy> auto_policy(const nn::Module& model) {
+  if (model.type_name() == "ViTForImageClassification") return std::make_shared<ViTPolicy>();
+  return nullptr;
+}
+
+}  // namespace booster::plugins
