@@ -49,9 +49,10 @@ class StepBench {
       }
     }
     booster_.emplace(plugin, mixed);
+    dp_ = plugin ? plugin->dp_size() : dist::world_size();  // replicas that see different images
     boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
     x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
-    Generator(uint64_t(dist::world_rank())).normal_(x_);
+    Generator(uint64_t(plugin ? plugin->dp_rank() : dist::world_rank())).normal_(x_);  // a tp replica's ranks: the same images
     y_ = Tensor::zeros({batch}, DType::i64);
     step();  // warm-up: primitive creation, first allocations
   }
@@ -73,7 +74,7 @@ class StepBench {
   /// One more step, op by op.
   std::string profile() { return bench::profile_step([this] { step(); }); }
 
-  double images_per_s(double step_s) const { return double(batch_) * dist::world_size() / step_s; }
+  double images_per_s(double step_s) const { return double(batch_) * dp_ / step_s; }
   double gflops(double step_s) const {
     return 3 * bench::vit_fwd_flops(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size) *
            images_per_s(step_s) / 1e9;
@@ -95,7 +96,7 @@ class StepBench {
   }
 
   std::string precision_;
-  int batch_;
+  int batch_, dp_ = 1;
   nn::ViTConfig c_;
   std::shared_ptr<nn::ViTForImageClassification> model_;
   std::optional<Booster> booster_;
