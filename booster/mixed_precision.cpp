@@ -96,7 +96,7 @@ void MixedPrecisionOptimizer::load_state_dict(const optim::OptimizerStateDict& s
 void apply_mixed_precision(BoostedObjects& o, const MixedPrecisionOptions& opts) {
   BOOSTER_CHECK(opts.precision == "bf16" || opts.precision == "fp16", "mixed precision must be \"bf16\" or \"fp16\", got \"",
                 opts.precision, "\"");
-  const DType low = opts.precision == "bf16" ? DType::bf16 : DType::f16;
+  const DType low = dtype_from_name(opts.precision);
   if (kernels::matmul_implementation(low, 64, 64, 64).empty())
     spdlog::warn("mixed precision {0}: oneDNN has no {0} matmul kernel for this CPU ({0} needs {1}); matmuls compute "
                  "in f32 on {0} storage, which is usually slower than fp32 here",

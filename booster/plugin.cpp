@@ -1,6 +1,8 @@
 // Plugin defaults for optional capabilities and the data-parallel DataLoader.
 #include "booster/plugin.h"
 
+#include "core/autograd/grad_mode.h"
+#include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "data/sampler.h"
 
@@ -16,6 +18,17 @@ StageCriterion on_keys(Criterion criterion, std::string output_key, std::string 
 
 NoSyncScope Plugin::no_sync(ModelWrapper&, OptimizerWrapper*) {
   BOOSTER_THROW(ValueError, "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
+}
+
+void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards) {
+  if (g.size() == 1) return;
+  NoGradGuard ng;
+  for (auto& [n, t] : module.state_dict()) {
+    if (skip_shards && t.region()) continue;
+    Tensor x = t.is_contiguous() ? t : t.contiguous();
+    dist::broadcast(x, g.ranks()[0], g);
+    if (!x.is_same(t)) Tensor(t).copy_(x);
+  }
 }
 
 std::pair<int, int> Plugin::dp_rank_size() const {

@@ -13,6 +13,7 @@
 
 #include "booster/model_wrapper.h"
 #include "booster/optimizer_wrapper.h"
+#include "core/dist/process_group.h"
 #include "data/dataloader.h"
 #include "optim/lr_scheduler.h"
 
@@ -61,6 +62,12 @@ struct PipelineResult {
 
 /// Pulls the next batch of a pipeline step (nullopt: the data ran out).
 using DataIter = std::function<std::optional<TensorMap>()>;
+
+/// Every rank of `g` takes its first rank's parameters and buffers (what a data-parallel
+/// plugin does at configure, as PyTorch's DDP does at construction). skip_shards: leave
+/// tensor-parallel shards (tensors with a region) alone, as the ranks of a tensor-parallel
+/// group hold different ones.
+void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards = false);
 
 class Plugin {
  public:

@@ -53,10 +53,19 @@ LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affi
   bias = register_parameter("bias", elementwise_affine ? Tensor::zeros({normalized_shape}) : Tensor());
 }
 
-Tensor LayerNorm::forward(const Tensor& x) {
+LayerNorm::LayerNorm(Tensor w, Tensor b, double eps)
+    : n_(w.defined() ? w.numel() : 0), eps_(eps), affine_(w.defined()) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 1 && b.defined() && b.shape() == w.shape(),
+                  "LayerNorm(weight, bias): needs weight and bias of one shape [n], got ",
+                  w.defined() ? shape_str(w.shape()) : "undefined", " and ", b.defined() ? shape_str(b.shape()) : "undefined");
+  weight = register_parameter("weight", w, w.requires_grad());
+  bias = register_parameter("bias", b, b.requires_grad());
+}
+
+Tensor LayerNorm::normalize(const Tensor& x, const Tensor& w, const Tensor& b) const {
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == n_, "LayerNorm(", n_, "): input ", shape_str(x.shape()),
                   " does not end in ", n_);
-  return layer_norm(x, affine_ ? weight.get() : Tensor(), affine_ ? bias.get() : Tensor(), eps_);
+  return layer_norm(x, affine_ ? w : Tensor(), affine_ ? b : Tensor(), eps_);
 }
 
 std::shared_ptr<Module> LayerNorm::fresh() const { return std::make_shared<LayerNorm>(n_, eps_, affine_); }

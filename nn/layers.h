@@ -50,12 +50,16 @@ class Conv2d : public UnaryModule {
 class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  /// A LayerNorm around existing weight and bias handles ([n] each, or both undefined).
+  LayerNorm(Tensor weight, Tensor bias, double eps);
   std::string type_name() const override { return "LayerNorm"; }
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override { return normalize(x, weight, bias); }
   double eps() const { return eps_; }
   TensorSlot weight, bias;
 
  protected:
+  /// x normalized over its last dim with weight w and bias b (the affine tensors as given).
+  Tensor normalize(const Tensor& x, const Tensor& w, const Tensor& b) const;
   std::shared_ptr<Module> fresh() const override;
   int64_t n_;
   double eps_;

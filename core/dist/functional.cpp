@@ -21,14 +21,10 @@ int64_t checked_dim(const char* op, const Tensor& x, int64_t dim, int64_t parts,
   return dim;
 }
 
-// Rank r's chunk along dim: even, or balanced when the size does not divide (full = the
-// gathered size).
-std::pair<int64_t, int64_t> chunk_of(int64_t full, const ProcessGroup& g, int r) { return balanced_chunk(full, g.size(), r); }
-
 // This rank's chunk of x along dim.
 Tensor raw_split(const Tensor& x, int64_t dim, const ProcessGroup& g) {
   NoGradGuard ng;
-  const auto [start, len] = chunk_of(x.size(dim), g, g.rank());
+  const auto [start, len] = balanced_chunk(x.size(dim), g.size(), g.rank());
   return x.detach().narrow(dim, start, len).contiguous().clone();
 }
 
@@ -38,11 +34,11 @@ Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t f
   NoGradGuard ng;
   const int n = g.size();
   Tensor in = x.detach().contiguous();
-  BOOSTER_CHECK_T(ShapeError, in.size(dim) == chunk_of(full, g, g.rank()).second, "gather along dim ", dim,
+  BOOSTER_CHECK_T(ShapeError, in.size(dim) == balanced_chunk(full, g.size(), g.rank()).second, "gather along dim ", dim,
                   ": this rank holds ", in.size(dim), " of ", full, " elements, its share is ",
-                  chunk_of(full, g, g.rank()).second);
+                  balanced_chunk(full, g.size(), g.rank()).second);
   Shape ps = in.shape();
-  ps[size_t(dim)] = chunk_of(full, g, 0).second;  // the largest share
+  ps[size_t(dim)] = balanced_chunk(full, g.size(), 0).second;  // the largest share
   const int64_t pn = shape_numel(ps);
   Tensor padded = in;
   if (ps != in.shape()) {
@@ -55,7 +51,7 @@ Tensor raw_gather(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t f
   s[size_t(dim)] = full;
   Tensor out = Tensor::empty(s, in.dtype());
   for (int r = 0; r < n; ++r) {
-    const auto [start, len] = chunk_of(full, g, r);
+    const auto [start, len] = balanced_chunk(full, g.size(), r);
     out.narrow(dim, start, len).copy_(flat.narrow(0, r * pn, pn).view(ps).narrow(dim, 0, len));
   }
   return out;
@@ -67,15 +63,15 @@ Tensor raw_reduce_scatter(const Tensor& x, int64_t dim, const ProcessGroup& g) {
   const int n = g.size();
   const int64_t full = x.size(dim);
   Shape s = x.shape();
-  s[size_t(dim)] = chunk_of(full, g, 0).second;  // every rank's share padded to the largest
+  s[size_t(dim)] = balanced_chunk(full, g.size(), 0).second;  // every rank's share padded to the largest
   const int64_t chunk = shape_numel(s);
   Tensor stage = Tensor::zeros({n * chunk}, x.dtype()), out = Tensor::empty(s, x.dtype());
   for (int r = 0; r < n; ++r) {
-    const auto [start, len] = chunk_of(full, g, r);
+    const auto [start, len] = balanced_chunk(full, g.size(), r);
     stage.narrow(0, r * chunk, chunk).view(s).narrow(dim, 0, len).copy_(x.detach().narrow(dim, start, len));
   }
   reduce_scatter(out, stage, ReduceOp::sum, g);
-  const int64_t mine = chunk_of(full, g, g.rank()).second;
+  const int64_t mine = balanced_chunk(full, g.size(), g.rank()).second;
   return mine == s[size_t(dim)] ? out : out.narrow(dim, 0, mine).contiguous();
 }
 

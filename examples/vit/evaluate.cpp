@@ -36,17 +36,11 @@ EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, da
     dist::all_reduce(counts);
     dist::all_reduce(totals);
   }
-  if (copies > 1) {  // every image was scored by `copies` ranks
-    counts = Tensor::from_ints([&] {
-      auto v = counts.to_int_vector();
-      for (auto& x : v) x /= copies;
-      return v;
-    }(), {num_labels * num_labels});
-    totals = scale(totals, 1.0 / copies);
-  }
   EvalResult r;
   auto c = counts.to_int_vector();
   auto t = totals.to_vector();
+  for (auto& x : c) x /= copies;  // every image was scored by `copies` ranks
+  for (auto& x : t) x /= float(copies);
   r.samples = int64_t(t[1]);
   r.loss = r.samples ? double(t[0]) / double(t[1]) : 0;
   int64_t correct = 0;

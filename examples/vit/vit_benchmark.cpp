@@ -81,7 +81,7 @@ class StepBench {
   }
   /// The ceiling, summed over ranks: the raw MLP matmul of this model and batch.
   double ceiling_gflops() const {
-    const DType dt = precision_ == "bf16" ? DType::bf16 : precision_ == "fp16" ? DType::f16 : DType::f32;
+    const DType dt = dtype_from_name(precision_);
     const int64_t m = int64_t(batch_) * (c_.num_patches() + 1);
     bench::RawMatmul mm(m, c_.hidden_size, c_.intermediate_size, dt);
     bench::RawMatmul mm32(m, c_.hidden_size, c_.intermediate_size, DType::f32);

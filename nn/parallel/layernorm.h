@@ -12,9 +12,9 @@
 
 namespace booster::nn {
 
-class SequenceParallelLayerNorm : public UnaryModule {
+class SequenceParallelLayerNorm : public LayerNorm {
  public:
-  /// Adopts `native`'s (a LayerNorm) weight and bias handles and eps.
+  /// Adopts `native`'s (an affine LayerNorm) weight and bias handles and eps.
   static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
                                                          const dist::ProcessGroup& tp, int64_t gather_seq_len = 0,
                                                          int64_t seq_dim = 1);
@@ -23,11 +23,9 @@ class SequenceParallelLayerNorm : public UnaryModule {
                             int64_t gather_seq_len, int64_t seq_dim);
   std::string type_name() const override { return "SequenceParallelLayerNorm"; }
   Tensor forward(const Tensor& x) override;
-  TensorSlot weight, bias;
 
  protected:
   std::shared_ptr<Module> fresh() const override;
-  double eps_;
   const dist::ProcessGroup& tp_;
   int64_t gather_len_, seq_dim_;
 };

@@ -66,8 +66,7 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
   if (enable_sequence_parallelism) {
-    const std::string mode = m.empty() ? "split_gather" : m;
-    BOOSTER_CHECK(mode == "split_gather", who, "sequence_parallelism_mode '", mode,
+    BOOSTER_CHECK(m == "split_gather", who, "sequence_parallelism_mode '", m,
                   "' is not implemented; split_gather is");
     BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
                                     "needs tp_size > 1, got tp_size ", tp_size);
@@ -103,6 +102,8 @@ void HybridParallelOptions::validate() const {
 }
 
 HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(std::move(opts)) {
+  if (opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode.empty())
+    opts_.sequence_parallelism_mode = "split_gather";  // ShardConfig's default
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
@@ -111,8 +112,6 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
                 " is not divisible by tp_size ", tp, " x pp_size ", pp);
   BOOSTER_CHECK(pp == 1, "HybridParallelPlugin: pp_size ", pp,
                 " (pipeline parallelism) is not implemented yet; use tp_size and zero_stage");
-  if (opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode.empty())
-    opts_.sequence_parallelism_mode = "split_gather";
   mesh_ = std::make_shared<dist::ProcessGroupMesh>(dist::ProcessGroupMesh::dp_pp_tp(world / (tp * pp), pp, tp, opts_.dp_outside));
 }
 
@@ -124,17 +123,10 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   auto module = o.model->module();
   const auto& dp = mesh_->group("dp");
   const auto& tp = mesh_->group("tp");
-  {
-    // Every rank starts from world rank 0's weights (a model sharded before: each shard from
-    // its dp group's first rank).
-    NoGradGuard ng;
-    for (auto& [n, t] : module->state_dict()) {
-      Tensor x = t.is_contiguous() ? t : t.contiguous();
-      if (t.region()) dist::broadcast(x, dp.ranks()[0], dp);
-      else dist::broadcast(x, 0);
-      if (!x.is_same(t)) Tensor(t).copy_(x);
-    }
-  }
+  // Every rank starts from world rank 0's weights: a tensor-parallel group agrees on the
+  // whole tensors before they are cut, then DDP or ZeRO makes each dp group agree on what
+  // its ranks hold (the first tp group's), so no tensor crosses the same ranks twice.
+  broadcast_module_state(*module, tp, true);
   if (opts_.tp_size > 1) {
     std::shared_ptr<Policy> policy = opts_.custom_policy_object
                                          ? opts_.custom_policy_object

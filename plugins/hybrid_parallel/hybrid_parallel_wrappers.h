@@ -15,6 +15,8 @@
 
 namespace booster::plugins {
 
+/// Holds the mesh, so the process groups the tensor-parallel layers and the DDP or ZeRO
+/// wrappers below refer to live as long as the boosted model.
 class HybridParallelModule : public ModelWrapper {
  public:
   HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh);

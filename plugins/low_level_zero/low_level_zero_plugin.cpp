@@ -10,12 +10,6 @@
 
 namespace booster::plugins {
 
-namespace {
-DType dtype_of_precision(const std::string& p) {
-  return p == "bf16" ? DType::bf16 : p == "fp16" ? DType::f16 : DType::f32;
-}
-}  // namespace
-
 LowLevelZeroOptions LowLevelZeroOptions::from_config(const Config& cfg, const std::string& t) {
   using O = LowLevelZeroOptions;
   static const auto binder = [] {
@@ -82,16 +76,8 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(LowLevelZeroOptions opts) : opts_(std::mo
 
 void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const LowLevelZeroOptions& opts) {
   auto module = o.model->module();
-  {
-    // Every rank of the group starts from its first rank's weights, in full precision.
-    NoGradGuard ng;
-    for (auto& [n, t] : module->state_dict()) {
-      Tensor x = t.is_contiguous() ? t : t.contiguous();
-      dist::broadcast(x, dp.ranks()[0], dp);
-      if (!x.is_same(t)) Tensor(t).copy_(x);
-    }
-  }
-  const DType working = dtype_of_precision(opts.precision);
+  broadcast_module_state(*module, dp);  // in full precision, before the working copies
+  const DType working = dtype_from_name(opts.precision);
   std::shared_ptr<ZeroPartition> zp;
   std::shared_ptr<ZeroGrads> grads;
   if (o.optimizer) {
@@ -102,7 +88,7 @@ void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const
     auto store = opts.cpu_offload ? std::make_shared<OffloadStore>(opts.offload_dir) : nullptr;
     zp = std::make_shared<ZeroPartition>(params, dp, working, opts.master_weights,
                                          opts.reduce_bucket_size_in_m * double(1 << 20), store);
-    const DType comm = opts.communication_dtype.empty() ? working : dtype_of_precision(opts.communication_dtype);
+    const DType comm = opts.communication_dtype.empty() ? working : dtype_from_name(opts.communication_dtype);
     grads = std::make_shared<ZeroGrads>(*zp, opts.stage, opts.overlap_communication, comm);
     ZeroStepOptions so;
     so.precision = opts.precision;

@@ -21,7 +21,6 @@ namespace booster::plugins {
 /// What the policies shard with (Colossal-AI's ShardConfig, the fields used on a CPU).
 struct ShardConfig {
   const dist::ProcessGroup* tensor_parallel_process_group = nullptr;
-  bool enable_tensor_parallelism = true;
   bool enable_sequence_parallelism = false;
   std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled)
   bool parallel_output = true;

@@ -23,15 +23,7 @@ TorchDDPModel::TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::Pr
                              const TorchDDPOptions& opts)
     : ModelWrapper(std::move(inner)), group_(group), broadcast_buffers_(opts.broadcast_buffers) {
   auto m = module();
-  {
-    // Every rank starts from rank 0's weights.
-    NoGradGuard ng;
-    for (auto& [n, t] : m->state_dict()) {
-      BOOSTER_CHECK(t.is_contiguous(), "TorchDDPPlugin: tensor '", n, "' must be contiguous to broadcast");
-      Tensor x = t;
-      dist::broadcast(x, group_.ranks()[0], group_);
-    }
-  }
+  broadcast_module_state(*m, group_);
   reducer_ = std::make_shared<Reducer>(m->named_parameters(), group_,
                                        ReducerOptions{opts.bucket_cap_mb, opts.find_unused_parameters,
                                                       opts.gradient_as_bucket_view});
