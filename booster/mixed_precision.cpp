@@ -31,10 +31,6 @@ void MixedPrecisionOptimizer::backward(const Tensor& loss, bool retain_graph) {
   OptimizerWrapper::backward(scaling_.scale_loss(loss), retain_graph);
 }
 
-void MixedPrecisionOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  OptimizerWrapper::backward_by_grad(tensor, scaling_.scale_loss(grad), retain_graph);
-}
-
 std::vector<Tensor> MixedPrecisionOptimizer::working_params() const {
   std::vector<Tensor> out;
   for (auto& e : masters_->entries()) out.push_back(e.param);

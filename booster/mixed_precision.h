@@ -46,7 +46,6 @@ class MixedPrecisionOptimizer : public OptimizerWrapper {
                           MixedPrecisionOptions opts);
   std::string type_name() const override { return "MixedPrecisionOptimizer"; }
   void backward(const Tensor& loss, bool retain_graph = false) override;
-  void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false) override;
   void step() override;
   void clip_grad_by_value(double clip_value) override;
   optim::OptimizerStateDict state_dict() const override { return with_scaler(optim_->state_dict()); }

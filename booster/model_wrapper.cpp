@@ -16,6 +16,10 @@ void ModelWrapper::before_forward() {
   if (inner_) inner_->before_forward();
 }
 
+void ModelWrapper::check_whole_forward() const {
+  if (inner_) inner_->check_whole_forward();
+}
+
 DType ModelWrapper::input_dtype() const { return inner_ ? inner_->input_dtype() : DType::f32; }
 
 Tensor ModelWrapper::cast_input(const Tensor& t) const {

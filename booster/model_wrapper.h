@@ -62,6 +62,9 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   /// Runs before every forward (DDP broadcasts buffers, ZeRO waits for gathers); the
   /// default runs the inner wrapper's.
   virtual void before_forward();
+  /// Throws when the whole model's forward cannot run on this rank (a pipeline stage holds
+  /// only its layers); the default asks the inner wrapper.
+  virtual void check_whole_forward() const;
   /// Floating inputs are cast to this dtype (mixed precision's cast_inputs); f32: none.
   virtual DType input_dtype() const;
   /// `t` cast to input_dtype() when it is a floating tensor.
@@ -102,6 +105,7 @@ class BoostedModel {
   /// M::forward(args...) through the wrapper (inputs cast, plugin steps before forward).
   template <typename... Args>
   auto operator()(Args&&... args) const {
+    wrapper_->check_whole_forward();
     wrapper_->before_forward();
     return typed_->call_forward([&] { return typed_->forward(cast(std::forward<Args>(args))...); });
   }

@@ -38,7 +38,8 @@ class OptimizerWrapper {
   // ---- Colossal-AI's interface ----
   /// Runs backward on loss (a layer may scale it, or synchronize gradients after).
   virtual void backward(const Tensor& loss, bool retain_graph = false);
-  /// Runs backward from `tensor` with a given gradient (a pipeline stage's output).
+  /// Runs backward from `tensor` with a given gradient (a pipeline stage's output). The
+  /// gradient is not loss-scaled: it comes from a backward that was (Colossal-AI's rule).
   virtual void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false);
   /// Updates the parameters.
   virtual void step();

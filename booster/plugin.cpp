@@ -1,6 +1,8 @@
 // Plugin defaults for optional capabilities and the data-parallel DataLoader.
 #include "booster/plugin.h"
 
+#include <map>
+
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -20,11 +22,30 @@ NoSyncScope Plugin::no_sync(ModelWrapper&, OptimizerWrapper*) {
   BOOSTER_THROW(ValueError, "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
 }
 
-void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards) {
+DataIter single_batch(TensorMap batch) {
+  auto left = std::make_shared<std::optional<TensorMap>>(std::move(batch));
+  return [left]() {
+    std::optional<TensorMap> out;
+    std::swap(out, *left);
+    return out;
+  };
+}
+
+void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards, bool common_only) {
   if (g.size() == 1) return;
   NoGradGuard ng;
+  std::map<std::string, int> holders;  // common_only: how many members hold each tensor
+  if (common_only) {
+    std::string mine;
+    for (auto& [n, t] : module.state_dict()) mine += n + "\n";
+    for (const std::string& names : dist::all_gather_bytes(mine, g)) {
+      size_t a = 0;
+      for (size_t b; (b = names.find('\n', a)) != std::string::npos; a = b + 1) ++holders[names.substr(a, b - a)];
+    }
+  }
   for (auto& [n, t] : module.state_dict()) {
     if (skip_shards && t.region()) continue;
+    if (common_only && holders[n] != g.size()) continue;
     Tensor x = t.is_contiguous() ? t : t.contiguous();
     dist::broadcast(x, g.ranks()[0], g);
     if (!x.is_same(t)) Tensor(t).copy_(x);

@@ -62,12 +62,16 @@ struct PipelineResult {
 
 /// Pulls the next batch of a pipeline step (nullopt: the data ran out).
 using DataIter = std::function<std::optional<TensorMap>()>;
+/// A DataIter giving `batch` once (Python's iter([batch])).
+DataIter single_batch(TensorMap batch);
 
 /// Every rank of `g` takes its first rank's parameters and buffers (what a data-parallel
 /// plugin does at configure, as PyTorch's DDP does at construction). skip_shards: leave
 /// tensor-parallel shards (tensors with a region) alone, as the ranks of a tensor-parallel
-/// group hold different ones.
-void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards = false);
+/// group hold different ones. common_only: only the tensors every member holds (a pipeline
+/// group whose stages may already hold only their own layers).
+void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards = false,
+                            bool common_only = false);
 
 class Plugin {
  public:

@@ -15,7 +15,7 @@ namespace booster {
 template <typename O>
 class OptionBinder {
  public:
-  /// Binds key to a field (int, int64_t, double, bool or std::string).
+  /// Binds key to a field (int, int64_t, double, bool, std::string or a list of integers).
   template <typename T>
   OptionBinder& add(const std::string& key, T O::*field, std::string doc = "") {
     return add_ref<T>(key, [field](O& o) -> T& { return o.*field; }, std::move(doc));
@@ -38,6 +38,8 @@ class OptionBinder {
             if constexpr (std::is_same_v<T, bool>) s.add(table + "." + f.key, ConfigType::boolean, v, f.doc);
             else if constexpr (std::is_same_v<T, std::string>) s.add(table + "." + f.key, ConfigType::string, v, f.doc);
             else if constexpr (std::is_same_v<T, double>) s.add(table + "." + f.key, ConfigType::floating, v, f.doc);
+            else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
+              s.add(table + "." + f.key, ConfigType::integer_list, toml::array(v.begin(), v.end()), f.doc);
             else s.add(table + "." + f.key, ConfigType::integer, int64_t(v), f.doc);
           },
           f.ref);
@@ -56,6 +58,7 @@ class OptionBinder {
             if constexpr (std::is_same_v<T, bool>) v = cfg.get_bool(key);
             else if constexpr (std::is_same_v<T, std::string>) v = cfg.get_string(key);
             else if constexpr (std::is_same_v<T, double>) v = cfg.get_float(key);
+            else if constexpr (std::is_same_v<T, std::vector<int64_t>>) v = cfg.get_int_list(key);
             else v = T(cfg.get_int(key));
           },
           f.ref);
@@ -65,7 +68,8 @@ class OptionBinder {
 
  private:
   using Ref = std::variant<std::function<int&(O&)>, std::function<int64_t&(O&)>, std::function<double&(O&)>,
-                           std::function<bool&(O&)>, std::function<std::string&(O&)>>;
+                           std::function<bool&(O&)>, std::function<std::string&(O&)>,
+                           std::function<std::vector<int64_t>&(O&)>>;
   struct Field {
     std::string key, doc;
     Ref ref;

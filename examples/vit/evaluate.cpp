@@ -4,32 +4,57 @@
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/kernels/ops.h"
 
 namespace booster::examples {
 
+double mean_where_held(const Tensor& value) {
+  const bool held = value.defined();
+  if (!dist::is_initialized() || dist::world_size() == 1) return held ? value.item() : 0.0;
+  const double sum = dist::all_reduce_scalar(held ? value.item() : 0.0, dist::ReduceOp::sum);
+  const double n = dist::all_reduce_scalar(held ? 1.0 : 0.0, dist::ReduceOp::sum);
+  return n > 0 ? sum / n : 0.0;
+}
+
 EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
-                    int copies) {
+                    int dp, Booster* pipeline) {
   NoGradGuard ng;
   model->eval();
   std::vector<int64_t> confusion(size_t(num_labels * num_labels), 0);
   double loss_sum = 0;
   int64_t n = 0;
+  const StageCriterion ce = on_keys([](const Tensor& logits, const Tensor& labels) { return cross_entropy(logits, labels); });
   loader.begin_epoch();
   while (auto batch = loader.next()) {
-    auto out = model(batch->pixel_values, batch->labels);
+    Tensor logits, loss;
+    if (pipeline) {  // forward only through the stages; the last one has the outputs
+      auto res = pipeline->execute_pipeline(
+          single_batch({{"pixel_values", batch->pixel_values}, {"labels", batch->labels}}), model, ce, nullptr, true, true);
+      if (!res.loss.defined()) continue;
+      logits = res.outputs.at("logits"), loss = res.loss;
+    } else {
+      auto out = model(batch->pixel_values, batch->labels);
+      logits = out.logits, loss = out.loss;
+    }
     const int64_t b = batch->labels.numel();
-    loss_sum += out.loss.item() * double(b);
-    auto logits = out.logits.to_vector();
+    loss_sum += loss.item() * double(b);
+    auto lv = logits.to(DType::f32).to_vector();
     auto labels = batch->labels.to_int_vector();
     for (int64_t i = 0; i < b; ++i) {
       int64_t best = 0;
       for (int64_t k = 1; k < num_labels; ++k)
-        if (logits[size_t(i * num_labels + k)] > logits[size_t(i * num_labels + best)]) best = k;
+        if (lv[size_t(i * num_labels + k)] > lv[size_t(i * num_labels + best)]) best = k;
       ++confusion[size_t(labels[size_t(i)] * num_labels + best)];
     }
     n += b;
   }
   model->train();
+  // Every image was scored by the same number of ranks of its replica (a tensor-parallel
+  // group's, a pipeline's last stage's): the ranks that scored, over the replicas.
+  int copies = 1;
+  if (dist::is_initialized() && dist::world_size() > 1)
+    copies = int(dist::all_reduce_scalar(n > 0 || !pipeline ? 1.0 : 0.0, dist::ReduceOp::sum)) / std::max(dp, 1);
+  copies = std::max(copies, 1);
   Tensor counts = Tensor::from_ints(confusion, {num_labels * num_labels});
   Tensor totals = Tensor::from_vector({float(loss_sum), float(n)}, {2});
   if (dist::is_initialized() && dist::world_size() > 1) {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "booster/model_wrapper.h"
+#include "booster/booster.h"
 #include "data/dataloader.h"
 #include "nn/vit.h"
 
@@ -18,10 +18,15 @@ struct EvalResult {
   std::vector<double> per_class_accuracy;
 };
 
-/// Runs the model over every batch of the loader without gradients.
-/// copies: how many ranks score each image (a tensor-parallel replica's ranks score the
-/// same ones); their all-reduced counts are divided by it.
+/// The mean of a value over the ranks that hold it (a pipeline's loss is on its last
+/// stage); collective over the world.
+double mean_where_held(const Tensor& value);
+
+/// Runs the model over every batch of the loader without gradients, through the pipeline
+/// when `pipeline` is given (the booster of a plugin with pp_size > 1). dp: the data-
+/// parallel size; the ranks of a replica that score the same images (a tensor-parallel
+/// group's, the last stage's) are counted once.
 EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
-                    int copies = 1);
+                    int dp = 1, Booster* pipeline = nullptr);
 
 }  // namespace booster::examples

@@ -1,7 +1,9 @@
 // vit_benchmark: for each plugin configuration and precision, a ViT training step's
 // images/s, model GFLOP/s and its share of the oneDNN matmul ceiling measured in the same
-// run, peak memory per rank (allocator and OS), and the PyTorch peer's same step with the
-// ratio. A table on rank 0 and JSON lines. Run under mpirun like vit_train:
+// run, memory per rank (this rank's parameters, the activations a forward holds for its
+// backward, or under a pipeline the most its micro-batches in flight held, the allocator's
+// and the OS's peak), and the PyTorch peer's same step with the ratio. A pipeline layout
+// (pp_size > 1) steps through execute_pipeline. A table on rank 0 and JSON lines. Run under mpirun like vit_train:
 //   mpirun -np 2 vit_benchmark --configs configs/torch_ddp.toml --precisions fp32,bf16
 #include <sys/resource.h>
 
@@ -17,9 +19,11 @@
 #include "ceiling.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/kernels/ops.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
+#include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/registry.h"
 
 using namespace booster;
@@ -49,8 +53,11 @@ class StepBench {
       }
     }
     booster_.emplace(plugin, mixed);
+    pipelined_ = plugin && plugin->support_pipeline();
+    hybrid_ = std::dynamic_pointer_cast<plugins::HybridParallelPlugin>(plugin);
     dp_ = plugin ? plugin->dp_size() : dist::world_size();  // replicas that see different images
     boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
+    for (auto& [name, p] : model_->named_parameters()) param_bytes_ += p.nbytes();
     x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
     Generator(uint64_t(plugin ? plugin->dp_rank() : dist::world_rank())).normal_(x_);  // a tp replica's ranks: the same images
     y_ = Tensor::zeros({batch}, DType::i64);
@@ -74,6 +81,11 @@ class StepBench {
   /// One more step, op by op.
   std::string profile() { return bench::profile_step([this] { step(); }); }
 
+  /// Bytes of this rank's parameters (its shards under tensor parallelism).
+  size_t param_bytes() const { return param_bytes_; }
+  /// Bytes the last forward held until its backward (saved activations, the loss).
+  size_t activation_bytes() const { return activation_bytes_; }
+
   double images_per_s(double step_s) const { return double(batch_) * dp_ / step_s; }
   double gflops(double step_s) const {
     return 3 * bench::vit_fwd_flops(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size) *
@@ -91,7 +103,17 @@ class StepBench {
  private:
   void step() {
     boosted_.optimizer->zero_grad();
-    booster_->backward(boosted_.model(x_, y_).loss, *boosted_.optimizer);
+    if (pipelined_) {
+      static const StageCriterion ce = on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); });
+      booster_->execute_pipeline(single_batch({{"pixel_values", x_}, {"labels", y_}}), *boosted_.model, ce,
+                                 boosted_.optimizer.get());
+      activation_bytes_ = hybrid_->pipeline_stats()->peak_activation_bytes;
+    } else {
+      const size_t before = host_tier().bytes_in_use();
+      Tensor loss = boosted_.model(x_, y_).loss;
+      activation_bytes_ = host_tier().bytes_in_use() - before;
+      booster_->backward(loss, *boosted_.optimizer);
+    }
     boosted_.optimizer->step();
   }
 
@@ -103,11 +125,15 @@ class StepBench {
   BoostResult<nn::ViTForImageClassification> boosted_;
   Tensor x_, y_;
   double sync_wait_s_ = 0;
+  size_t param_bytes_ = 0, activation_bytes_ = 0;
+  bool pipelined_ = false;
+  std::shared_ptr<plugins::HybridParallelPlugin> hybrid_;
 };
 
-double peak_alloc_mb() {
-  return dist::all_reduce_scalar(double(host_tier().peak_bytes()) / (1 << 20), dist::ReduceOp::max);
-}
+/// The largest of the ranks' byte counts, in MB.
+double max_mb(size_t bytes) { return dist::all_reduce_scalar(double(bytes) / (1 << 20), dist::ReduceOp::max); }
+
+double peak_alloc_mb() { return max_mb(host_tier().peak_bytes()); }
 
 double peak_rss_mb() {
   rusage ru{};
@@ -141,8 +167,8 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (master && !json_path.empty()) json.open(json_path, std::ios::app);
   if (master)
-    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s", "GFLOP/s",
-                "ceil%", "sync ms", "alloc MB", "rss MB", "torch i/s", "ratio");
+    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %8s %8s %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s",
+                "GFLOP/s", "ceil%", "sync ms", "param MB", "act MB", "alloc MB", "rss MB", "torch i/s", "ratio");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
       StepBench sb(cfg, prec, preset, batch);
@@ -163,6 +189,7 @@ int main(int argc, char** argv) {
       }
       const double step_s = bench::median(ours), ceiling = sb.ceiling_gflops();
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
+      const double param_mb = max_mb(sb.param_bytes()), act_mb = max_mb(sb.activation_bytes());
       const std::string report = profile ? sb.profile() : "";
       if (!master) continue;
       if (profile)
@@ -170,14 +197,15 @@ int main(int argc, char** argv) {
                     cfg.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
       const double wait_ms = 1e3 * bench::median(waits);
-      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %9.0f %9.0f | %9s %6s\n", cfg.c_str(), prec.c_str(),
-                  dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s), 100 * sb.gflops(step_s) / ceiling,
-                  wait_ms, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
+      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s\n", cfg.c_str(),
+                  prec.c_str(), dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s),
+                  100 * sb.gflops(step_s) / ceiling, wait_ms, param_mb, act_mb, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
                   have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-");
       nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
                        {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
-                       {"ceiling_share", sb.gflops(step_s) / ceiling}, {"alloc_peak_mb", alloc_mb},
+                       {"ceiling_share", sb.gflops(step_s) / ceiling}, {"param_mb", param_mb},
+                       {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb},
                        {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"rounds", rounds}};
       if (have_peer) {
         j["torch_images_per_s"] = bench::median(theirs), j["ratio_per_process"] = bench::median(ratios);

@@ -90,7 +90,7 @@ int eval_only(const Config& cfg, const Cli& cli) {
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
   const bool shard = fs::is_directory(fs::path(*step_dir) / "model");
   booster.load_model(*model, (fs::path(*step_dir) / (shard ? "model" : "model.ckpt")).string());
-  auto r = examples::evaluate(model, *eval_loader(ds, cfg), c.num_labels);
+  auto r = examples::evaluate(model, *eval_loader(ds, cfg), c.num_labels, DistCoordinator().world_size());
   std::vector<std::string> names;
   for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label(i));
   if (DistCoordinator().is_master()) print_eval(r, names, cli.split);
@@ -184,6 +184,9 @@ int train(const Config& cfg, const Cli& cli) {
     metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
                    {"plugin", plugin ? plugin->name() : "none"}, {"resumed", !cli.resume.empty()}});
   }
+  // With pp_size > 1 the model runs as pipeline stages through booster.execute_pipeline.
+  const bool pipelined = plugin && plugin->support_pipeline();
+  const StageCriterion stage_criterion = on_keys(criterion, "logits", "labels");
   data::Mixup mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), int64_t(labels.size())};
   Generator mix_rng(seed, 7);
   const double max_norm = cfg.get_float("train.max_norm");
@@ -215,21 +218,29 @@ int train(const Config& cfg, const Cli& cli) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor pixels = batch->pixel_values, targets = batch->labels;
       if (mixup.alpha > 0) std::tie(pixels, targets, std::ignore) = mixup(pixels, targets, mix_rng);
-      auto outputs = vit(pixels);
-      Tensor loss = criterion(outputs.logits, targets);
-      booster.backward(loss, *optim_w);
+      double loss_value = 0;
+      if (pipelined) {  // as Colossal-AI's example: the stages run the micro-batches
+        auto res = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit, stage_criterion, optim_w.get(),
+                                            true, false);
+        loss_value = examples::mean_where_held(res.loss);  // the last stage has it
+      } else {
+        auto outputs = vit(pixels);
+        Tensor loss = criterion(outputs.logits, targets);
+        booster.backward(loss, *optim_w);
+        loss_value = loss.item();
+      }
       if (max_norm > 0) optim_w->clip_grad_by_norm(max_norm);
       optim_w->step();
       optim_w->zero_grad();
       scheduler->step();
       ++step;
-      loss_sum += loss.item();
+      loss_sum += loss_value;
       ++loss_count;
       const double ips = double(batch->labels.size(0) * dp) /
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      bar.update(int64_t(dataloader->position()), loss.item(), scheduler->get_last_lr()[0], ips);
+      bar.update(int64_t(dataloader->position()), loss_value, scheduler->get_last_lr()[0], ips);
       if (coordinator.is_master() && step % cfg.get_int("train.log_every") == 0)
-        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss.item()},
+        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss_value},
                        {"lr", scheduler->get_last_lr()[0]}, {"images_per_s", ips}});
       const int64_t every = cfg.get_int("checkpoint.every_steps");
       if (every > 0 && step % every == 0) checkpoint_now(epoch, int64_t(dataloader->position()));
@@ -238,7 +249,7 @@ int train(const Config& cfg, const Cli& cli) {
     bar.finish();
     skip_batches = 0;
     const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), coordinator.world_size() / dp);
+    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), dp, pipelined ? &booster : nullptr);
     best_accuracy = std::max(best_accuracy, r.accuracy);
     const double train_loss = dist::all_reduce_scalar(loss_count ? loss_sum / double(loss_count) : 0.0, dist::ReduceOp::avg);
     log.info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s", epoch + 1,

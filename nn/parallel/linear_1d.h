@@ -40,6 +40,12 @@ class Linear1D : public Linear {
   /// A T with empty tensors of this layer's shapes (clone() fills them).
   template <typename T>
   std::shared_ptr<Module> fresh_as() const {
+    if (!weight.defined()) {  // released (a pipeline stage that does not hold this layer)
+      auto m = std::make_shared<T>(Tensor::empty({1, 1}), Tensor::empty({1}), tp_, opts_);
+      m->replace_tensor("weight", Tensor());
+      m->replace_tensor("bias", Tensor());
+      return m;
+    }
     Tensor w = Tensor::empty(weight->shape(), weight->dtype());
     Tensor b = bias.defined() ? Tensor::empty(bias->shape(), bias->dtype()) : Tensor();
     return std::make_shared<T>(w, b, tp_, opts_);

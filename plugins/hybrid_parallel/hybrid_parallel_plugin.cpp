@@ -46,6 +46,8 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)")
         .add("pp_style", &O::pp_style, "1f1b, interleaved or zbv")
         .add("num_model_chunks", &O::num_model_chunks)
+        .add("num_layers_per_stage", &O::num_layers_per_stage, "layers of each stage chunk ([]: None)")
+        .add("partition_method", &O::partition_method, "uniform or balanced (by parameter count)")
         .add("enable_metadata_cache", &O::enable_metadata_cache)
         .add("dp_outside", &O::dp_outside)
         .add("overlap_p2p", &O::overlap_p2p)
@@ -88,9 +90,21 @@ void HybridParallelOptions::validate() const {
                   "pp_style interleaved needs num_model_chunks > 1, got ", num_model_chunks);
     BOOSTER_CHECK(pp_style != "zbv" || num_model_chunks == 2, who, "pp_style zbv needs num_model_chunks = 2, got ",
                   num_model_chunks);
+    BOOSTER_CHECK(pp_style != "zbv", who, "pp_style zbv (zero bubble) is not implemented; use 1f1b or interleaved");
     BOOSTER_CHECK(num_microbatches > 0 || microbatch_size > 0, who,
                   "with pp_size > 1, set num_microbatches or microbatch_size");
+    BOOSTER_CHECK(num_microbatches == 0 || microbatch_size == 0, who, "set num_microbatches or microbatch_size, not both "
+                  "(got ", num_microbatches, " and ", microbatch_size, ")");
+    BOOSTER_CHECK(pp_style != "interleaved" || num_microbatches == 0 || num_microbatches % pp_size == 0, who,
+                  "pp_style interleaved needs num_microbatches (", num_microbatches, ") to be a multiple of pp_size (",
+                  pp_size, ")");
+    BOOSTER_CHECK(!enable_sequence_parallelism, who,
+                  "sequence parallelism with pp_size > 1 is not implemented; use one of them");
   }
+  BOOSTER_CHECK(partition_method == "uniform" || partition_method == "balanced", who,
+                "partition_method must be uniform or balanced, got '", partition_method, "'");
+  BOOSTER_CHECK(num_layers_per_stage.empty() || partition_method == "uniform", who,
+                "num_layers_per_stage and partition_method balanced both say how to split the layers; give one");
   BOOSTER_CHECK(ddp_bucket_cap_mb > 0, who, "ddp_bucket_cap_mb must be positive, got ", ddp_bucket_cap_mb);
   BOOSTER_CHECK(zero_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ", zero_bucket_size_in_m);
   BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
@@ -110,9 +124,80 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size;
   BOOSTER_CHECK(world % (tp * pp) == 0, "HybridParallelPlugin: the world size ", world,
                 " is not divisible by tp_size ", tp, " x pp_size ", pp);
-  BOOSTER_CHECK(pp == 1, "HybridParallelPlugin: pp_size ", pp,
-                " (pipeline parallelism) is not implemented yet; use tp_size and zero_stage");
   mesh_ = std::make_shared<dist::ProcessGroupMesh>(dist::ProcessGroupMesh::dp_pp_tp(world / (tp * pp), pp, tp, opts_.dp_outside));
+}
+
+void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
+  auto module = o.model->module();
+  auto* pm = dynamic_cast<nn::PipelineModule*>(module.get());
+  BOOSTER_CHECK(pm != nullptr, "HybridParallelPlugin: pp_size ", opts_.pp_size, " needs a model that runs as pipeline "
+                "stages (nn::PipelineModule: ViTForImageClassification, Sequential); a ", module->type_name(), " does not");
+  std::vector<int64_t> per_slot = opts_.num_layers_per_stage;
+  const int slots = opts_.pp_size * opts_.num_model_chunks;
+  if (opts_.partition_method == "balanced") {
+    // Parameters per layer, the largest over the pipeline group: the same split whether
+    // every rank holds the whole model or a stage only its layers (a stage boosted again).
+    std::vector<int64_t> counts;
+    for (int64_t i = 0; i < pm->num_pipeline_layers(); ++i) {
+      int64_t n = 0;
+      for (auto& path : pm->stage_modules({i, i + 1, false, false}))
+        for (auto& [name, p] : module->get(path)->named_parameters()) n += p.numel();
+      counts.push_back(n);
+    }
+    Tensor w = Tensor::from_ints(counts, {int64_t(counts.size())});
+    dist::all_reduce(w, dist::ReduceOp::max, mesh_->group("pp"));
+    std::vector<int64_t> weights;
+    for (int64_t i = 0; i < w.numel(); ++i) weights.push_back(std::max<int64_t>(w.data<int64_t>()[i], 1));
+    per_slot = partition_balanced(weights, slots);
+  }
+  stages_ = std::make_unique<PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
+  std::vector<std::string> held;
+  for (int c = 0; c < opts_.num_model_chunks; ++c)
+    for (auto& path : pm->stage_modules(stages_->stage_spec(pm->num_pipeline_layers(), c))) held.push_back(path + ".");
+  auto is_held = [&](const std::string& name) {
+    for (auto& h : held)
+      if (name.compare(0, h.size(), h) == 0) return true;
+    return false;
+  };
+  // Released tensors leave named_parameters() and state_dict() (undefined, as PyTorch's None).
+  for (auto& [name, t] : module->named_parameters())
+    if (!is_held(name)) module->replace_tensor(name, Tensor());
+  for (auto& [name, t] : module->named_buffers())
+    if (!is_held(name)) module->replace_tensor(name, Tensor());
+  if (o.optimizer)
+    for (auto& g : o.optimizer->param_groups())
+      g.params.erase(std::remove_if(g.params.begin(), g.params.end(), [&](auto& np) { return !is_held(np.first); }),
+                     g.params.end());
+  ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
+  if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<InterleavedSchedule>(*stages_, so);
+  else schedule_ = std::make_unique<OneForwardOneBackwardSchedule>(*stages_, so);
+}
+
+PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter, ModelWrapper& model,
+                                                      const StageCriterion& criterion, OptimizerWrapper* optimizer,
+                                                      bool return_loss, bool return_outputs) {
+  BOOSTER_CHECK(schedule_ != nullptr, "HybridParallelPlugin.execute_pipeline: ",
+                opts_.pp_size > 1 ? "boost the model first" : "pp_size is 1; there is no pipeline (call the model)");
+  // The micro-batches' backwards accumulate locally; the stage's gradients are averaged
+  // over the dp group once, after the last (inside a user's no_sync scope: not at all).
+  GradSync sync;
+  if (auto* ddp = model.find<TorchDDPModel>()) {
+    auto r = ddp->shared_reducer();
+    auto was = std::make_shared<bool>(false);
+    sync.defer = [r, was] { *was = r->no_sync(), r->set_no_sync(true); };
+    sync.sync = [r, was] {
+      r->set_no_sync(*was);
+      if (!*was) r->sync_accumulated();
+    };
+  } else if (auto* zero = model.find<LowLevelZeroModel>(); zero && zero->grads()) {
+    ZeroGrads* g = zero->grads();
+    sync.defer = [g] { g->set_defer(true); };
+    sync.sync = [g] {
+      g->set_defer(false);
+      g->sync_accumulated();
+    };
+  }
+  return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs, sync);
 }
 
 std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
@@ -123,9 +208,11 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   auto module = o.model->module();
   const auto& dp = mesh_->group("dp");
   const auto& tp = mesh_->group("tp");
-  // Every rank starts from world rank 0's weights: a tensor-parallel group agrees on the
-  // whole tensors before they are cut, then DDP or ZeRO makes each dp group agree on what
-  // its ranks hold (the first tp group's), so no tensor crosses the same ranks twice.
+  // Every rank starts from world rank 0's weights: a pipeline group takes its first stage's
+  // (every rank holds the whole model until its stage keeps its layers), a tensor-parallel
+  // group agrees on the whole tensors before they are cut, then DDP or ZeRO makes each dp
+  // group agree on what its ranks hold (the first tp group's).
+  if (opts_.pp_size > 1) broadcast_module_state(*module, mesh_->group("pp"), true, true);
   broadcast_module_state(*module, tp, true);
   if (opts_.tp_size > 1) {
     std::shared_ptr<Policy> policy = opts_.custom_policy_object
@@ -143,6 +230,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     sc.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
     shard_model(*module, *policy, sc);
   }
+  if (opts_.pp_size > 1) keep_stage_layers(o);
   if (opts_.zero_stage == 0) {
     TorchDDPOptions d{opts_.broadcast_buffers,       opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters,
                       opts_.check_reduction,         opts_.gradient_as_bucket_view, opts_.static_graph};
@@ -164,7 +252,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     z.offload_dir = opts_.offload_dir;
     apply_low_level_zero(o, dp, z);
   }
-  o.model = std::make_shared<HybridParallelModule>(o.model, mesh_);
+  o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1);
   if (o.optimizer) o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm);
 }
 

@@ -3,17 +3,22 @@
 // model), sequence parallelism (split_gather, ViT included), data parallelism over the dp
 // group (DDP at zero_stage 0, the ZeRO-1/2 optimizer of LowLevelZeroPlugin otherwise) and
 // fp16 / bf16 / fp32 with the shared loss-scaling rule. Ranks form a (dp, pp, tp) mesh, tp
-// innermost (dp_outside; (pp, dp, tp) otherwise). Where Colossal-AI refuses ZeRO in fp32
-// and no_sync under ZeRO-2, both work here. The pipeline arguments are read and checked;
-// pp_size > 1 is refused until pipeline parallelism lands (part 2).
+// innermost (dp_outside; (pp, dp, tp) otherwise). Pipeline parallelism (pp_size > 1): each
+// stage keeps the layers of its model chunks (the others' tensors are released and the
+// optimizer's groups filtered to what it holds) and runs them through execute_pipeline with
+// the 1F1B or the interleaved schedule; DDP or ZeRO-1/2 synchronize a stage's gradients
+// once after its last micro-batch. Where Colossal-AI refuses ZeRO in fp32, ZeRO-2 with a
+// pipeline and no_sync under ZeRO-2, all work here.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "booster/grad_scaler.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/mesh.h"
+#include "plugins/pipeline/schedule.h"
 #include "plugins/shardformer/policy.h"
 
 namespace booster::plugins {
@@ -50,6 +55,8 @@ struct HybridParallelOptions {
   std::shared_ptr<Policy> custom_policy_object;  // from code (takes precedence)
   std::string pp_style = "1f1b";
   int num_model_chunks = 1;
+  std::vector<int64_t> num_layers_per_stage;  // empty: None (distribute_layers)
+  std::string partition_method = "uniform";  // or "balanced" (by parameter count; legacy Colossal-AI's)
   bool enable_metadata_cache = true;
   bool dp_outside = true;
   bool overlap_p2p = true;
@@ -74,7 +81,15 @@ class HybridParallelPlugin : public Plugin {
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
   NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
+  /// One training step (or, with gradients off, a forward) of a batch through the pipeline;
+  /// loss and outputs on the last stage.
+  PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                  OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) override;
   const HybridParallelOptions& options() const { return opts_; }
+  /// What the last execute_pipeline measured on this stage (pp_size > 1), else null.
+  const PipelineStepStats* pipeline_stats() const { return schedule_ ? &schedule_->last_step_stats() : nullptr; }
+  /// The stage manager (pp_size > 1), else null.
+  const PipelineStageManager* stage_manager() const { return stages_.get(); }
   int tp_size() const { return opts_.tp_size; }
   int pp_size() const { return opts_.pp_size; }
   const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
@@ -84,8 +99,13 @@ class HybridParallelPlugin : public Plugin {
 
  private:
   HybridParallelOptions opts_;
+  /// Keeps this stage's layers: releases every other tensor and drops it from the optimizer.
+  void keep_stage_layers(BoostedObjects& o);
+
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
+  std::unique_ptr<PipelineStageManager> stages_;
+  std::unique_ptr<PipelineSchedule> schedule_;
 };
 
 }  // namespace booster::plugins

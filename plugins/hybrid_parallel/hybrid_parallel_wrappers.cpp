@@ -33,8 +33,14 @@ void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bo
 }  // namespace
 
 HybridParallelModule::HybridParallelModule(std::shared_ptr<ModelWrapper> inner,
-                                           std::shared_ptr<dist::ProcessGroupMesh> mesh)
-    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)) {}
+                                           std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage)
+    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)), stage_(stage) {}
+
+void HybridParallelModule::check_whole_forward() const {
+  BOOSTER_CHECK(stage_ < 0, "HybridParallelPlugin: this rank is pipeline stage ", stage_, " of ", mesh_->size("pp"),
+                " and holds only its layers; run the model with booster.execute_pipeline (training and evaluation)");
+  ModelWrapper::check_whole_forward();
+}
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
                                                  std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm)
@@ -43,11 +49,15 @@ HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrappe
 double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
                                           const optim::NormScope& outer) {
   const auto& tp = mesh_->group("tp");
-  if (tp.size() == 1) return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
+  const auto& pp = mesh_->group("pp");
+  if (tp.size() == 1 && pp.size() == 1) return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
   const bool first = tp.rank() == 0;
   optim::NormScope scope;
-  scope.reduce = [&tp, outer](double local, bool is_max) {
-    return outer.combine(dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, tp), is_max);
+  scope.reduce = [&tp, &pp, outer](double local, bool is_max) {
+    const auto op = is_max ? dist::ReduceOp::max : dist::ReduceOp::sum;
+    double v = tp.size() > 1 ? dist::all_reduce_scalar(local, op, tp) : local;
+    if (pp.size() > 1) v = dist::all_reduce_scalar(v, op, pp);
+    return outer.combine(v, is_max);
   };
   // A shard is this rank's own; a replicated parameter is the same on every tp rank.
   scope.counts = [first, outer](const Tensor& p) { return (split_dim(p) >= 0 || first) && outer.count(p); };

@@ -2,8 +2,8 @@
 // parallel layers inside, DDP or ZeRO over the dp group and the precision layer below it).
 // HybridParallelOptimizer decorates the optimizer chain: it clips by the global norm with
 // every parameter counted once (a tensor-parallel shard on every tp rank, a replicated
-// parameter on tp rank 0 only, summed over the tp group; the dp group is DDP's or ZeRO's
-// business below), clips every step with max_norm, and gives state_dict() in the logical
+// parameter on tp rank 0 only, summed over the tp group and over the pipeline stages,
+// which hold different layers; the dp group is DDP's or ZeRO's business below), clips every step with max_norm, and gives state_dict() in the logical
 // shapes by gathering tensor-parallel shards.
 #pragma once
 
@@ -19,12 +19,16 @@ namespace booster::plugins {
 /// wrappers below refer to live as long as the boosted model.
 class HybridParallelModule : public ModelWrapper {
  public:
-  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh);
+  /// stage: this rank's pipeline stage, or -1 without a pipeline.
+  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage = -1);
   std::string type_name() const override { return "HybridParallelModule"; }
   const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
+  /// A pipeline stage holds only its layers: the whole model runs through execute_pipeline.
+  void check_whole_forward() const override;
 
  private:
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
+  int stage_;
 };
 
 class HybridParallelOptimizer : public OptimizerWrapper {

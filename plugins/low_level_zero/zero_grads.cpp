@@ -23,7 +23,7 @@ ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
 }
 
 void ZeroGrads::on_ready(size_t i) {
-  if (stage_ == 1 && no_sync_) return;  // full gradients accumulate locally
+  if ((stage_ == 1 && no_sync_) || defer_) return;  // full gradients accumulate locally
   started_ = true;
   if (ready_[i]) return;
   ready_[i] = true;
@@ -95,6 +95,12 @@ void ZeroGrads::complete(size_t b) {
   bk.out = Tensor();
   bk.work.reset();
   bk.ready = 0;
+}
+
+void ZeroGrads::sync_accumulated() {
+  if (stage_ == 1 && no_sync_) return;
+  started_ = true;
+  finish();
 }
 
 void ZeroGrads::finish() {

@@ -26,6 +26,12 @@ class ZeroGrads {
 
   int stage() const { return stage_; }
   void set_no_sync(bool on) { no_sync_ = on; }
+  /// While on, nothing is sent in either stage: full gradients accumulate locally (a
+  /// pipeline stage's micro-batches), and sync_accumulated() reduces them once.
+  void set_defer(bool on) { defer_ = on; }
+  /// Reduces the gradients accumulated so far into the chunks, as a backward would have
+  /// (nothing in stage 1 under no_sync: they keep accumulating).
+  void sync_accumulated();
   bool no_sync() const { return no_sync_; }
   /// Finishes the current backward's reduction (launches what is left, waits, writes the
   /// chunks). Parameters that received no gradient count as zero.
@@ -52,7 +58,7 @@ class ZeroGrads {
 
   ZeroPartition& zp_;
   int stage_;
-  bool overlap_, no_sync_ = false, started_ = false;
+  bool overlap_, no_sync_ = false, defer_ = false, started_ = false;
   DType comm_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;

@@ -26,7 +26,8 @@ void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {
 }
 
 void LowLevelZeroOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  OptimizerWrapper::backward_by_grad(tensor, scaling_.scale_loss(grad), retain_graph);
+  // The gradient comes scaled (the last pipeline stage scaled its loss), as Colossal-AI's.
+  OptimizerWrapper::backward_by_grad(tensor, grad, retain_graph);
   grads_->finish();
 }
 

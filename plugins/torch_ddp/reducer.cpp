@@ -63,6 +63,13 @@ void Reducer::launch_ready_in_order() {
     launch(buckets_[next_launch_++]);
 }
 
+void Reducer::sync_accumulated() {
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (!ready_[k]) ready_[k] = true, ++buckets_[bucket_of_[k]].ready;
+  started_ = true;
+  finish();
+}
+
 void Reducer::finish() {
   if (!started_) return;
   std::string unused;

@@ -33,6 +33,10 @@ class Reducer {
   /// Buckets not launched (parameters without gradient) are an error naming them unless
   /// find_unused_parameters, in which case their missing gradients count as zero.
   void finish();
+  /// Averages the gradients accumulated so far (every parameter; one without a gradient
+  /// counts as zero) and writes them back: a pipeline stage, whose micro-batch backwards
+  /// ran under no_sync, synchronizes once after the last.
+  void sync_accumulated();
   /// True when a backward has launched communication that finish() has not collected.
   bool pending() const { return started_; }
   size_t num_buckets() const { return buckets_.size(); }

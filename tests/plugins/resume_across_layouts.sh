@@ -32,7 +32,7 @@ run 2 full "$work/ddp" ddp
 run 2 save "$work/ddp" ddp
 run 4 resume "$work/ddp" zero2
 check ddp zero2_np4
-for np_plugin in "2 tp2" "4 tp2_zero1"; do
+for np_plugin in "2 tp2" "4 tp2_zero1" "2 pp2" "4 pp2_zero2"; do
   set -- $np_plugin
   run "$1" resume "$work/ddp" "$2"
   check ddp "$2_np$1"
@@ -44,5 +44,21 @@ for np_plugin in "1 none" "2 ddp" "2 tp2" "4 zero2" "2 tp2_zero2"; do
   set -- $np_plugin
   run "$1" resume "$work/tp" "$2"
   check tp "$2_np$1"
+done
+# Pipelines: each stage writes its layers' records; they load anywhere and back.
+mkdir -p "$work/pp" "$work/tp_pp"
+run 2 full "$work/pp" pp2
+run 2 save "$work/pp" pp2
+for np_plugin in "1 none" "2 ddp" "4 tp2_pp2" "4 pp2_zero2"; do
+  set -- $np_plugin
+  run "$1" resume "$work/pp" "$2"
+  check pp "$2_np$1"
+done
+run 4 full "$work/tp_pp" tp2_pp2
+run 4 save "$work/tp_pp" tp2_pp2
+for np_plugin in "2 ddp" "2 pp2"; do
+  set -- $np_plugin
+  run "$1" resume "$work/tp_pp" "$2"
+  check tp_pp "$2_np$1"
 done
 echo PASS

@@ -4,13 +4,15 @@
 //   resume_driver save   DIR PLUGIN   3 steps, then model and optimizer to DIR/ckpt
 //   resume_driver resume DIR PLUGIN   loads DIR/ckpt into a fresh model, steps 3..5; losses to
 //                                     DIR/resume_<plugin>_np<N>.txt, final model DIR/final_<plugin>_np<N>
-// PLUGIN: none, ddp, zero1, zero2, zero2_offload, tp2, tp2_zero1, tp2_zero2 (fp32; tp2: hybrid
-// parallel with tp_size 2, ZeRO over its dp group).
+// PLUGIN: none, ddp, zero1, zero2, zero2_offload, or hybrid parallel: tp2, tp2_zero1,
+// tp2_zero2, pp2, pp2_zero2, tp2_pp2 (fp32; tp_size / pp_size 2 with 2 micro-batches
+// through execute_pipeline, ZeRO over the dp group).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "booster/booster.h"
+#include "core/kernels/ops.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "nn/vit.h"
@@ -24,10 +26,15 @@ namespace {
 std::shared_ptr<Plugin> plugin(const std::string& p) {
   if (p == "none") return nullptr;
   if (p == "ddp") return plugins::make_plugin(Config::from_string("[plugin]\nname = 'torch_ddp'\n"));
-  if (p.rfind("tp2", 0) == 0)
-    return plugins::make_plugin(Config::from_string("[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\nprecision = 'fp32'\n"
-                                                    "zero_stage = " + std::string(p == "tp2" ? "0" : p.substr(8, 1)) + "\n"));
-  const std::string stage = p.substr(4, 1), offload = p.find("offload") != std::string::npos ? "true" : "false";
+  const auto zero = p.find("zero");
+  const std::string stage = zero == std::string::npos ? "0" : p.substr(zero + 4, 1);
+  if (p.rfind("tp2", 0) == 0 || p.rfind("pp2", 0) == 0) {
+    std::string t = "[plugin]\nname = 'hybrid_parallel'\nprecision = 'fp32'\nzero_stage = " + stage + "\n";
+    if (p.find("tp2") != std::string::npos) t += "tp_size = 2\n";
+    if (p.find("pp2") != std::string::npos) t += "pp_size = 2\nnum_microbatches = 2\n";
+    return plugins::make_plugin(Config::from_string(t));
+  }
+  const std::string offload = p.find("offload") != std::string::npos ? "true" : "false";
   return plugins::make_plugin(Config::from_string("[plugin]\nname = 'low_level_zero'\nprecision = 'fp32'\nstage = " +
                                                   stage + "\ncpu_offload = " + offload + "\n"));
 }
@@ -62,11 +69,22 @@ int main(int argc, char** argv) {
     const int64_t per = 8 / dp;
     Tensor xs = x.narrow(0, dr * per, per).contiguous(), ys = Tensor::from_ints(y, {8}).narrow(0, dr * per, per).contiguous();
     b.optimizer->zero_grad();
-    Tensor loss = b.model(xs, ys).loss;
-    booster.backward(loss, *b.optimizer);
+    Tensor loss;  // a pipeline's is on its last stage
+    if (pl && pl->support_pipeline()) {
+      loss = booster
+                 .execute_pipeline(single_batch({{"pixel_values", xs}, {"labels", ys}}), *b.model,
+                                   on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); }),
+                                   b.optimizer.get())
+                 .loss;
+    } else {
+      loss = b.model(xs, ys).loss;
+      booster.backward(loss, *b.optimizer);
+    }
     b.optimizer->step();
+    const double held = dist::all_reduce_scalar(loss.defined() ? 1.0 : 0.0, dist::ReduceOp::sum);
     char line[64];
-    std::snprintf(line, sizeof line, "%d %.9g\n", s, dist::all_reduce_scalar(loss.item(), dist::ReduceOp::avg));
+    std::snprintf(line, sizeof line, "%d %.9g\n", s,
+                  dist::all_reduce_scalar(loss.defined() ? loss.item() : 0.0, dist::ReduceOp::sum) / held);
     losses += line;
   }
   const std::string tag = mode == "resume" ? name + "_np" + std::to_string(n) : "full";

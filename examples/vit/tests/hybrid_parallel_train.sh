@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# vit_train under HybridParallelPlugin (tp 2 on 2 ranks, the example config at a small
-# setting): trains, evaluates every validation image once (not once per tensor-parallel
-# rank), and writes metrics from rank 0. Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR
+# vit_train under HybridParallelPlugin on 2 ranks (an example config at a small setting:
+# hybrid_parallel.toml, tp 2; pipeline.toml, pp 2 through execute_pipeline): trains,
+# evaluates every validation image once (not once per tensor-parallel rank or pipeline
+# stage), and rank 0 writes metrics with the real loss (a pipeline's last stage has it).
+# Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR [CONFIG RUN_NAME]
 set -euo pipefail
-mpiexec=$1 build=$2 src=$3
+mpiexec=$1 build=$2 src=$3 config=${4:-hybrid_parallel.toml} run=${5:-beans_tp2}
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
-"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/hybrid_parallel.toml" \
+"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
   --no-progress --set model.image_size=32 --set train.epochs=1 --set data.limit=32 --set train.batch_size=8 \
   --set train.log_every=1 --set run.output_dir=runs 2>&1 | tee train.log
 grep -q "plugin hybrid_parallel" train.log
 grep -q "done: best validation accuracy" train.log
-m=runs/beans_tp2/metrics.jsonl
+m=runs/$run/metrics.jsonl
 grep -q '"type":"step"' "$m"
 python3 - "$m" train.log <<'PY'
 import json, re, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 ev = [r for r in recs if r.get("type") == "epoch"]
+steps = [r["loss"] for r in recs if r.get("type") == "step"]
+assert steps and all(0.1 < l < 10 for l in steps), f"step losses are not real cross-entropies: {steps}"
+assert 0.1 < ev[-1]["train_loss"] < 10 if ev else True
 assert ev, "no epoch record"
 want = int(re.search(r"/ (\d+) validation images", open(sys.argv[2]).read()).group(1))
 print("epoch record:", ev[-1], "validation split:", want)

@@ -1,0 +1,97 @@
+// Pipeline schedules (Colossal-AI's OneForwardOneBackwardSchedule and InterleavedSchedule).
+// Every stage pulls the whole batch from the data iterator (the first stage needs the
+// inputs, the last the labels) and cuts it into micro-batches along dim 0. A schedule is
+// the order in which a stage runs forward (F) and backward (B) passes of its model chunks
+// on the micro-batches; one executor runs any order:
+//   1F1B: S - s - 1 warm-up forwards, then one forward one backward, then the remaining
+//   backwards, so at most S micro-batches are in flight on a stage.
+//   Interleaved (C model chunks per stage, slot s + c*S): forward k runs chunk
+//   (k mod SC) / S on micro-batch (k / SC) * S + k mod S (backward: the chunks reversed),
+//   2(S - s - 1) + (C - 1) S warm-up forwards.
+// The last slot's loss is criterion(outputs, micro_batch) / M, backward through
+// optimizer.backward (loss-scaled); the other stages call optimizer.backward_by_grad with
+// what the next stage sent. The data-parallel gradient synchronization is the plugin's: it
+// runs once after the last micro-batch (GradSync).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "booster/plugin.h"
+#include "plugins/pipeline/p2p.h"
+
+namespace booster::plugins {
+
+struct ScheduleOptions {
+  int64_t num_microbatches = 0;  // 0: from microbatch_size
+  int64_t microbatch_size = 0;   // 0: from num_microbatches
+  bool enable_metadata_cache = true;
+  bool overlap_p2p = true;
+};
+
+/// What the plugin does around a training step's micro-batch backwards: defer (gradients
+/// accumulate locally) and then synchronize once over the data-parallel group.
+struct GradSync {
+  std::function<void()> defer;
+  std::function<void()> sync;
+};
+
+/// What the last forward_backward_step measured on this stage.
+struct PipelineStepStats {
+  int64_t microbatches = 0;
+  double seconds = 0;          // the whole step
+  double wait_seconds = 0;     // waiting for other stages' messages (the bubble, and transfers)
+  double sync_seconds = 0;     // the data-parallel gradient synchronization after the last backward
+  int peak_in_flight = 0;      // micro-batches forwarded and not yet backwarded, at most
+  size_t peak_activation_bytes = 0;  // what those micro-batches' forwards held, at most
+};
+
+class PipelineSchedule {
+ public:
+  PipelineSchedule(const PipelineStageManager& stages, ScheduleOptions opts);
+  virtual ~PipelineSchedule() = default;
+  /// One step over a batch of data_iter: training (forward and backward of every
+  /// micro-batch) when gradients are enabled, forward only otherwise (a ragged last
+  /// micro-batch allowed). Loss and outputs are set on the last stage only.
+  PipelineResult forward_backward_step(ModelWrapper& model, const DataIter& data_iter, const StageCriterion& criterion,
+                                       OptimizerWrapper* optimizer, bool return_loss, bool return_outputs,
+                                       const GradSync& sync = {});
+  const PipelineStageManager& stage_manager() const { return sm_; }
+  const PipelineStepStats& last_step_stats() const { return stats_; }
+
+  struct Op {
+    bool forward;
+    int chunk;
+    int64_t microbatch;
+  };
+  /// This stage's order of passes over m micro-batches.
+  virtual std::vector<Op> order(int64_t m, bool forward_only) const = 0;
+  /// The schedule's own checks of the number of micro-batches (training).
+  virtual void check_microbatches(int64_t m) const;
+
+ protected:
+  const PipelineStageManager& sm_;
+  ScheduleOptions opts_;
+  PipelineP2P p2p_;
+  PipelineStepStats stats_;
+};
+
+class OneForwardOneBackwardSchedule : public PipelineSchedule {
+ public:
+  using PipelineSchedule::PipelineSchedule;
+  std::vector<Op> order(int64_t m, bool forward_only) const override;
+};
+
+class InterleavedSchedule : public PipelineSchedule {
+ public:
+  using PipelineSchedule::PipelineSchedule;
+  std::vector<Op> order(int64_t m, bool forward_only) const override;
+  void check_microbatches(int64_t m) const override;
+};
+
+/// The micro-batch sizes of a batch of `batch` rows (training: it must divide evenly).
+std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, bool training);
+
+}  // namespace booster::plugins

@@ -1,0 +1,342 @@
+// Pipeline parallelism specifics (the conformance suite covers ViT training parity, no_sync,
+// clipping and checkpoints across layouts for pp2 1F1B / interleaved / balanced, tp2 x pp2
+// and pp2 with ZeRO-1/2): the stage manager's layer split as Colossal-AI's, the balanced
+// partition, the schedules' orders, a plain Sequential pipelined (uniform, balanced,
+// interleaved), forward-only evaluation with a ragged last micro-batch, mixed precision, the
+// errors that name their arguments, and 3-D parallelism (tp2 x pp2 x dp2 at np 8).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "booster/booster.h"
+#include "core/autograd/grad_mode.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "nn/vit.h"
+#include "optim/sgd.h"
+#include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
+#include "plugins/pipeline/stage_manager.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/logical.h"
+
+using namespace booster;
+using plugins::PipelineSchedule;
+
+namespace {
+
+std::shared_ptr<plugins::HybridParallelPlugin> pipeline(const std::string& extra) {
+  auto o = plugins::HybridParallelOptions::from_config(Config::from_string(
+      "[plugin]\nname = 'hybrid_parallel'\nprecision = 'fp32'\n" + extra, "pipeline.toml"));
+  return std::make_shared<plugins::HybridParallelPlugin>(o);
+}
+
+TEST(StageManager, DistributesLayersAsColossalAI) {
+  const auto& world = dist::ProcessGroup::world();
+  const int S = world.size();
+  for (int C : {1, 2}) {
+    plugins::PipelineStageManager sm(world, C);
+    const int slots = S * C;
+    for (int64_t n : {int64_t(slots), int64_t(slots) + 1, int64_t(2 * slots) + 3, int64_t(12)}) {
+      if (n < slots) continue;
+      // Colossal-AI: n // slots each, one more for the n % slots slots from slots//2 - r//2.
+      std::vector<int64_t> want(size_t(slots), n / slots);
+      const int64_t r = n % slots;
+      for (int64_t i = 0; i < r; ++i) ++want[size_t(slots / 2 - r / 2 + i)];
+      EXPECT_EQ(sm.distribute_layers(n), want) << n << " layers, " << slots << " slots";
+      // This stage's chunks: slot stage + c*S, the first slot reads the batch, the last ends.
+      int64_t covered = 0;
+      for (int c = 0; c < C; ++c) {
+        auto spec = sm.stage_spec(n, c);
+        const int slot = sm.stage() + c * S;
+        int64_t begin = 0;
+        for (int i = 0; i < slot; ++i) begin += want[size_t(i)];
+        EXPECT_EQ(spec.layer_begin, begin);
+        EXPECT_EQ(spec.layer_end, begin + want[size_t(slot)]);
+        EXPECT_EQ(spec.first, slot == 0);
+        EXPECT_EQ(spec.last, slot == slots - 1);
+        covered += spec.layer_end - spec.layer_begin;
+      }
+      EXPECT_EQ(dist::all_reduce_scalar(double(covered), dist::ReduceOp::sum), double(n));
+    }
+    EXPECT_NE(testkit::error_of([&] { sm.distribute_layers(slots - 1); }).find("cannot fill"), std::string::npos);
+  }
+  plugins::PipelineStageManager given(world, 1, std::vector<int64_t>(size_t(S), 2));
+  EXPECT_EQ(given.distribute_layers(2 * S), std::vector<int64_t>(size_t(S), 2));
+  EXPECT_NE(testkit::error_of([&] { given.distribute_layers(2 * S + 1); }).find("num_layers_per_stage sums to"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { plugins::PipelineStageManager(world, 2, {1}); }).find("num_layers_per_stage has 1"),
+            std::string::npos);
+  // Neighbours wrap around.
+  EXPECT_EQ(given.next_rank(), world.ranks()[size_t((world.rank() + 1) % S)]);
+  EXPECT_EQ(given.prev_rank(), world.ranks()[size_t((world.rank() + S - 1) % S)]);
+}
+
+TEST(StageManager, BalancedPartitionMinimizesTheHeaviestPart) {
+  EXPECT_EQ(plugins::partition_balanced({1, 1, 1, 1, 10, 1}, 2), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(plugins::partition_balanced({1, 1, 1, 1}, 4), (std::vector<int64_t>{1, 1, 1, 1}));
+  for (auto [w, parts, best] : std::vector<std::tuple<std::vector<int64_t>, int, int64_t>>{
+           {{5, 1, 1, 1, 1, 1}, 3, 5}, {{3, 3, 3, 3, 3, 3, 3, 3}, 3, 9}, {{1, 9, 1, 1, 1, 1, 1, 1, 1}, 2, 10}}) {
+    auto sizes = plugins::partition_balanced(w, parts);
+    ASSERT_EQ(int(sizes.size()), parts);
+    int64_t at = 0, heaviest = 0;
+    for (int64_t k : sizes) {
+      EXPECT_GE(k, 1);
+      int64_t sum = 0;
+      for (int64_t i = 0; i < k; ++i) sum += w[size_t(at + i)];
+      heaviest = std::max(heaviest, sum);
+      at += k;
+    }
+    EXPECT_EQ(at, int64_t(w.size()));
+    EXPECT_EQ(heaviest, best);
+  }
+}
+
+// Every micro-batch (and chunk) goes forward once and backward once, forward first; 1F1B
+// keeps at most S - stage micro-batches in flight.
+TEST(Schedules, OrdersAreComplete) {
+  const auto& world = dist::ProcessGroup::world();
+  const int S = world.size();
+  for (int C : {1, 2}) {
+    plugins::PipelineStageManager sm(world, C);
+    std::unique_ptr<PipelineSchedule> sch;
+    if (C == 1) sch = std::make_unique<plugins::OneForwardOneBackwardSchedule>(sm, plugins::ScheduleOptions{});
+    else sch = std::make_unique<plugins::InterleavedSchedule>(sm, plugins::ScheduleOptions{});
+    for (int64_t m : {int64_t(S), int64_t(2 * S), int64_t(4 * S)}) {
+      std::map<std::pair<int, int64_t>, int> state;  // 1 after forward, 2 after backward
+      int in_flight = 0, peak = 0;
+      for (auto& op : sch->order(m, false)) {
+        int& st = state[{op.chunk, op.microbatch}];
+        EXPECT_EQ(st, op.forward ? 0 : 1) << "chunk " << op.chunk << " micro-batch " << op.microbatch;
+        st = op.forward ? 1 : 2;
+        in_flight += op.forward ? 1 : -1;
+        peak = std::max(peak, in_flight);
+      }
+      EXPECT_EQ(state.size(), size_t(m * C));
+      for (auto& [k, st] : state) EXPECT_EQ(st, 2);
+      if (C == 1) {
+        EXPECT_LE(peak, S - sm.stage()) << m << " micro-batches";
+      }
+      auto fwd = sch->order(m, true);
+      EXPECT_EQ(fwd.size(), size_t(m * C));
+    }
+    if (C == 2 && S > 1) {
+      EXPECT_NE(testkit::error_of([&] { sch->check_microbatches(S + 1); }).find("multiple of pp_size"), std::string::npos);
+    }
+  }
+}
+
+// A user's plain Sequential, pipelined: training equals one process.
+std::shared_ptr<nn::Sequential> mlp(int layers, uint64_t seed) {
+  manual_seed(seed);
+  auto s = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < layers; ++i) {
+    s->push_back(std::make_shared<nn::Linear>(6, 6));
+    s->push_back(std::make_shared<nn::GELU>());
+  }
+  return s;
+}
+
+Tensor mse(const Tensor& out, const Tensor& target) { return mean(mul(sub(out, target), sub(out, target))); }
+
+TEST(Pipeline, SequentialTrainsAsOneProcess) {
+  const int S = dist::world_size();
+  if (S < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (std::string extra : {"pp_size = " + std::to_string(S) + "\nnum_microbatches = " + std::to_string(2 * S) + "\n",
+                            "pp_size = " + std::to_string(S) + "\nmicrobatch_size = 1\npartition_method = 'balanced'\n",
+                            "pp_size = " + std::to_string(S) + "\npp_style = 'interleaved'\nnum_model_chunks = 2\n"
+                            "num_microbatches = " + std::to_string(S) + "\n"}) {
+    SCOPED_TRACE(extra);
+    auto ref = mlp(2 * S, 3), model = mlp(2 * S, 3);
+    optim::SGD ref_opt(ref->named_parameters(), {0.1, 0.9});
+    Booster booster(pipeline(extra));
+    auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1, 0.9}));
+    for (int step = 0; step < 3; ++step) {
+      Tensor x = Tensor::empty({int64_t(2 * S), 6}), y = Tensor::empty({int64_t(2 * S), 6});
+      Generator(50 + uint64_t(step)).normal_(x);
+      Generator(90 + uint64_t(step)).normal_(y);
+      ref_opt.zero_grad();
+      Tensor ref_loss = mse((*ref)(x), y);
+      ref_loss.backward();
+      ref_opt.step();
+      b.optimizer->zero_grad();
+      bool given = false;
+      auto res = booster.execute_pipeline(
+          [&]() -> std::optional<TensorMap> {
+            if (given) return std::nullopt;
+            given = true;
+            return TensorMap{{"input", x}, {"target", y}};
+          },
+          *b.model, [](const TensorMap& out, const TensorMap& batch) { return mse(out.at("output"), batch.at("target")); },
+          b.optimizer.get(), true, true);
+      b.optimizer->step();
+      if (dist::world_rank() == S - 1) {
+        ASSERT_TRUE(res.loss.defined());
+        // The mean of the micro-batches' means is the batch's mean (equal micro-batches).
+        EXPECT_NEAR(res.loss.item(), ref_loss.item(), 1e-5 * std::abs(ref_loss.item()));
+        EXPECT_EQ(res.outputs.at("output").shape(), (Shape{int64_t(2 * S), 6}));
+      } else {
+        EXPECT_FALSE(res.loss.defined());
+      }
+    }
+    for (auto& [n, p] : ref->named_parameters()) {
+      auto got = testkit::logical_param(*model, n).to_vector(), want = p.to_vector();
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << n;
+    }
+  }
+}
+
+std::shared_ptr<nn::ViTForImageClassification> vit(uint64_t seed = 1) {
+  manual_seed(seed);
+  return std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(4));
+}
+
+// One step's data iterator over a fixed batch.
+DataIter once(const Tensor& x, const Tensor& y) {
+  auto given = std::make_shared<bool>(false);
+  return [=]() -> std::optional<TensorMap> {
+    if (*given) return std::nullopt;
+    *given = true;
+    return TensorMap{{"pixel_values", x}, {"labels", y}};
+  };
+}
+
+StageCriterion ce() { return on_keys([](const Tensor& l, const Tensor& y) { return cross_entropy(l, y); }); }
+
+std::pair<Tensor, Tensor> images(int64_t rows, uint64_t seed) {
+  auto c = testkit::tiny_vit(4);
+  Tensor x = Tensor::empty({rows, 3, c.image_size, c.image_size});
+  Generator(seed).normal_(x);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < rows; ++i) y.push_back(i % c.num_labels);
+  return {x, Tensor::from_ints(y, {rows})};
+}
+
+// Evaluation runs through the pipeline with gradients off; a ragged last micro-batch is
+// allowed and the loss is the batch's mean.
+TEST(Pipeline, ForwardOnlyEvaluationWithARaggedLastMicroBatch) {
+  const int S = dist::world_size();
+  if (S < 2 || S > 4) GTEST_SKIP() << "pipelines the 4-layer test ViT over 2 to 4 ranks";
+  auto ref = vit(), model = vit();
+  Booster booster(pipeline("pp_size = " + std::to_string(S) + "\nmicrobatch_size = 2\n"));
+  auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1}));
+  auto [x, y] = images(5, 7);
+  NoGradGuard ng;
+  auto want = (*ref)(x, y);
+  auto res = booster.execute_pipeline(once(x, y), *b.model, ce(), nullptr, true, true);
+  if (dist::world_rank() != S - 1) return;
+  EXPECT_NEAR(res.loss.item(), want.loss.item(), 1e-5);
+  auto got = res.outputs.at("logits").to_vector(), w = want.logits.to_vector();
+  ASSERT_EQ(got.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(got[i], w[i], 1e-5);
+}
+
+TEST(Pipeline, ErrorsNameTheirArguments) {
+  const int S = dist::world_size();
+  if (S < 2 || S > 4) GTEST_SKIP() << "pipelines the 4-layer test ViT over 2 to 4 ranks";
+  const std::string pp = "pp_size = " + std::to_string(S) + "\n";
+  auto model = vit();
+  Booster booster(pipeline(pp + "num_microbatches = 3\n"));
+  auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1}));
+  auto [x, y] = images(4, 1);
+  EXPECT_NE(testkit::error_of([&] { booster.execute_pipeline(once(x, y), *b.model, ce(), b.optimizer.get()); })
+                .find("not divisible by num_microbatches 3"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { (*b.model)(x, y); }).find("execute_pipeline"), std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { booster.execute_pipeline(once(x, y), *b.model, ce(), nullptr); }).find("optimizer"),
+            std::string::npos);
+  auto m2 = vit();
+  Booster few(pipeline(pp + "microbatch_size = 4\n"));
+  auto b2 = few.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), optim::SGDOptions{0.1}));
+  EXPECT_NE(testkit::error_of([&] { few.execute_pipeline(once(x, y), *b2.model, ce(), b2.optimizer.get()); })
+                .find("at least pp_size"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { pipeline(pp + "pp_style = 'interleaved'\nnum_model_chunks = 2\nnum_microbatches = 3\n"); })
+                .find("multiple of pp_size"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { pipeline(pp + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 4\n"); })
+                .find("zbv"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { pipeline(pp + "num_microbatches = 2\nmicrobatch_size = 1\n"); }).find("not both"),
+            std::string::npos);
+  EXPECT_NE(testkit::error_of([&] { pipeline(pp); }).find("num_microbatches or microbatch_size"), std::string::npos);
+  // A model that is no pipeline says so.
+  auto seq_free = std::make_shared<nn::Linear>(4, 4);
+  Booster plain(pipeline(pp + "num_microbatches = 2\n"));
+  EXPECT_NE(testkit::error_of([&] { plain.boost(seq_free); }).find("nn::PipelineModule"), std::string::npos);
+}
+
+// bf16 and fp16 (loss-scaled: the last stage scales, backward_by_grad passes the scaled
+// gradient on unscaled again) train through the pipeline close to fp32.
+TEST(Pipeline, MixedPrecisionFollowsFp32) {
+  const int S = dist::world_size();
+  if (S < 2 || S > 4) GTEST_SKIP() << "pipelines the 4-layer test ViT over 2 to 4 ranks";
+  std::map<std::string, std::shared_ptr<nn::ViTForImageClassification>> trained;
+  for (std::string prec : {"fp32", "bf16", "fp16"}) {
+    for (int zero : {0, 1}) {
+      auto model = vit();
+      auto o = plugins::HybridParallelOptions::from_config(Config::from_string(
+          "[plugin]\nname = 'hybrid_parallel'\npp_size = " + std::to_string(S) + "\nnum_microbatches = " +
+          std::to_string(S) + "\nprecision = '" + prec + "'\nzero_stage = " + std::to_string(zero) + "\n"));
+      Booster booster(std::make_shared<plugins::HybridParallelPlugin>(o));
+      auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.05}));
+      for (int step = 0; step < 2; ++step) {
+        auto [x, y] = images(2 * S, 20 + uint64_t(step));
+        b.optimizer->zero_grad();
+        booster.execute_pipeline(once(x, y), *b.model, ce(), b.optimizer.get());
+        b.optimizer->step();
+      }
+      trained[prec + std::to_string(zero)] = model;
+    }
+  }
+  for (auto& [name, m] : trained) {
+    double err = 0, scale = 1e-2;
+    for (auto& [n, p] : vit()->named_parameters()) {
+      auto a = testkit::logical_param(*m, n).to_vector(), w = testkit::logical_param(*trained["fp320"], n).to_vector();
+      for (size_t i = 0; i < a.size(); ++i) {
+        err = std::max(err, double(std::abs(a[i] - w[i])));
+        scale = std::max(scale, double(std::abs(w[i])));
+      }
+    }
+    EXPECT_LE(err / scale, 3e-2) << name;
+    if (name == "fp320" || name == "fp321") {
+      EXPECT_LE(err / scale, 1e-5) << name;
+    }
+  }
+}
+
+// 3-D parallelism: tp2 x pp2 x dp2 on 8 ranks (ZeRO-2 and DDP over dp) trains like one
+// process on the global batch.
+TEST(Pipeline, ThreeDimensionsTrainAsOneProcess) {
+  if (dist::world_size() != 8) GTEST_SKIP() << "tp2 x pp2 x dp2 needs 8 ranks";
+  for (int zero : {0, 2}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(zero));
+    auto c = testkit::tiny_vit(4);
+    auto ref = vit(), model = vit();
+    optim::SGD ref_opt(ref->named_parameters(), {0.05, 0.9});
+    Booster booster(pipeline("tp_size = 2\npp_size = 2\nnum_microbatches = 2\nzero_stage = " + std::to_string(zero) + "\n"));
+    auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.05, 0.9}));
+    const int dp = booster.plugin()->dp_size(), dp_rank = booster.plugin()->dp_rank();
+    ASSERT_EQ(dp, 2);
+    for (int step = 0; step < 3; ++step) {
+      auto [x, y] = images(8, 40 + uint64_t(step));
+      ref_opt.zero_grad();
+      (*ref)(x, y).loss.backward();
+      ref_opt.step();
+      b.optimizer->zero_grad();
+      booster.execute_pipeline(once(x.narrow(0, dp_rank * 4, 4).contiguous(), y.narrow(0, dp_rank * 4, 4).contiguous()),
+                               *b.model, ce(), b.optimizer.get());
+      b.optimizer->step();
+    }
+    for (auto& [n, p] : ref->named_parameters()) {
+      auto got = testkit::logical_param(*model, n).to_vector(), want = p.to_vector();
+      double err = 0, scale = 1e-3;
+      for (size_t i = 0; i < want.size(); ++i) {
+        err = std::max(err, double(std::abs(got[i] - want[i])));
+        scale = std::max(scale, double(std::abs(want[i])));
+      }
+      EXPECT_LE(err, 1e-5 * scale) << n;
+    }
+  }
+}
+
+}  // namespace
