@@ -1,11 +1,12 @@
-// zero_memory_bench: per-rank model-state bytes of a ViT under ZeRO stage 1, stage 2 and
-// stage 2 with cpu_offload (and DDP with Booster's bf16, for reference), measured by the
-// allocator once activations are gone (after the second step, before zero_grad), beside
-// the theory of the partition:
+// zero_memory_bench: per-rank model-state bytes of a ViT under ZeRO stage 1, stage 2,
+// stage 2 with cpu_offload and Gemini (and DDP with Booster's bf16, for reference),
+// measured by the allocator once activations are gone (after the second step, before
+// zero_grad), beside the theory of the partition:
 //   stage 1: working parameters and gradients in full, fp32 masters and Adam's two states
 //            of this rank's chunks (chunks of ceil(numel / dp) elements: about 1 / dp);
 //   stage 2: the gradients as fp32 chunks too;
-//   offload: masters and Adam states on disk (counted by the "disk" tier), not in RAM.
+//   offload: masters and Adam states on disk (counted by the "disk" tier), not in RAM;
+//   gemini (ZeRO-3): the working parameters as this rank's slices too (every chunk sharded).
 // Exits 1 when a measurement is more than 5 % off its theory.
 //   mpirun -np {1,2,4} zero_memory_bench [vit-base] [bf16]
 #include <cmath>
@@ -53,10 +54,15 @@ Row measure(const std::string& name, const std::string& plugin_toml, const std::
     const size_t used = host_tier().bytes_in_use() - base;
     const double w = precision == "fp32" ? 4 : 2;
     if (auto* z = b.optimizer->find<plugins::LowLevelZeroOptimizer>()) {
-      double params = 0, chunks = 0;
-      for (auto& p : z->partition().parts()) params += double(p.numel), chunks += double(p.n);
-      const bool offload = z->partition().store() != nullptr;
-      theory = params * w                                            // working parameters
+      double params = 0, chunks = 0, held = 0;
+      const auto& zp = z->partition();
+      for (size_t i = 0; i < zp.parts().size(); ++i) {
+        const auto& p = zp.parts()[i];
+        params += double(p.numel), chunks += double(p.n);
+        held += zp.is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
+      }
+      const bool offload = zp.store() != nullptr;
+      theory = held * w                                              // working parameters
                + (z->grads().stage() == 1 ? params * w : chunks * 4)  // gradients: full, or fp32 chunks
                + (offload ? 0 : chunks * 4 * 3);                     // masters, exp_avg, exp_avg_sq
     } else {  // DDP with Booster's mixed precision: everything in full, plus the reducer's fp32 buckets
@@ -77,12 +83,17 @@ int main(int argc, char** argv) {
   dist::launch_from_openmpi();
   const std::string preset = argc > 1 ? argv[1] : "vit-base", precision = argc > 2 ? argv[2] : "bf16";
   const std::string zero = "[plugin]\nname = 'low_level_zero'\nprecision = '" + precision + "'\n";
+  // Chunks of about 1 M elements (several per ViT), every chunk sharded.
+  const std::string gemini = "[plugin]\nname = 'gemini'\nprecision = '" + precision +
+                             "'\nmin_chunk_size_m = 1\nsearch_range_m = 1\n";
   std::vector<Row> rows{
       measure("ddp + " + precision, "[plugin]\nname = 'torch_ddp'\n", precision == "fp32" ? "" : precision, preset,
               precision),
       measure("zero1", zero + "stage = 1\n", "", preset, precision),
       measure("zero2", zero + "stage = 2\n", "", preset, precision),
       measure("zero2 + cpu_offload", zero + "stage = 2\ncpu_offload = true\n", "", preset, precision),
+      measure("gemini (zero3)", gemini, "", preset, precision),
+      measure("gemini + offload_optim", gemini + "offload_optim_frac = 1.0\n", "", preset, precision),
   };
   int bad = 0;
   if (dist::world_rank() == 0) {
@@ -92,7 +103,7 @@ int main(int argc, char** argv) {
   }
   for (auto& r : rows) {
     const double ratio = r.measured_mb / r.theory_mb;
-    const bool zero_row = r.name.rfind("zero", 0) == 0;
+    const bool zero_row = r.name.rfind("zero", 0) == 0 || r.name.rfind("gemini", 0) == 0;
     if (zero_row && std::abs(ratio - 1) > 0.05) ++bad;
     if (dist::world_rank() == 0)
       std::printf("%-24s %12.1f %12.1f %8.3f %12.1f%s\n", r.name.c_str(), r.measured_mb, r.theory_mb, ratio, r.disk_mb,

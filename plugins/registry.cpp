@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "plugins/gemini/gemini_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
@@ -18,6 +19,10 @@ const std::map<std::string, Factory>& factories() {
       {"torch_ddp",
        [](const Config& c, const std::string& t) {
          return std::make_shared<TorchDDPPlugin>(TorchDDPOptions::from_config(c, t));
+       }},
+      {"gemini",
+       [](const Config& c, const std::string& t) {
+         return std::make_shared<GeminiPlugin>(GeminiOptions::from_config(c, t));
        }},
       {"hybrid_parallel",
        [](const Config& c, const std::string& t) {

@@ -244,8 +244,13 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor y = kernels::mm(x2, wd.transpose(0, 1), b.defined() ? b.detach().view({1, n}) : Tensor(), {m, n});
   const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
   const Shape x_shape = x.shape();
-  return autograd::record("linear", {x, w, b}, y.view(out_shape), [x2, wd, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
+  // The closure keeps the weight's handle, not an alias of its storage: a parameter whose
+  // storage is swapped between forward and backward (ZeRO-3 releases it after the forward
+  // and gathers it again before the backward, same values) is read where it lives then, and
+  // the released storage is not held by the graph.
+  return autograd::record("linear", {x, w, b}, y.view(out_shape), [x2, w, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
     Tensor g2 = g[0].contiguous().view({m, n});
+    Tensor wd = w.detach();
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
     Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
     Tensor dw = gw ? kernels::mm(g2.transpose(0, 1), x2, Tensor(), {n, k}, kernels::RightOperand::activation) : Tensor();

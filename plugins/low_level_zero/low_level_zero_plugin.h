@@ -47,6 +47,8 @@ class LowLevelZeroModel : public ModelWrapper {
   void after_load() override;
   /// The gradients (null when no optimizer was boosted).
   ZeroGrads* grads() const { return grads_.get(); }
+  /// The partition (null when no optimizer was boosted).
+  ZeroPartition* partition() const { return zp_.get(); }
 
  private:
   std::shared_ptr<ZeroPartition> zp_;

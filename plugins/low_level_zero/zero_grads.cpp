@@ -71,6 +71,7 @@ void ZeroGrads::launch(size_t b) {
       Tensor p = parts[i].param;
       p.set_grad(Tensor());
     }
+  if (after_launch_) after_launch_(b);
 }
 
 void ZeroGrads::complete(size_t b) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 
 #include "core/common/hook_handle.h"
 #include "plugins/low_level_zero/zero_partition.h"
@@ -39,6 +40,9 @@ class ZeroGrads {
   /// This rank's chunk of part i's averaged gradient ([n]; fp32 in stage 2, the working
   /// dtype in stage 1), or undefined when it has none yet.
   Tensor chunk(size_t i) const;
+  /// Called with a bucket's index once its reduction is launched (its full gradients read):
+  /// ZeRO-3 releases the bucket's parameters then.
+  void set_after_launch(std::function<void(size_t)> f) { after_launch_ = std::move(f); }
   /// Clears the gradients (full and chunks).
   void zero();
   /// Seconds finish() spent waiting on communication since the last reset.
@@ -66,6 +70,7 @@ class ZeroGrads {
   std::vector<Tensor> chunks_;  // stage 2: fp32 [n] per part
   size_t next_launch_ = 0;
   double wait_s_ = 0;
+  std::function<void(size_t)> after_launch_;
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };
 

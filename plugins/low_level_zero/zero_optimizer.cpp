@@ -211,7 +211,7 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
         send.narrow(0, 0, p.n).copy_(mine_st->second.buffers.at(k).view({-1}));
       Tensor recv = Tensor::empty({dp.size() * p.chunk});
       dist::all_gather(recv, send, dp);
-      st.buffers[k] = recv.narrow(0, 0, p.numel).contiguous().view(p.param.shape());
+      st.buffers[k] = recv.narrow(0, 0, p.numel).contiguous().view(p.shape);
     }
     full.state[p.name] = std::move(st);
   }

@@ -19,6 +19,7 @@ ZeroPartition::ZeroPartition(const optim::NamedParams& params, const dist::Proce
     Part part;
     part.name = name;
     part.param = param;
+    part.shape = param.shape();
     part.numel = param.numel();
     part.chunk = (part.numel + n - 1) / n;
     part.lo = std::min(part.numel, part.chunk * r);
@@ -46,6 +47,69 @@ ZeroPartition::ZeroPartition(const optim::NamedParams& params, const dist::Proce
     buckets_.back().push_back(k);
     in_bucket += double(parts_[k].numel);
   }
+  bucket_of_.resize(parts_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t i : buckets_[b]) bucket_of_[i] = b;
+  sharded_.assign(buckets_.size(), false);
+  fetched_.assign(buckets_.size(), false);
+}
+
+void ZeroPartition::shard_bucket(size_t b) {
+  NoGradGuard ng;
+  wait_gather();
+  if (sharded_.at(b)) return;
+  for (size_t i : buckets_[b]) parts_[i].own = own_slice(i).contiguous().clone();
+  sharded_[b] = true;
+  fetched_[b] = true;
+  release(b);
+}
+
+void ZeroPartition::prefetch(size_t b) {
+  if (is_fetched(b) || prefetched_.count(b)) return;
+  NoGradGuard ng;
+  const auto& bucket = buckets_.at(b);
+  Tensor send = pack_own(bucket);
+  Pending pend{bucket, Tensor::empty({dp_.size() * send.numel()}, working_), nullptr, send};
+  pend.work = dist::all_gather(pend.recv, send, dp_, /*async_op=*/true);
+  prefetched_[b] = std::move(pend);
+}
+
+void ZeroPartition::fetch(size_t b) {
+  if (is_fetched(b)) return;
+  ProfileScope prof_("gemini chunk fetch");
+  NoGradGuard ng;
+  prefetch(b);
+  Pending pend = std::move(prefetched_.at(b));
+  prefetched_.erase(b);
+  pend.work->wait();
+  int64_t width = 0;
+  for (size_t i : pend.parts) width += parts_[i].chunk;
+  int64_t off = 0;
+  for (size_t i : pend.parts) {
+    Part& p = parts_[i];
+    Tensor full = Tensor::empty({p.numel}, working_);
+    for (int r = 0; r < dp_.size(); ++r) {
+      const int64_t lo = std::min(p.numel, p.chunk * r), hi = std::min(p.numel, lo + p.chunk);
+      if (hi > lo) full.narrow(0, lo, hi - lo).copy_(pend.recv.narrow(0, r * width + off, hi - lo));
+    }
+    p.param.set_data(full.view(p.shape));  // same handle: autograd and the optimizer keep it
+    off += p.chunk;
+  }
+  fetched_[b] = true;
+}
+
+void ZeroPartition::release(size_t b) {
+  if (!sharded_.at(b) || !fetched_.at(b)) return;
+  for (size_t i : buckets_[b]) parts_[i].param.set_data(Tensor::empty({0}, working_));
+  fetched_[b] = false;
+}
+
+size_t ZeroPartition::full_bytes() const {
+  size_t n = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (is_fetched(b))
+      for (size_t i : buckets_[b]) n += size_t(parts_[i].numel) * dtype_size(working_);
+  return n;
 }
 
 Tensor ZeroPartition::master(size_t i) {
@@ -61,8 +125,21 @@ void ZeroPartition::prefetch_master(size_t i) {
   if (parts_.at(i).master_slot >= 0) store_->prefetch(parts_[i].master_slot);
 }
 
+Tensor ZeroPartition::pack_own(const std::vector<size_t>& bucket) const {
+  int64_t width = 0;
+  for (size_t i : bucket) width += parts_[i].chunk;
+  Tensor send = Tensor::zeros({width}, working_);
+  int64_t off = 0;
+  for (size_t i : bucket) {
+    if (parts_[i].n > 0) send.narrow(0, off, parts_[i].n).copy_(own_slice(i));
+    off += parts_[i].chunk;
+  }
+  return send;
+}
+
 Tensor ZeroPartition::own_slice(size_t i) const {
   const Part& p = parts_.at(i);
+  if (p.own.defined()) return p.own;
   return p.param.detach().view({-1}).narrow(0, p.lo, p.n);
 }
 
@@ -70,16 +147,17 @@ void ZeroPartition::gather(bool async) {
   ProfileScope prof_("zero all-gather");
   NoGradGuard ng;
   wait_gather();
-  for (auto& bucket : buckets_) {
-    int64_t b = 0;
-    for (size_t i : bucket) b += parts_[i].chunk;
-    Tensor send = Tensor::zeros({b}, working_);
-    int64_t off = 0;
-    for (size_t i : bucket) {
-      if (parts_[i].n > 0) send.narrow(0, off, parts_[i].n).copy_(own_slice(i));
-      off += parts_[i].chunk;
+  // Prefetches still in flight carry the slices from before the step: finish and drop them.
+  for (auto& [b, pend] : prefetched_) pend.work->wait();
+  prefetched_.clear();
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    if (sharded_[bi]) {  // fetched when used; a copy still fetched is stale now
+      release(bi);
+      continue;
     }
-    Pending pend{bucket, Tensor::empty({dp_.size() * b}, working_), nullptr};
+    const auto& bucket = buckets_[bi];
+    Tensor send = pack_own(bucket);
+    Pending pend{bucket, Tensor::empty({dp_.size() * send.numel()}, working_), nullptr, send};
     pend.work = dist::all_gather(pend.recv, send, dp_, true);
     pending_.push_back(std::move(pend));
   }

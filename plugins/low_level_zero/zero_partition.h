@@ -7,6 +7,8 @@
 // background until the next forward waits for it.
 #pragma once
 
+#include <map>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,8 @@ class ZeroPartition {
     Region region;         // the same, as a region of the logical tensor
     Tensor master;         // fp32 [n] in RAM; undefined when offloaded or without masters
     int64_t master_slot = -1;  // its slot in the disk store when offloaded
+    Tensor own;            // ZeRO-3: this rank's slice [n] (working dtype) while the parameter is released
+    Shape shape;           // the parameter's shape (it is [0] while released)
   };
 
   /// Partitions `params` over `dp` (ranks hold equal parameters: they start from rank 0's).
@@ -54,7 +58,26 @@ class ZeroPartition {
   /// This rank's slice [lo, lo + n) of part i's working parameter (flat).
   Tensor own_slice(size_t i) const;
 
-  /// All-gathers every rank's own slice into the working parameters. async: returns at
+  // ---- ZeRO-3 (Gemini): a sharded bucket's parameters exist in full only while fetched ----
+  /// Keeps only this rank's slices of bucket b's parameters; they are released ([0]) until fetch(b).
+  void shard_bucket(size_t b);
+  bool is_sharded(size_t b) const { return sharded_.at(b); }
+  bool is_fetched(size_t b) const { return !sharded_.at(b) || fetched_.at(b); }
+  /// All-gathers bucket b's parameters from every rank's slices (collective over the group;
+  /// finishes a prefetch of it).
+  void fetch(size_t b);
+  /// Starts all-gathering bucket b in the background (fetch(b) finishes it); every rank
+  /// must prefetch in the same order.
+  void prefetch(size_t b);
+  /// Releases a fetched sharded bucket's parameters (its slices stay).
+  void release(size_t b);
+  /// The bucket holding part i.
+  size_t bucket_of(size_t i) const { return bucket_of_.at(i); }
+  /// Bytes of working parameters held in full right now (fetched or never sharded).
+  size_t full_bytes() const;
+
+  /// All-gathers every rank's own slice into the working parameters (of the buckets that
+  /// are not sharded: those are fetched when used). async: returns at
   /// once, and wait_gather() (the next forward) finishes it.
   void gather(bool async);
   /// Copies every master into its own slice, then gathers (after loading masters).
@@ -75,13 +98,20 @@ class ZeroPartition {
     std::vector<size_t> parts;
     Tensor recv;
     dist::WorkPtr work;
+    Tensor send;
   };
+  /// This rank's slices of a bucket's parts, each padded to its chunk: the all-gather's input.
+  Tensor pack_own(const std::vector<size_t>& bucket) const;
+
   const dist::ProcessGroup& dp_;
   DType working_;
   bool master_weights_;
   std::shared_ptr<OffloadStore> store_;
   std::vector<Part> parts_;
   std::vector<std::vector<size_t>> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<bool> sharded_, fetched_;
+  std::map<size_t, Pending> prefetched_;  // by bucket
   std::vector<Pending> pending_;
 };
 

@@ -1,0 +1,221 @@
+// GeminiPlugin (see gemini_plugin.h).
+#include "plugins/gemini/gemini_plugin.h"
+
+#include <cmath>
+#include <map>
+
+#include "booster/checkpoint/general_checkpoint_io.h"
+#include "core/dist/runtime.h"
+#include "plugins/low_level_zero/low_level_zero_plugin.h"
+#include "plugins/registry.h"
+
+namespace booster::plugins {
+
+namespace {
+
+/// Gemini's model wrapper (Colossal-AI's GeminiDDP): module hooks that fetch a chunk before
+/// a module using it runs forward or backward and release it after.
+class GeminiDDP : public ModelWrapper {
+ public:
+  GeminiDDP(std::shared_ptr<ModelWrapper> inner, ZeroPartition& zp, ZeroGrads& grads, int max_prefetch)
+      : ModelWrapper(std::move(inner)), zp_(zp), max_prefetch_(max_prefetch) {
+    std::map<std::string, size_t> part_of;
+    for (size_t i = 0; i < zp.parts().size(); ++i) part_of[zp.parts()[i].name] = i;
+    total_.assign(zp.buckets().size(), 0);
+    done_.assign(zp.buckets().size(), 0);
+    for (auto& b : zp.buckets())
+      for (size_t i : b) ++total_[zp.bucket_of(i)];
+    auto root = module();
+    for (auto& [path, m] : root->named_modules()) {
+      std::map<size_t, int> uses;  // bucket -> this module's parameters in it
+      for (auto& [n, p] : m->named_parameters(false)) {
+        auto it = part_of.find(path.empty() ? n : path + "." + n);
+        if (it != part_of.end()) ++uses[zp.bucket_of(it->second)];
+      }
+      if (uses.empty()) continue;
+      hooks_.push_back(m->register_forward_pre_hook([this, uses](nn::Module&) {
+        for (auto& [b, k] : uses) use(fwd_, b);
+      }));
+      hooks_.push_back(m->register_forward_hook([this, uses](nn::Module&) {
+        for (auto& [b, k] : uses)
+          if ((done_[b] += k) >= total_[b]) zp_.release(b);  // every parameter of the chunk used
+      }));
+      hooks_.push_back(m->register_backward_pre_hook([this, uses](nn::Module&) {
+        for (auto& [b, k] : uses) use(bwd_, b);
+      }));
+    }
+    // A forward starts counting anew; the first forward and backward record the order in
+    // which chunks are used, for prefetching the next ones.
+    hooks_.push_back(root->register_forward_pre_hook([this](nn::Module&) {
+      std::fill(done_.begin(), done_.end(), 0);
+      if (!fwd_.order.empty()) fwd_.recorded = true;
+      if (!bwd_.order.empty()) bwd_.recorded = true;
+    }));
+    // In backward, a chunk goes once its gradients are reduce-scattered.
+    grads.set_after_launch([this](size_t b) { zp_.release(b); });
+  }
+  std::string type_name() const override { return "GeminiDDP"; }
+
+ private:
+  struct Trace {
+    std::vector<size_t> order;          // chunks in the order a forward (backward) first used them
+    std::map<size_t, size_t> position;  // chunk -> its index in order
+    bool recorded = false;
+  };
+  // Fetches chunk b and starts fetching the next max_prefetch chunks of the recorded order.
+  void use(Trace& t, size_t b) {
+    if (!t.recorded && !t.position.count(b)) {
+      t.position[b] = t.order.size();
+      t.order.push_back(b);
+    }
+    zp_.fetch(b);
+    if (!t.recorded || max_prefetch_ <= 0) return;
+    auto it = t.position.find(b);
+    if (it == t.position.end()) return;
+    for (size_t j = it->second + 1; j < t.order.size() && j <= it->second + size_t(max_prefetch_); ++j)
+      zp_.prefetch(t.order[j]);
+  }
+
+  ZeroPartition& zp_;
+  int max_prefetch_;
+  Trace fwd_, bwd_;
+  std::vector<int> total_, done_;
+  std::vector<HookHandle> hooks_;
+};
+
+}  // namespace
+
+int64_t search_chunk_size(const std::vector<int64_t>& numels, int64_t min_chunk_size, int64_t search_range,
+                          int64_t step) {
+  BOOSTER_CHECK(!numels.empty(), "GeminiPlugin: the model has no trainable parameters");
+  const int64_t largest = *std::max_element(numels.begin(), numels.end());
+  int64_t total = 0;
+  for (int64_t n : numels) total += n;
+  const int64_t start = std::max(largest, std::min(min_chunk_size, total));
+  int64_t best = start, best_waste = -1;
+  for (int64_t size = start; size <= start + search_range; size += std::max<int64_t>(step, 1)) {
+    int64_t waste = 0, used = 0;
+    for (int64_t n : numels) {
+      if (used > 0 && used + n > size) waste += size - used, used = 0;
+      used += n;
+    }
+    waste += size - used;
+    if (best_waste < 0 || waste < best_waste) best = size, best_waste = waste;
+  }
+  return best;
+}
+
+GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t) {
+  using O = GeminiOptions;
+  static const auto binder = [] {
+    OptionBinder<O> b;
+    b.add("placement_policy", &O::placement_policy, "static (auto: not yet)")
+        .add("enable_gradient_accumulation", &O::enable_gradient_accumulation)
+        .add("max_prefetch", &O::max_prefetch)
+        .add("shard_param_frac", &O::shard_param_frac, "fraction of chunk memory sharded (1: ZeRO-3, 0: ZeRO-2)")
+        .add("offload_optim_frac", &O::offload_optim_frac, "0 or 1: masters and optimizer states on local disk")
+        .add("offload_param_frac", &O::offload_param_frac, "0 (not yet)")
+        .add("warmup_non_model_data_ratio", &O::warmup_non_model_data_ratio)
+        .add("steady_cuda_cap_ratio", &O::steady_cuda_cap_ratio)
+        .add("precision", &O::precision, "fp16, bf16 or fp32")
+        .add("master_weights", &O::master_weights)
+        .add("pin_memory", &O::pin_memory)
+        .add("force_outputs_fp32", &O::force_outputs_fp32)
+        .add("strict_ddp_mode", &O::strict_ddp_mode)
+        .add("search_range_m", &O::search_range_m, "millions of elements searched above the smallest chunk")
+        .add("hidden_dim", &O::hidden_dim, "the search step (0: None, 1024)")
+        .add("min_chunk_size_m", &O::min_chunk_size_m, "millions of elements")
+        .add("gpu_margin_mem_ratio", &O::gpu_margin_mem_ratio)
+        .add("max_norm", &O::max_norm)
+        .add("norm_type", &O::norm_type)
+        .add("tp_size", &O::tp_size)
+        .add("extra_dp_size", &O::extra_dp_size)
+        .add("enable_async_reduce", &O::enable_async_reduce)
+        .add("verbose", &O::verbose)
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)");
+    return bind_loss_scale(b, &O::scaler);
+  }();
+  return options_from(cfg, t, "gemini", binder);
+}
+
+void GeminiOptions::validate() const {
+  const char* who = "GeminiPlugin: ";
+  BOOSTER_CHECK(placement_policy == "static" || placement_policy == "auto", who,
+                "placement_policy must be static or auto, got '", placement_policy, "'");
+  BOOSTER_CHECK(placement_policy == "static", who, "placement_policy auto (a memory cap) is not implemented yet; use static");
+  BOOSTER_CHECK(precision == "fp16" || precision == "bf16" || precision == "fp32", who,
+                "precision must be one of fp16, bf16, fp32, got '", precision, "'");
+  auto frac = [&](double v, const char* name) {
+    BOOSTER_CHECK(v >= 0 && v <= 1, who, name, " must be in [0, 1], got ", v);
+  };
+  frac(shard_param_frac, "shard_param_frac");
+  frac(offload_optim_frac, "offload_optim_frac");
+  frac(offload_param_frac, "offload_param_frac");
+  frac(warmup_non_model_data_ratio, "warmup_non_model_data_ratio");
+  frac(steady_cuda_cap_ratio, "steady_cuda_cap_ratio");
+  BOOSTER_CHECK(offload_optim_frac == 0 || offload_optim_frac == 1, who, "offload_optim_frac ", offload_optim_frac,
+                ": only 0 and 1 are implemented yet");
+  BOOSTER_CHECK(offload_param_frac == 0, who, "offload_param_frac ", offload_param_frac, " is not implemented yet");
+  BOOSTER_CHECK(master_weights, who, "master_weights = false is not implemented yet");
+  BOOSTER_CHECK(tp_size == 1 && extra_dp_size == 1, who, "tp_size and extra_dp_size other than 1 are not implemented yet");
+  BOOSTER_CHECK(norm_type == 2.0, who, "norm_type must be 2.0 (Colossal-AI clips by the L2 norm only), got ", norm_type);
+  BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
+  BOOSTER_CHECK(search_range_m >= 0 && min_chunk_size_m >= 0 && hidden_dim >= 0 && max_prefetch >= 0, who,
+                "search_range_m, min_chunk_size_m, hidden_dim and max_prefetch must be >= 0");
+  scaler.validate(who);
+}
+
+GeminiPlugin::GeminiPlugin(GeminiOptions opts) : opts_(std::move(opts)) {
+  opts_.validate();
+  BOOSTER_CHECK_T(BackendError, dist::is_initialized(), "GeminiPlugin: call dist::launch_from_openmpi() before creating the plugin");
+}
+
+void GeminiPlugin::configure(BoostedObjects& o) {
+  BOOSTER_CHECK(o.optimizer != nullptr, "GeminiPlugin: boost the model with its optimizer (Gemini shards the "
+                "parameters between the optimizer's ranks)");
+  std::vector<int64_t> numels;
+  for (auto& g : o.optimizer->param_groups())
+    for (auto& [n, p] : g.params)
+      if (p.requires_grad()) numels.push_back(p.numel());
+  std::reverse(numels.begin(), numels.end());  // chunks are packed from the last parameters (backward's order)
+  const double M = double(1 << 20);
+  const int64_t chunk = search_chunk_size(numels, int64_t(opts_.min_chunk_size_m * M), int64_t(opts_.search_range_m * M),
+                                          opts_.hidden_dim > 0 ? opts_.hidden_dim : 1024);
+  LowLevelZeroOptions z;
+  z.stage = 2;
+  z.precision = opts_.precision;
+  z.scaler = opts_.scaler;
+  z.max_norm = opts_.max_norm;
+  z.reduce_bucket_size_in_m = double(chunk) / M;
+  z.overlap_communication = opts_.enable_async_reduce;
+  z.cpu_offload = opts_.offload_optim_frac >= 1;
+  z.offload_dir = opts_.offload_dir;
+  z.master_weights = opts_.master_weights;
+  apply_low_level_zero(o, dist::ProcessGroup::world(), z);
+  auto* zm = o.model->find<LowLevelZeroModel>();
+  ZeroPartition& zp = *zm->partition();
+  // Static placement: shard_param_frac of the chunk memory is sharded, first chunks first.
+  int64_t total = 0, sharded = 0;
+  for (auto& p : zp.parts()) total += p.numel;
+  for (size_t b = 0; b < zp.buckets().size(); ++b) {
+    if (double(sharded) >= opts_.shard_param_frac * double(total) - 0.5) break;
+    zp.shard_bucket(b);
+    for (size_t i : zp.buckets()[b]) sharded += zp.parts()[i].numel;
+  }
+  o.model = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch);
+}
+
+std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() {
+  if (!checkpoint_io_)
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
+        checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, opts_.precision));
+  return checkpoint_io_;
+}
+
+NoSyncScope GeminiPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
+  BOOSTER_CHECK(opts_.enable_gradient_accumulation, "GeminiPlugin.no_sync: set enable_gradient_accumulation = true "
+                "to accumulate gradients over micro-batches");
+  return zero_no_sync(model, "GeminiPlugin");
+}
+
+}  // namespace booster::plugins

@@ -1,0 +1,81 @@
+// GeminiPlugin (Colossal-AI's name, arguments and defaults), part 1: chunked ZeRO-3.
+// Parameters are packed into chunks (the chunk size searched as Colossal-AI does:
+// search_range_m, min_chunk_size_m, hidden_dim), each parameter split over the dp ranks;
+// a chunk's parameters exist in full only while a module that uses them runs forward or
+// backward (all-gathered by its forward and backward pre-hooks, released when the last of
+// its modules is done and, in backward, once its gradients are reduce-scattered). fp32
+// masters, gradients and optimizer states are kept per shard (the ZeRO-2 machinery of
+// LowLevelZeroPlugin: buckets are the chunks). static placement: shard_param_frac of the
+// chunks are sharded (the rest stay gathered, as ZeRO-2), offload_optim_frac 0 or 1 puts
+// masters and optimizer states on the disk tier. Not yet: placement_policy "auto" with a
+// memory cap, fractional offload, offload_param_frac, tensor parallelism inside Gemini.
+#pragma once
+
+#include <memory>
+
+#include "booster/grad_scaler.h"
+#include "booster/plugin.h"
+#include "core/common/config.h"
+
+namespace booster::plugins {
+
+struct GeminiOptions {
+  std::string placement_policy = "static";
+  bool enable_gradient_accumulation = false;
+  int max_prefetch = 0;
+  double shard_param_frac = 1.0;
+  double offload_optim_frac = 0.0;
+  double offload_param_frac = 0.0;
+  double warmup_non_model_data_ratio = 0.8;
+  double steady_cuda_cap_ratio = 0.9;
+  std::string precision = "fp16";
+  bool master_weights = true;
+  bool pin_memory = false;
+  bool force_outputs_fp32 = false;
+  bool strict_ddp_mode = false;
+  double search_range_m = 32;
+  int64_t hidden_dim = 0;  // 0: None
+  double min_chunk_size_m = 32;
+  double gpu_margin_mem_ratio = 0.0;
+  GradScalerOptions scaler{65536.0, 1, 2, 0.5, 1000, 2, 4294967296.0};  // initial_scale 2**16, as Colossal-AI
+  double max_norm = 0.0;
+  double norm_type = 2.0;
+  int tp_size = 1;
+  int extra_dp_size = 1;
+  bool enable_async_reduce = true;
+  bool verbose = false;
+  std::string offload_dir;  // the disk tier's folder ("": the temp folder)
+
+  /// Reads a [plugin] table (name = "gemini"); unknown keys and wrong types refused.
+  static GeminiOptions from_config(const Config& cfg, const std::string& table = "plugin");
+  /// Throws ValueError naming the first bad argument.
+  void validate() const;
+};
+
+/// The chunk size (elements) for parameters of these sizes over dp ranks, as Colossal-AI's
+/// search_chunk_configuration: from max(min_chunk_size, the largest parameter) up through
+/// search_range in steps of hidden_dim (1024 when none), the size wasting the fewest
+/// elements when the parameters are packed in order.
+int64_t search_chunk_size(const std::vector<int64_t>& numels, int64_t min_chunk_size, int64_t search_range,
+                          int64_t step);
+
+class GeminiPlugin : public Plugin {
+ public:
+  explicit GeminiPlugin(GeminiOptions opts = {});
+  std::string name() const override { return "gemini"; }
+  std::vector<std::string> supported_precisions() const override { return {"fp16", "bf16", "fp32"}; }
+  bool control_precision() const override { return true; }
+  bool control_checkpoint_io() const override { return true; }
+  bool support_no_sync() const override { return opts_.enable_gradient_accumulation; }
+
+  void configure(BoostedObjects& objects) override;
+  std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
+  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
+  const GeminiOptions& options() const { return opts_; }
+
+ private:
+  GeminiOptions opts_;
+  std::shared_ptr<CheckpointIO> checkpoint_io_;
+};
+
+}  // namespace booster::plugins
