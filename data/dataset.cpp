@@ -26,6 +26,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
     for (auto& e : fs::directory_iterator(fs::path(root) / classes_[c]))
       if (e.is_regular_file()) files.push_back(e.path().string());
     std::sort(files.begin(), files.end());
+    const size_t before = samples_.size();
     for (auto& f : files) {
       if (sniff_format(f) == ImageFormat::unknown) {
         spdlog::warn("skipping '{}': not a JPEG or PNG image", f);
@@ -34,6 +35,10 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
       }
       samples_.emplace_back(f, int64_t(c));
     }
+    // A class without images would become a label nothing teaches (torchvision's
+    // ImageFolder refuses it too: "Found no valid file for the classes ...").
+    BOOSTER_CHECK_T(IOError, samples_.size() > before, "class folder '", (fs::path(root) / classes_[c]).string(),
+                    "' has no JPEG or PNG images; remove it or add its images (", layout, ")");
   }
   if (opts_.limit > 0 && opts_.limit < samples_.size()) {  // before verification: decode only what is kept
     std::vector<std::pair<std::string, int64_t>> kept;
@@ -48,7 +53,7 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
 #pragma omp parallel for schedule(dynamic, 4)
     for (size_t i = 0; i < samples_.size(); ++i) {
       try {
-        decoded[i] = std::make_shared<const Image>(decode_image(samples_[i].first));
+        decoded[i] = std::make_shared<const Image>(decode_image(samples_[i].first, opts_.max_image_pixels));
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -71,6 +76,13 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
     samples_ = std::move(kept);
   }
   BOOSTER_CHECK_T(IOError, !samples_.empty(), "dataset folder '", root, "' holds no readable images (", layout, ")");
+  if (opts_.verify) {  // a class whose images were all unreadable is a label without images too
+    std::vector<size_t> per_class(classes_.size(), 0);
+    for (auto& [f, c] : samples_) ++per_class[size_t(c)];
+    for (size_t c = 0; c < classes_.size(); ++c)
+      BOOSTER_CHECK_T(IOError, per_class[c] > 0, "class folder '", (fs::path(root) / classes_[c]).string(),
+                      "' has no readable images (all were skipped, see the warnings above)");
+  }
   if (!opts_.transform) {
     ViTImageProcessor p;
     opts_.transform = eval_transform(p);
@@ -84,7 +96,7 @@ std::shared_ptr<const Image> ImageFolder::load(size_t index) const {
     auto it = cache_.find(index);
     if (it != cache_.end()) return it->second;
   }
-  auto img = std::make_shared<const Image>(decode_image(samples_[index].first));
+  auto img = std::make_shared<const Image>(decode_image(samples_[index].first, opts_.max_image_pixels));
   std::lock_guard lock(cache_mu_);
   if (!cache_.count(index) && cache_used_ + img->bytes() <= opts_.cache_bytes) {
     cache_used_ += img->bytes();

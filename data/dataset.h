@@ -40,6 +40,7 @@ struct ImageFolderOptions {
   size_t limit = 0;                   // keep at most this many images, evenly spread over the sorted list (0: all)
   bool strict = false;                // a corrupt image is an error instead of a warning
   size_t cache_bytes = size_t(2) << 30;  // decoded-image cache bound (0: no cache)
+  int64_t max_image_pixels = kMaxImagePixels;  // larger images are refused from their header (0: no limit)
   ImageTransform transform;           // default: ViTImageProcessor()
 };
 

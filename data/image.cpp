@@ -1,6 +1,10 @@
 // Format sniffing and file reading for the decoders.
 #include "data/image.h"
 
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
 #include <fstream>
 #include <iterator>
 
@@ -26,10 +30,21 @@ ImageFormat sniff_format(const std::string& path) {
   return ImageFormat::unknown;
 }
 
-Image decode_image(const std::string& path) {
+void check_image_size(int64_t width, int64_t height, int64_t max_pixels, const std::string& name) {
+  const int64_t pixels = width * height;
+  if (max_pixels <= 0 || pixels <= max_pixels / 2) return;
+  BOOSTER_CHECK_T(ImageError, pixels <= max_pixels, "image '", name, "' is ", width, " x ", height, " = ", pixels,
+                  " pixels, over the limit of ", max_pixels, " (a decompression bomb?); refused before decoding. "
+                  "Raise the limit (data.max_image_pixels, 0: none) if the image is genuine");
+  spdlog::warn("image '{}' is {} x {} = {} pixels, over half the limit of {} (a decompression bomb?)", name, width,
+               height, pixels, max_pixels);
+}
+
+Image decode_image(const std::string& path, int64_t max_pixels) {
+  BOOSTER_CHECK_T(ImageError, std::filesystem::exists(path), "'", path, "' does not exist");
   switch (sniff_format(path)) {
-    case ImageFormat::jpeg: return decode_jpeg(read_bytes(path), path);
-    case ImageFormat::png: return decode_png(read_bytes(path), path);
+    case ImageFormat::jpeg: return decode_jpeg(read_bytes(path), path, max_pixels);
+    case ImageFormat::png: return decode_png(read_bytes(path), path, max_pixels);
     case ImageFormat::unknown: break;
   }
   BOOSTER_THROW(ImageError, "'", path, "' is not a JPEG or PNG image");

@@ -27,13 +27,22 @@ struct Image {
 
 enum class ImageFormat { unknown, jpeg, png };
 
+/// Pillow's decompression-bomb rule: an image over kMaxImagePixels (2 x Pillow's
+/// Image.MAX_IMAGE_PIXELS = 89,478,485) is refused before it is decoded, from the size in
+/// its header; one over half of it decodes with a warning. 0 turns the check off.
+constexpr int64_t kMaxImagePixels = 178956970;
+/// ImageError when width x height is over max_pixels (naming the file, its size and the
+/// limit); a warning when over half of it.
+void check_image_size(int64_t width, int64_t height, int64_t max_pixels, const std::string& name);
+
 /// The format told by the file's first bytes (not its name).
 ImageFormat sniff_format(const std::string& path);
-/// Reads and decodes a JPEG or PNG file to RGB; ImageError on anything malformed or truncated.
-Image decode_image(const std::string& path);
+/// Reads and decodes a JPEG or PNG file to RGB; ImageError on anything malformed, truncated,
+/// missing, or over max_pixels.
+Image decode_image(const std::string& path, int64_t max_pixels = kMaxImagePixels);
 /// Decodes JPEG bytes; `name` appears in errors.
-Image decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& name);
+Image decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& name, int64_t max_pixels = kMaxImagePixels);
 /// Decodes PNG bytes; `name` appears in errors.
-Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name);
+Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name, int64_t max_pixels = kMaxImagePixels);
 
 }  // namespace booster::data

@@ -31,7 +31,7 @@ void on_message(j_common_ptr cinfo, int level) {
 
 }  // namespace
 
-Image decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& name) {
+Image decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& name, int64_t max_pixels) {
   jpeg_decompress_struct cinfo;
   ErrorMgr err;
   cinfo.err = jpeg_std_error(&err.pub);
@@ -46,6 +46,12 @@ Image decode_jpeg(const std::vector<uint8_t>& bytes, const std::string& name) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  try {  // the header's size, before anything is allocated
+    check_image_size(int64_t(cinfo.image_width), int64_t(cinfo.image_height), max_pixels, name);
+  } catch (...) {
+    jpeg_destroy_decompress(&cinfo);
+    throw;
+  }
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool adobe_inverted = cmyk && cinfo.saw_Adobe_marker;
   if (cmyk) cinfo.out_color_space = JCS_CMYK;

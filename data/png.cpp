@@ -31,7 +31,7 @@ void error_fn(png_structp png, png_const_charp msg) {
 void warn_fn(png_structp, png_const_charp) {}
 }  // namespace
 
-Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
+Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name, int64_t max_pixels) {
   char message[256] = "unknown error";
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, message, error_fn, warn_fn);
   BOOSTER_CHECK_T(ImageError, png != nullptr, "libpng: cannot create a reader for '", name, "'");
@@ -45,6 +45,12 @@ Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
   }
   png_set_read_fn(png, &reader, read_fn);
   png_read_info(png, info);
+  try {  // the header's size, before anything is allocated
+    check_image_size(int64_t(png_get_image_width(png, info)), int64_t(png_get_image_height(png, info)), max_pixels, name);
+  } catch (...) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    throw;
+  }
   const int color = png_get_color_type(png, info);
   const int depth = png_get_bit_depth(png, info);
   if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);

@@ -112,10 +112,11 @@ std::string ViTConfig::to_json_string() const {
   json id2l = json::object(), l2id = json::object();
   for (int64_t i = 0; i < num_labels; ++i) {
     id2l[std::to_string(i)] = label(i);
-    l2id[label(i)] = std::to_string(i);
+    l2id[label(i)] = i;  // an integer, as transformers writes it (config.id2label[config.label2id[name]])
   }
   j["id2label"] = id2l;
   j["label2id"] = l2id;
+  j["torch_dtype"] = "float32";  // the dtype of the weights saved beside it (fp32 masters)
   return j.dump(2);
 }
 

@@ -3,6 +3,8 @@
 // seed 42, drop_last and shuffle on).
 #include "train_config.h"
 
+#include "data/image.h"
+
 namespace booster::examples {
 
 ConfigSchema vit_train_schema() {
@@ -22,6 +24,8 @@ ConfigSchema vit_train_schema() {
       .add("data.shuffle", T::boolean, true)
       .add("data.cache_mb", T::integer, 2048, "decoded-image cache per dataset")
       .add("data.limit", T::integer, 0, "use only N images of each split, spread over it (0: all)")
+      .add("data.max_image_pixels", T::integer, data::kMaxImagePixels,
+           "larger images are refused from their header, as Pillow's decompression-bomb check (0: no limit)")
       .add("train.epochs", T::integer, 10)
       .add("train.batch_size", T::integer, 32, "per rank")
       .add("train.lr", T::floating, 3e-4, "multiplied by the world size, as Colossal-AI's example")

@@ -47,6 +47,7 @@ data::ImageFolderOptions folder_options(const Config& cfg) {
   data::ImageFolderOptions io;
   io.cache_bytes = size_t(cfg.get_int("data.cache_mb")) << 20;
   io.limit = size_t(cfg.get_int("data.limit"));
+  io.max_image_pixels = cfg.get_int("data.max_image_pixels");
   return io;
 }
 
@@ -131,6 +132,14 @@ int train(const Config& cfg, const Cli& cli) {
   auto val_set = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.val_split"), processor, false,
                                                       1, io);
   const auto labels = train_set->label_names();
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return "{" + s + "}";
+  };
+  BOOSTER_CHECK_T(IOError, val_set->label_names() == labels, "the classes of the '", cfg.get_string("data.val_split"),
+                  "' split ", joined(val_set->label_names()), " differ from those of the '",
+                  cfg.get_string("data.train_split"), "' split ", joined(labels), " under ", data_root(cfg));
   manual_seed(seed, 0);  // every rank builds the same initial model
   auto model = make_model(cfg, labels);
   const nn::ViTConfig model_config = model->config();

@@ -1,6 +1,7 @@
 // ImageFolder / BeansDataset on the real beans folders and on a folder of broken files.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -111,4 +112,113 @@ TEST_F(BrokenFolder, CacheIsBounded) {
   Generator g(0);
   ds.get(1, g);
   EXPECT_EQ(ds.cached_bytes(), size_t(500 * 500 * 3));
+}
+
+namespace {
+// A copy of a beans JPEG whose frame header (SOF0) claims width x height pixels: 48 KB on
+// disk, 10.8 GB once decoded.
+std::string jpeg_claiming(int width, int height) {
+  std::ifstream in(BOOSTER_SHARED_DIR "/data/beans/validation/healthy/healthy_validation.0.jpg", std::ios::binary);
+  std::string b((std::istreambuf_iterator<char>(in)), {});
+  for (size_t i = 2; i + 9 < b.size(); ++i)
+    if (uint8_t(b[i]) == 0xFF && (uint8_t(b[i + 1]) == 0xC0 || uint8_t(b[i + 1]) == 0xC2)) {
+      b[i + 5] = char(height >> 8), b[i + 6] = char(height & 0xFF);
+      b[i + 7] = char(width >> 8), b[i + 8] = char(width & 0xFF);
+      return b;
+    }
+  ADD_FAILURE() << "no SOF marker";
+  return b;
+}
+}  // namespace
+
+// A decompression bomb is refused from its header, before anything is allocated (it took
+// 54 s and 10.6 GB before), named, skipped with the usual warning and count.
+TEST_F(BrokenFolder, DecompressionBombRefusedFromItsHeader) {
+  std::ofstream(root / "b" / "bomb.jpg", std::ios::binary) << jpeg_claiming(60000, 60000);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    decode_image((root / "b" / "bomb.jpg").string());
+    FAIL() << "the bomb was decoded";
+  } catch (const ImageError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("bomb.jpg"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("60000 x 60000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("data.max_image_pixels"), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  ImageFolder ds(root.string());
+  EXPECT_EQ(ds.size(), 2u);
+  EXPECT_EQ(ds.skipped_corrupt(), 2u);  // truncated.jpg and bomb.jpg
+  // The limit is configurable: a 500 x 500 image under a limit of 200000 pixels is refused,
+  // over half of 300000 it decodes (with a warning), and 0 turns the check off.
+  const std::string good = (root / "a" / "good1.jpg").string();
+  EXPECT_THROW(decode_image(good, 200000), ImageError);
+  EXPECT_EQ(decode_image(good, 300000).width, 500);
+  EXPECT_EQ(decode_image(good, 0).width, 500);
+  ImageFolderOptions o;
+  o.max_image_pixels = 200000;
+  EXPECT_THROW(ImageFolder(root.string(), o), IOError);  // nothing left to read
+}
+
+TEST(ImageDecode, PngBombRefusedFromItsHeader) {
+  // A PNG whose IHDR (CRC recomputed) claims 70000 x 70000 pixels.
+  std::ifstream in(BOOSTER_SHARED_DIR "/golden/image_processor/healthy_rgba.png", std::ios::binary);
+  std::string b((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(b.substr(12, 4), "IHDR");
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int k = 0; k < 4; ++k) b[at + size_t(k)] = char((v >> (24 - 8 * k)) & 0xFF);
+  };
+  put32(16, 70000), put32(20, 70000);
+  uint32_t crc = 0xFFFFFFFFu;  // CRC-32 of the chunk type and data
+  for (size_t i = 12; i < 12 + 4 + 13; ++i) {
+    crc ^= uint8_t(b[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  put32(29, crc ^ 0xFFFFFFFFu);
+  const fs::path p = fs::temp_directory_path() / ("booster_bomb_" + std::to_string(::getpid()) + ".png");
+  std::ofstream(p, std::ios::binary) << b;
+  try {
+    decode_image(p.string());
+    FAIL() << "the PNG bomb was decoded";
+  } catch (const ImageError& e) {
+    EXPECT_NE(std::string(e.what()).find("70000 x 70000"), std::string::npos) << e.what();
+  }
+  fs::remove(p);
+}
+
+// An empty class folder would become a label without images: refused, naming the folder.
+TEST_F(BrokenFolder, EmptyClassFolderIsRefused) {
+  fs::create_directories(root / "empty_class");
+  std::ofstream(root / "empty_class" / "readme.txt") << "nothing";
+  try {
+    ImageFolder ds(root.string());
+    FAIL() << "a class without images was accepted";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_class"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no JPEG or PNG images"), std::string::npos) << e.what();
+  }
+}
+
+// A class whose every image is unreadable is refused too, naming its folder.
+TEST_F(BrokenFolder, ClassWithOnlyUnreadableImagesIsRefused) {
+  fs::create_directories(root / "c");
+  std::ifstream in(BOOSTER_SHARED_DIR "/data/beans/validation/healthy/healthy_validation.0.jpg", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(root / "c" / "cut.jpg", std::ios::binary) << bytes.substr(0, 100);
+  try {
+    ImageFolder ds(root.string());
+    FAIL() << "a class without readable images was accepted";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find((root / "c").string() + "' has no readable images"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ImageDecode, MissingFileSaysItDoesNotExist) {
+  try {
+    decode_image("/no/such/leaf.jpg");
+    FAIL();
+  } catch (const ImageError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
 }

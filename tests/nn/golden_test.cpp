@@ -95,7 +95,9 @@ std::shared_ptr<ViTForImageClassification> train(const std::string& dir, int ste
 }  // namespace
 
 // After `steps` of AdamW, SGD (Nesterov) and LAMB with training.json's hyperparameters,
-// every parameter matches within 1e-5 (key biases: 2 lr steps, see the golden README).
+// every parameter matches within 3e-5 (the golden README's bound after optimizer steps:
+// Adam and LAMB move near-zero-gradient elements by ~lr whatever their rounding; key
+// biases: 2 lr steps).
 TEST(GoldenParity, Optimizers) {
   auto cases = golden_cases();
   ASSERT_FALSE(cases.empty()) << "no golden cases under " << golden_dir();
@@ -133,7 +135,7 @@ TEST(GoldenParity, Optimizers) {
       for (auto& [pname, p] : model->named_parameters()) {
         const std::string key = std::string(kind) + "." + pname;
         const bool noisy = is_key_bias(pname) && std::string(kind) != "after_sgd";
-        report.check(kind, key, p, expected.at(key), noisy ? 2 * lr * steps : 1e-5);
+        report.check(kind, key, p, expected.at(key), noisy ? 2 * lr * steps : 3e-5);
       }
     }
     if (!report.print(name + " (optimizers)")) ++failed;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "nn/pretrained.h"
 #include "nn/safetensors.h"
@@ -93,6 +94,12 @@ TEST(ViT, ConfigJsonErrorsNameTheKey) {
   ViTConfig back = ViTConfig::from_json_string(c.to_json_string());
   EXPECT_EQ(back.label(0), "a");
   EXPECT_EQ(back.hidden_size, 768);
+  // As transformers writes it: label2id values are integers, so
+  // config.id2label[config.label2id["b"]] works; torch_dtype is written.
+  const auto j = nlohmann::json::parse(c.to_json_string());
+  ASSERT_TRUE(j.at("label2id").at("b").is_number_integer()) << j.at("label2id").dump();
+  EXPECT_EQ(j.at("id2label").at(std::to_string(j.at("label2id").at("b").get<int>())), "b");
+  EXPECT_EQ(j.at("torch_dtype"), "float32");
 }
 
 TEST(ViT, PretrainedRoundTripAndLabelOverride) {
