@@ -23,7 +23,7 @@ foreach(dir core nn optim data booster plugins)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/booster
           FILES_MATCHING PATTERN "*.h")
 endforeach()
-install(FILES ${CMAKE_BINARY_DIR}/proto/checkpoint.pb.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/booster/proto)
+install(FILES ${CMAKE_BINARY_DIR}/proto/checkpoint.pb.h ${CMAKE_BINARY_DIR}/proto/tensorboard.pb.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/booster/proto)
 install(EXPORT boosterTargets NAMESPACE booster:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/booster)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/boosterConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/boosterConfig.cmake

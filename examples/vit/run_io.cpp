@@ -42,6 +42,7 @@ MetricsLog::MetricsLog(const std::string& dir, bool append, bool writer) : dir_(
   const auto path = std::filesystem::path(dir) / "metrics.jsonl";
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   BOOSTER_CHECK_T(IOError, f_ != nullptr, "cannot open '", path.string(), "' for writing: ", std::strerror(errno));
+  tb_ = std::make_unique<SummaryWriter>(dir);
 }
 
 MetricsLog::~MetricsLog() {
@@ -52,6 +53,16 @@ void MetricsLog::write(const nlohmann::json& line) {
   if (!f_) return;
   std::fprintf(f_, "%s\n", line.dump().c_str());
   std::fflush(f_);
+  const std::string type = line.value("type", "");
+  const int64_t step = line.value("step", int64_t(0));
+  auto scalar = [&](const char* key, const char* tag) {
+    if (line.contains(key) && line[key].is_number()) tb_->add_scalar(tag, line[key].get<double>(), step);
+  };
+  if (type == "step") {
+    scalar("loss", "train/loss"), scalar("lr", "train/lr"), scalar("images_per_s", "train/images_per_s");
+  } else if (type == "epoch") {
+    scalar("train_loss", "train/epoch_loss"), scalar("val_loss", "val/loss"), scalar("val_accuracy", "val/accuracy");
+  }
 }
 
 void MetricsLog::epoch(int64_t epoch, double train_loss, double val_loss, double val_accuracy) {

@@ -1,5 +1,6 @@
 // What a run shows and leaves behind: a rank-0 progress bar (plain log lines when output
-// is not a terminal), JSON lines of metrics, and a PNG of the curves drawn by gnuplot.
+// is not a terminal), JSON lines of metrics, the same scalars as TensorBoard events, and a
+// PNG of the curves drawn by gnuplot.
 #pragma once
 
 #include <chrono>
@@ -7,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
 #include <nlohmann/json.hpp>
+
+#include "booster/summary_writer.h"
 
 namespace booster::examples {
 
@@ -26,7 +30,10 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_;
 };
 
-/// Appends JSON lines to <dir>/metrics.jsonl and keeps the per-epoch curves for plots.
+/// Appends JSON lines to <dir>/metrics.jsonl, writes their scalars as TensorBoard events in
+/// <dir> (step records: train/loss, train/lr, train/images_per_s; epoch records:
+/// train/epoch_loss, val/loss, val/accuracy, at their "step") and keeps the per-epoch curves
+/// for plots.
 /// Only the writing rank opens the file (another rank's truncating open would punch a hole
 /// of NUL bytes into what the writer already wrote); on the others every call is a no-op.
 class MetricsLog {
@@ -43,6 +50,7 @@ class MetricsLog {
   void plot();
   std::string dir_;
   std::FILE* f_ = nullptr;
+  std::unique_ptr<SummaryWriter> tb_;
   struct Point {
     int64_t epoch;
     double train_loss, val_loss, val_acc;

@@ -264,7 +264,7 @@ int train(const Config& cfg, const Cli& cli) {
     log.info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s", epoch + 1,
              epochs, train_loss, r.loss, r.accuracy, best_accuracy, epoch_s);
     if (coordinator.is_master()) {
-      metrics.write({{"type", "epoch"}, {"epoch", epoch + 1}, {"train_loss", train_loss}, {"val_loss", r.loss},
+      metrics.write({{"type", "epoch"}, {"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss}, {"val_loss", r.loss},
                      {"val_accuracy", r.accuracy}, {"val_samples", r.samples}, {"best_accuracy", best_accuracy},
                      {"epoch_seconds", epoch_s},
                      {"per_class_accuracy", r.per_class_accuracy}});

@@ -23,6 +23,10 @@ grep -q '"type":"epoch"' runs/vit_beans/metrics.jsonl
 grep -q '"type":"run","world_size":2' runs/vit_beans/metrics.jsonl
 grep -q 'image_size = 32' runs/vit_beans/config.toml   # the effective config, --set applied
 if command -v gnuplot >/dev/null; then test -s runs/vit_beans/curves.png; fi
+# TensorBoard events beside metrics.jsonl, checked by an independent reader (framing, every
+# CRC, the values).
+python3 "$src/tools/read_tensorboard.py" runs/vit_beans runs/vit_beans/metrics.jsonl | tee tb.txt
+grep -q PASS tb.txt
 ls runs/vit_beans/checkpoints
 [ "$(ls runs/vit_beans/checkpoints | wc -l)" -le 2 ]   # keep_last = 2
 "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --eval-only --checkpoint runs/vit_beans/checkpoints \
