@@ -19,6 +19,7 @@ PACKAGES=(
   nlohmann-json3-dev          # safetensors headers, HF config.json
   libcli11-dev                # command lines
   gnuplot-nox                 # the example's loss and accuracy curves (PNG)
+  python3-protobuf python3-xxhash  # tools/read_checkpoint.py, the reference reader a ctest runs
 )
 [ "${1:-}" = "--peer" ] && PACKAGES+=(python3-torch python3-pil libopenblas0-openmp)  # without OpenBLAS, torch falls back to reference BLAS
 

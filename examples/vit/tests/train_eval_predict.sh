@@ -38,6 +38,15 @@ img=$(ls "$src"/../shared/data/beans/validation/healthy/*.jpg | head -1)
 grep -Eq "(angular_leaf_spot|bean_rust|healthy) [0-9.]+" predict.txt
 last=$(ls -d runs/vit_beans/checkpoints/step-* | tail -1)
 "$build/tools/checkpoint_inspect" "$last/model" | tail -1
+# The reference reader (docs/checkpoint_format.md; Debian's python3 with python3-protobuf and
+# python3-xxhash) reads the step folder and checks every checksum; a flipped byte is found.
+/usr/bin/python3 "$src/tools/read_checkpoint.py" "$last" | tee reader.txt
+grep -q PASS reader.txt
+shard=$(ls "$last"/model/*.shard | head -1)
+cp -r "$last" flipped && f="flipped/model/$(basename "$shard")"
+/usr/bin/python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0xFF; open(p,'wb').write(b)" "$f"
+! /usr/bin/python3 "$src/tools/read_checkpoint.py" flipped > flipped.txt
+grep -q "FAIL" flipped.txt && cat flipped.txt
 # Export to Hugging Face layout and predict from the exported folder: same answer.
 "$build/tools/export_hf" "$last" hf
 test -s hf/config.json && test -s hf/model.safetensors && test -s hf/preprocessor_config.json
