@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 
+from pbwire import varint
+
 import xxhash
 
 MAGIC = b"BSTCKPT1"
@@ -30,19 +32,6 @@ def bindings(proto_dir):
                     os.path.join(proto_dir, "checkpoint.proto")], check=True)
     sys.path.insert(0, out)
     return importlib.import_module("checkpoint_pb2")
-
-
-def varint(buf, i):
-    shift = value = 0
-    while True:
-        if i >= len(buf):
-            raise ValueError("truncated length prefix")
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
 
 
 class Container:

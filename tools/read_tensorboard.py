@@ -16,6 +16,8 @@ import os
 import struct
 import sys
 
+from pbwire import varint
+
 
 def crc32c(data):
     crc = 0xFFFFFFFF
@@ -29,17 +31,6 @@ def crc32c(data):
 def masked(data):
     c = crc32c(data)
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
 
 
 def fields(buf):
