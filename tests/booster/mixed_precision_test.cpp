@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "booster/booster.h"
+#include "booster/checkpoint/reader.h"
 #include "booster/checkpoint/tensor_store.h"
 #include "booster/mixed_precision.h"
 #include "core/kernels/raw.h"
@@ -108,6 +109,11 @@ TEST(MixedPrecision, MastersKeepFullPrecisionAndCheckpointsHoldThem) {
       EXPECT_EQ(t.dtype(), DType::f32);
       EXPECT_EQ(t.to_vector(), master.to_vector());
     }
+  {  // bf16 records no loss scale it never used; the layout records the precision
+    ckpt::CheckpointReader r((dir / "o.ckpt").string(), "optimizer");
+    EXPECT_EQ(r.index().optimizer().extra().count("loss_scale"), 0u);
+    EXPECT_EQ(r.index().layout().precision(), "bf16");
+  }
   // A fresh bf16 run loads the masters and the scaler state.
   auto model2 = nn::vit_from_pretrained(kGolden);
   auto opt2 = std::make_shared<optim::SGD>(model2->named_parameters(), optim::SGDOptions{1e-4});

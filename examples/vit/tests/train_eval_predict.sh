@@ -14,6 +14,16 @@ cat bad.log
 [ "$code" -eq 1 ] || { echo "FAIL: a bad key exited $code, not 1"; exit 1; }
 grep -q "fatal: " bad.log && grep -q "unknown key 'train.epoch'" bad.log
 ! grep -q "terminate called" bad.log
+# Train and validation splits with different classes: refused, naming both.
+mkdir -p mism/train mism/validation
+for c in angular_leaf_spot bean_rust healthy; do ln -s "$src/../shared/data/beans/train/$c" mism/train/$c; done
+for c in angular_leaf_spot healthy; do ln -s "$src/../shared/data/beans/validation/$c" mism/validation/$c; done
+set +e
+"$mpiexec" -np 1 "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/torch_ddp.toml" \
+  --set data.root=mism --set data.limit=12 > mism.log 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "differ from those of the 'train' split" mism.log || { cat mism.log; echo "FAIL: class mismatch"; exit 1; }
 small=(--set model.image_size=32 --set train.epochs=2 --set data.limit=48 --set train.batch_size=4 --set train.log_every=2)
 "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/torch_ddp.toml" \
   --no-progress "${small[@]}" --set checkpoint.every_steps=4 --set run.output_dir=runs 2>&1 | tee train.log
