@@ -54,17 +54,17 @@ Row measure(const std::string& name, const std::string& plugin_toml, const std::
     const size_t used = host_tier().bytes_in_use() - base;
     const double w = precision == "fp32" ? 4 : 2;
     if (auto* z = b.optimizer->find<plugins::LowLevelZeroOptimizer>()) {
-      double params = 0, chunks = 0, held = 0;
+      double params = 0, chunks = 0, held = 0, in_ram = 0;
       const auto& zp = z->partition();
       for (size_t i = 0; i < zp.parts().size(); ++i) {
         const auto& p = zp.parts()[i];
         params += double(p.numel), chunks += double(p.n);
         held += zp.is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
+        if (!p.offloaded) in_ram += double(p.n);
       }
-      const bool offload = zp.store() != nullptr;
       theory = held * w                                              // working parameters
                + (z->grads().stage() == 1 ? params * w : chunks * 4)  // gradients: full, or fp32 chunks
-               + (offload ? 0 : chunks * 4 * 3);                     // masters, exp_avg, exp_avg_sq
+               + in_ram * 4 * 3;                                     // masters, exp_avg, exp_avg_sq not offloaded
     } else {  // DDP with Booster's mixed precision: everything in full, plus the reducer's fp32 buckets
       double params = 0;
       for (auto& p : model->parameters()) params += double(p.numel());
@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
       measure("zero2 + cpu_offload", zero + "stage = 2\ncpu_offload = true\n", "", preset, precision),
       measure("gemini (zero3)", gemini, "", preset, precision),
       measure("gemini + offload_optim", gemini + "offload_optim_frac = 1.0\n", "", preset, precision),
+      measure("gemini + offload_optim 0.5", gemini + "offload_optim_frac = 0.5\n", "", preset, precision),
   };
   int bad = 0;
   if (dist::world_rank() == 0) {

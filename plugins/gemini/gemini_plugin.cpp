@@ -113,7 +113,7 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
         .add("enable_gradient_accumulation", &O::enable_gradient_accumulation)
         .add("max_prefetch", &O::max_prefetch)
         .add("shard_param_frac", &O::shard_param_frac, "fraction of chunk memory sharded (1: ZeRO-3, 0: ZeRO-2)")
-        .add("offload_optim_frac", &O::offload_optim_frac, "0 or 1: masters and optimizer states on local disk")
+        .add("offload_optim_frac", &O::offload_optim_frac, "share of masters and optimizer states on local disk")
         .add("offload_param_frac", &O::offload_param_frac, "0 (not yet)")
         .add("warmup_non_model_data_ratio", &O::warmup_non_model_data_ratio)
         .add("steady_cuda_cap_ratio", &O::steady_cuda_cap_ratio)
@@ -153,8 +153,6 @@ void GeminiOptions::validate() const {
   frac(offload_param_frac, "offload_param_frac");
   frac(warmup_non_model_data_ratio, "warmup_non_model_data_ratio");
   frac(steady_cuda_cap_ratio, "steady_cuda_cap_ratio");
-  BOOSTER_CHECK(offload_optim_frac == 0 || offload_optim_frac == 1, who, "offload_optim_frac ", offload_optim_frac,
-                ": only 0 and 1 are implemented yet");
   BOOSTER_CHECK(offload_param_frac == 0, who, "offload_param_frac ", offload_param_frac, " is not implemented yet");
   BOOSTER_CHECK(master_weights, who, "master_weights = false is not implemented yet");
   BOOSTER_CHECK(tp_size == 1 && extra_dp_size == 1, who, "tp_size and extra_dp_size other than 1 are not implemented yet");
@@ -188,7 +186,8 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   z.max_norm = opts_.max_norm;
   z.reduce_bucket_size_in_m = double(chunk) / M;
   z.overlap_communication = opts_.enable_async_reduce;
-  z.cpu_offload = opts_.offload_optim_frac >= 1;
+  z.cpu_offload = opts_.offload_optim_frac > 0;
+  z.offload_frac = opts_.offload_optim_frac;
   z.offload_dir = opts_.offload_dir;
   z.master_weights = opts_.master_weights;
   apply_low_level_zero(o, dist::ProcessGroup::world(), z);

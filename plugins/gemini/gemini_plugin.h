@@ -6,9 +6,10 @@
 // its modules is done and, in backward, once its gradients are reduce-scattered). fp32
 // masters, gradients and optimizer states are kept per shard (the ZeRO-2 machinery of
 // LowLevelZeroPlugin: buckets are the chunks). static placement: shard_param_frac of the
-// chunks are sharded (the rest stay gathered, as ZeRO-2), offload_optim_frac 0 or 1 puts
-// masters and optimizer states on the disk tier. Not yet: placement_policy "auto" with a
-// memory cap, fractional offload, offload_param_frac, tensor parallelism inside Gemini.
+// chunks are sharded (the rest stay gathered, as ZeRO-2), offload_optim_frac of them keep
+// their masters and optimizer states on the disk tier (the first parameters first). Not yet:
+// placement_policy "auto" with a memory cap, offload_param_frac, tensor parallelism inside
+// Gemini.
 #pragma once
 
 #include <memory>

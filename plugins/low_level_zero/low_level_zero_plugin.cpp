@@ -87,7 +87,7 @@ void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const
       for (auto& np : g.params) params.push_back(np);
     auto store = opts.cpu_offload ? std::make_shared<OffloadStore>(opts.offload_dir) : nullptr;
     zp = std::make_shared<ZeroPartition>(params, dp, working, opts.master_weights,
-                                         opts.reduce_bucket_size_in_m * double(1 << 20), store);
+                                         opts.reduce_bucket_size_in_m * double(1 << 20), store, opts.offload_frac);
     const DType comm = opts.communication_dtype.empty() ? working : dtype_from_name(opts.communication_dtype);
     grads = std::make_shared<ZeroGrads>(*zp, opts.stage, opts.overlap_communication, comm);
     ZeroStepOptions so;

@@ -92,29 +92,30 @@ void LowLevelZeroOptimizer::step() {
   auto value_of = [&](size_t i) {
     return zp_->has_masters() ? zp_->master(i) : zp_->own_slice(i).to(DType::f32).contiguous().clone();
   };
-  if (!zp_->store()) {
+  std::vector<size_t> ram, disk;  // by where the part's master and state live
+  for (size_t i : todo) (parts[i].offloaded ? disk : ram).push_back(i);
+  {
     std::vector<optim::UpdateTarget> targets;
-    for (size_t i : todo) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i)});
-    optim_->step_on(targets, div);  // unscale and clip inside the fused update
-    for (size_t k = 0; k < todo.size(); ++k) {
-      Tensor own = zp_->own_slice(todo[k]);
+    for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i)});
+    if (!targets.empty()) optim_->step_on(targets, div);  // unscale and clip inside the fused update
+    for (size_t k = 0; k < ram.size(); ++k) {
+      Tensor own = zp_->own_slice(ram[k]);
       own.copy_(targets[k].value);
     }
-  } else {
-    for (size_t k = 0; k < todo.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
-      const size_t i = todo[k];
-      if (k + 1 < todo.size()) {
-        zp_->prefetch_master(todo[k + 1]);
-        prefetch_state(todo[k + 1]);
-      }
-      Tensor value = value_of(i);
-      install_state(i);
-      optim_->step_on({{parts[i].name, value, grads_->chunk(i)}}, div);
-      stash_state(i);
-      Tensor own = zp_->own_slice(i);
-      own.copy_(value);
-      zp_->release_master(i, true);
+  }
+  for (size_t k = 0; k < disk.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
+    const size_t i = disk[k];
+    if (k + 1 < disk.size()) {
+      zp_->prefetch_master(disk[k + 1]);
+      prefetch_state(disk[k + 1]);
     }
+    Tensor value = value_of(i);
+    install_state(i);
+    optim_->step_on({{parts[i].name, value, grads_->chunk(i)}}, div);
+    stash_state(i);
+    Tensor own = zp_->own_slice(i);
+    own.copy_(value);
+    zp_->release_master(i, true);
   }
   zp_->gather(opts_.overlap_allgather);
   scaling_.end_step();
@@ -171,8 +172,8 @@ void LowLevelZeroOptimizer::load_local_state_dict(const optim::OptimizerStateDic
   for (auto& p : zp_->parts()) shapes[p.name] = {p.n};
   optim_->load_state_dict(sd, shapes);
   scaling_.load(sd.extra);
-  if (zp_->store())
-    for (size_t i = 0; i < zp_->parts().size(); ++i) stash_state(i);
+  for (size_t i = 0; i < zp_->parts().size(); ++i)
+    if (zp_->parts()[i].offloaded) stash_state(i);
 }
 
 optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {

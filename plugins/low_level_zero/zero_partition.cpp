@@ -9,10 +9,14 @@
 namespace booster::plugins {
 
 ZeroPartition::ZeroPartition(const optim::NamedParams& params, const dist::ProcessGroup& dp, DType working,
-                             bool master_weights, double bucket_elems, std::shared_ptr<OffloadStore> store)
+                             bool master_weights, double bucket_elems, std::shared_ptr<OffloadStore> store,
+                             double offload_frac)
     : dp_(dp), working_(working), master_weights_(master_weights), store_(std::move(store)) {
   NoGradGuard ng;
   const int n = dp.size(), r = dp.rank();
+  double total = 0, offloaded = 0;
+  for (auto& [name, p] : params)
+    if (p.requires_grad() && is_floating(p.dtype())) total += double(p.numel());
   for (auto& [name, p] : params) {
     if (!p.requires_grad() || !is_floating(p.dtype())) continue;
     Tensor param = p;
@@ -26,9 +30,11 @@ ZeroPartition::ZeroPartition(const optim::NamedParams& params, const dist::Proce
     part.n = std::min(part.numel, part.lo + part.chunk) - part.lo;
     const Region whole = param.region() ? *param.region() : Region::whole(param.shape());
     part.region = whole.sub_range(part.lo, part.n);
+    part.offloaded = store_ && offloaded < offload_frac * total - 0.5;
+    if (part.offloaded) offloaded += double(part.numel);
     if (master_weights_) {
       Tensor m = param.detach().contiguous().view({-1}).narrow(0, part.lo, part.n).to(DType::f32).contiguous().clone();
-      if (store_) part.master_slot = store_->put(m);
+      if (part.offloaded) part.master_slot = store_->put(m);
       else part.master = m;
     }
     if (param.dtype() != working) param.set_data(param.detach().to(working).contiguous());  // same handle

@@ -30,14 +30,16 @@ class ZeroPartition {
     Region region;         // the same, as a region of the logical tensor
     Tensor master;         // fp32 [n] in RAM; undefined when offloaded or without masters
     int64_t master_slot = -1;  // its slot in the disk store when offloaded
+    bool offloaded = false;  // its master and optimizer state live in the disk store
     Tensor own;            // ZeRO-3: this rank's slice [n] (working dtype) while the parameter is released
     Shape shape;           // the parameter's shape (it is [0] while released)
   };
 
   /// Partitions `params` over `dp` (ranks hold equal parameters: they start from rank 0's).
-  /// master_weights: keep fp32 masters of the chunks; store: where they live when offloaded.
+  /// master_weights: keep fp32 masters of the chunks; store: where they live when offloaded;
+  /// offload_frac: the share of the elements (first parameters first) offloaded to it.
   ZeroPartition(const optim::NamedParams& params, const dist::ProcessGroup& dp, DType working, bool master_weights,
-                double bucket_elems, std::shared_ptr<OffloadStore> store);
+                double bucket_elems, std::shared_ptr<OffloadStore> store, double offload_frac = 1.0);
 
   const dist::ProcessGroup& group() const { return dp_; }
   DType working_dtype() const { return working_; }

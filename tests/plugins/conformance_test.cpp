@@ -61,7 +61,7 @@ const std::vector<PluginCase> kCases = {
     {"pp2_zero1", kPipeline + "zero_stage = 1\nnum_microbatches = 2\n", 1, 2},
     {"pp2_zero2", kPipeline + "zero_stage = 2\nnum_microbatches = 2\n", 1, 2},
     {"gemini", kGemini + "max_prefetch = 2\n"},
-    {"gemini_half_sharded", kGemini + "shard_param_frac = 0.5\n"},
+    {"gemini_half_sharded", kGemini + "shard_param_frac = 0.5\noffload_optim_frac = 0.5\n"},
     {"gemini_unsharded_sync", kGemini + "shard_param_frac = 0.0\nenable_async_reduce = false\n"},
     {"gemini_offload_optim", kGemini + "offload_optim_frac = 1.0\n"},
 };

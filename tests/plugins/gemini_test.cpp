@@ -151,7 +151,7 @@ TEST(Gemini, ArgumentsRefusedByName) {
   EXPECT_NE(err("placement_policy = 'auto'\n").find("placement_policy auto"), std::string::npos);
   EXPECT_NE(err("placement_policy = 'dynamic'\n").find("placement_policy must be"), std::string::npos);
   EXPECT_NE(err("shard_param_frac = 1.5\n").find("shard_param_frac"), std::string::npos);
-  EXPECT_NE(err("offload_optim_frac = 0.5\n").find("offload_optim_frac"), std::string::npos);
+  EXPECT_NE(err("offload_optim_frac = 1.5\n").find("offload_optim_frac"), std::string::npos);
   EXPECT_NE(err("offload_param_frac = 1.0\n").find("offload_param_frac"), std::string::npos);
   EXPECT_NE(err("norm_type = 1.0\n").find("norm_type"), std::string::npos);
   EXPECT_NE(err("chunk_size = 3\n").find("unknown key 'plugin.chunk_size'"), std::string::npos);
