@@ -59,7 +59,7 @@ Row measure(const std::string& name, const std::string& plugin_toml, const std::
       for (size_t i = 0; i < zp.parts().size(); ++i) {
         const auto& p = zp.parts()[i];
         params += double(p.numel), chunks += double(p.n);
-        held += zp.is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
+        held += p.own_slot >= 0 ? 0.0 : zp.is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
         if (!p.offloaded) in_ram += double(p.n);
       }
       theory = held * w                                              // working parameters
@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
       measure("gemini (zero3)", gemini, "", preset, precision),
       measure("gemini + offload_optim", gemini + "offload_optim_frac = 1.0\n", "", preset, precision),
       measure("gemini + offload_optim 0.5", gemini + "offload_optim_frac = 0.5\n", "", preset, precision),
+      measure("gemini + offload all", gemini + "offload_optim_frac = 1.0\noffload_param_frac = 1.0\n", "", preset,
+              precision),
   };
   int bad = 0;
   if (dist::world_rank() == 0) {

@@ -114,7 +114,7 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
         .add("max_prefetch", &O::max_prefetch)
         .add("shard_param_frac", &O::shard_param_frac, "fraction of chunk memory sharded (1: ZeRO-3, 0: ZeRO-2)")
         .add("offload_optim_frac", &O::offload_optim_frac, "share of masters and optimizer states on local disk")
-        .add("offload_param_frac", &O::offload_param_frac, "0 (not yet)")
+        .add("offload_param_frac", &O::offload_param_frac, "share of the parameters' slices on local disk (needs both other fractions 1)")
         .add("warmup_non_model_data_ratio", &O::warmup_non_model_data_ratio)
         .add("steady_cuda_cap_ratio", &O::steady_cuda_cap_ratio)
         .add("precision", &O::precision, "fp16, bf16 or fp32")
@@ -153,7 +153,9 @@ void GeminiOptions::validate() const {
   frac(offload_param_frac, "offload_param_frac");
   frac(warmup_non_model_data_ratio, "warmup_non_model_data_ratio");
   frac(steady_cuda_cap_ratio, "steady_cuda_cap_ratio");
-  BOOSTER_CHECK(offload_param_frac == 0, who, "offload_param_frac ", offload_param_frac, " is not implemented yet");
+  BOOSTER_CHECK(offload_param_frac == 0 || (shard_param_frac == 1 && offload_optim_frac == 1), who,
+                "offload_param_frac ", offload_param_frac, " takes effect only with shard_param_frac = 1 and "
+                "offload_optim_frac = 1 (Colossal-AI ignores it otherwise; set them, or offload_param_frac = 0)");
   BOOSTER_CHECK(master_weights, who, "master_weights = false is not implemented yet");
   BOOSTER_CHECK(tp_size == 1 && extra_dp_size == 1, who, "tp_size and extra_dp_size other than 1 are not implemented yet");
   BOOSTER_CHECK(norm_type == 2.0, who, "norm_type must be 2.0 (Colossal-AI clips by the L2 norm only), got ", norm_type);
@@ -200,6 +202,13 @@ void GeminiPlugin::configure(BoostedObjects& o) {
     if (double(sharded) >= opts_.shard_param_frac * double(total) - 0.5) break;
     zp.shard_bucket(b);
     for (size_t i : zp.buckets()[b]) sharded += zp.parts()[i].numel;
+  }
+  // offload_param_frac of the (sharded) chunks keep their slices on the disk tier too.
+  int64_t offloaded = 0;
+  for (size_t b = 0; b < zp.buckets().size() && opts_.offload_param_frac > 0; ++b) {
+    if (double(offloaded) >= opts_.offload_param_frac * double(total) - 0.5) break;
+    zp.offload_own(b);
+    for (size_t i : zp.buckets()[b]) offloaded += zp.parts()[i].numel;
   }
   o.model = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch);
 }

@@ -7,9 +7,10 @@
 // masters, gradients and optimizer states are kept per shard (the ZeRO-2 machinery of
 // LowLevelZeroPlugin: buckets are the chunks). static placement: shard_param_frac of the
 // chunks are sharded (the rest stay gathered, as ZeRO-2), offload_optim_frac of them keep
-// their masters and optimizer states on the disk tier (the first parameters first). Not yet:
-// placement_policy "auto" with a memory cap, offload_param_frac, tensor parallelism inside
-// Gemini.
+// their masters and optimizer states on the disk tier (the first parameters first), and
+// with both at 1, offload_param_frac of the chunks keep this rank's parameter slices there
+// too (read back for a fetch and for the update). Not yet: placement_policy "auto" with a
+// memory cap, tensor parallelism inside Gemini.
 #pragma once
 
 #include <memory>

@@ -101,6 +101,7 @@ void LowLevelZeroOptimizer::step() {
     for (size_t k = 0; k < ram.size(); ++k) {
       Tensor own = zp_->own_slice(ram[k]);
       own.copy_(targets[k].value);
+      zp_->release_own(ram[k], true);
     }
   }
   for (size_t k = 0; k < disk.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
@@ -115,6 +116,7 @@ void LowLevelZeroOptimizer::step() {
     stash_state(i);
     Tensor own = zp_->own_slice(i);
     own.copy_(value);
+    zp_->release_own(i, true);
     zp_->release_master(i, true);
   }
   zp_->gather(opts_.overlap_allgather);

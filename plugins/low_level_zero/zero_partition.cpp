@@ -137,14 +137,33 @@ Tensor ZeroPartition::pack_own(const std::vector<size_t>& bucket) const {
   Tensor send = Tensor::zeros({width}, working_);
   int64_t off = 0;
   for (size_t i : bucket) {
-    if (parts_[i].n > 0) send.narrow(0, off, parts_[i].n).copy_(own_slice(i));
+    if (parts_[i].n > 0) {
+      send.narrow(0, off, parts_[i].n).copy_(own_slice(i));
+      release_own(i, false);
+    }
     off += parts_[i].chunk;
   }
   return send;
 }
 
+void ZeroPartition::offload_own(size_t b) {
+  BOOSTER_CHECK(sharded_.at(b) && store_, "ZeroPartition.offload_own: bucket ", b, " is not sharded or there is no store");
+  NoGradGuard ng;
+  for (size_t i : buckets_[b]) {
+    Part& p = parts_[i];
+    if (p.own_slot >= 0 || p.n == 0) continue;
+    p.own_slot = store_->put(p.own);
+    p.own = Tensor();
+  }
+}
+
+void ZeroPartition::release_own(size_t i, bool dirty) const {
+  if (parts_.at(i).own_slot >= 0) store_->release(parts_[i].own_slot, dirty);
+}
+
 Tensor ZeroPartition::own_slice(size_t i) const {
   const Part& p = parts_.at(i);
+  if (p.own_slot >= 0) return store_->get(p.own_slot);
   if (p.own.defined()) return p.own;
   return p.param.detach().view({-1}).narrow(0, p.lo, p.n);
 }
@@ -178,6 +197,7 @@ void ZeroPartition::refresh_working() {
       if (parts_[i].n == 0) continue;
       Tensor own = own_slice(i);
       own.copy_(master(i));
+      release_own(i, true);
       release_master(i, false);
     }
   gather(false);

@@ -32,6 +32,7 @@ class ZeroPartition {
     int64_t master_slot = -1;  // its slot in the disk store when offloaded
     bool offloaded = false;  // its master and optimizer state live in the disk store
     Tensor own;            // ZeRO-3: this rank's slice [n] (working dtype) while the parameter is released
+    int64_t own_slot = -1;  // ...or its slot in the disk store (Gemini's offload_param_frac)
     Shape shape;           // the parameter's shape (it is [0] while released)
   };
 
@@ -57,8 +58,11 @@ class ZeroPartition {
   void release_master(size_t i, bool dirty);
   /// Starts fetching part i's master ahead of use (offload only).
   void prefetch_master(size_t i);
-  /// This rank's slice [lo, lo + n) of part i's working parameter (flat).
+  /// This rank's slice [lo, lo + n) of part i's working parameter (flat); in RAM (read from
+  /// the store when offloaded: give it back with release_own).
   Tensor own_slice(size_t i) const;
+  /// Gives back an offloaded own slice taken with own_slice (dirty: it was written).
+  void release_own(size_t i, bool dirty) const;
 
   // ---- ZeRO-3 (Gemini): a sharded bucket's parameters exist in full only while fetched ----
   /// Keeps only this rank's slices of bucket b's parameters; they are released ([0]) until fetch(b).
@@ -73,6 +77,8 @@ class ZeroPartition {
   void prefetch(size_t b);
   /// Releases a fetched sharded bucket's parameters (its slices stay).
   void release(size_t b);
+  /// Moves a sharded bucket's own slices to the disk store (read back when used).
+  void offload_own(size_t b);
   /// The bucket holding part i.
   size_t bucket_of(size_t i) const { return bucket_of_.at(i); }
   /// Bytes of working parameters held in full right now (fetched or never sharded).

@@ -63,7 +63,7 @@ const std::vector<PluginCase> kCases = {
     {"gemini", kGemini + "max_prefetch = 2\n"},
     {"gemini_half_sharded", kGemini + "shard_param_frac = 0.5\noffload_optim_frac = 0.5\n"},
     {"gemini_unsharded_sync", kGemini + "shard_param_frac = 0.0\nenable_async_reduce = false\n"},
-    {"gemini_offload_optim", kGemini + "offload_optim_frac = 1.0\n"},
+    {"gemini_offload_all", kGemini + "offload_optim_frac = 1.0\noffload_param_frac = 1.0\n"},
 };
 
 // Whether a configuration runs at this world size.
