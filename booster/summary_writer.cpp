@@ -78,7 +78,6 @@ void SummaryWriter::add_scalar(const std::string& tag, double value, int64_t ste
   v->set_tag(tag);
   v->set_simple_value(float(value));
   write_record(e.SerializeAsString());
-  flush();
 }
 
 void SummaryWriter::flush() { std::fflush(f_); }

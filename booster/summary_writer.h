@@ -1,7 +1,7 @@
 // SummaryWriter (torch.utils.tensorboard's): scalars into a TensorBoard events file
 // (<log_dir>/events.out.tfevents.<seconds>.<host>), TFRecord-framed Event messages
-// (proto/tensorboard.proto) with masked CRC32C checksums. Written and flushed as it goes,
-// so TensorBoard shows a run while it trains.
+// (proto/tensorboard.proto) with masked CRC32C checksums. flush() (and the destructor)
+// hands what was added to the file, so TensorBoard shows a run while it trains.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ class SummaryWriter {
   SummaryWriter(const SummaryWriter&) = delete;
   SummaryWriter& operator=(const SummaryWriter&) = delete;
 
-  /// One scalar at a step (wall time: now).
+  /// One scalar at a step (wall time: now); buffered until flush().
   void add_scalar(const std::string& tag, double value, int64_t step);
   void flush();
   /// The events file's path.

@@ -336,6 +336,14 @@ WorkPtr barrier(const ProcessGroup& g, bool async_op) {
   return finish(w, async_op);
 }
 
+double mean_where_held(std::optional<double> v, const ProcessGroup& g) {
+  if (g.size() == 1) return v.value_or(0.0);
+  double both[2] = {v.value_or(0.0), v ? 1.0 : 0.0};
+  WatchdogScope wd("mean_where_held", g.name());
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, both, 2, MPI_DOUBLE, MPI_SUM, g.comm()), "mean_where_held", g);
+  return both[1] > 0 ? both[0] / both[1] : 0.0;
+}
+
 double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g) {
   WatchdogScope wd("all_reduce_scalar", g.name());
   double out = 0;

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,9 @@ WorkPtr recv(Tensor& t, int src, int tag = 0, const ProcessGroup& g = ProcessGro
 WorkPtr barrier(const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
 /// Sum (or max) of one double over the group: the clip-norm reducer.
 double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g = ProcessGroup::world());
+/// The mean of a value over the members that hold one (a pipeline's loss is on its last
+/// stage); 0 when none does.
+double mean_where_held(std::optional<double> v, const ProcessGroup& g = ProcessGroup::world());
 /// Every member's bytes, in group-rank order (metadata: checkpoint descriptors, errors).
 std::vector<std::string> all_gather_bytes(const std::string& mine, const ProcessGroup& g = ProcessGroup::world());
 /// outputs[r] = input block r of every rank, blocks of equal size (input numel = size() *

@@ -8,14 +8,6 @@
 
 namespace booster::examples {
 
-double mean_where_held(const Tensor& value) {
-  const bool held = value.defined();
-  if (!dist::is_initialized() || dist::world_size() == 1) return held ? value.item() : 0.0;
-  const double sum = dist::all_reduce_scalar(held ? value.item() : 0.0, dist::ReduceOp::sum);
-  const double n = dist::all_reduce_scalar(held ? 1.0 : 0.0, dist::ReduceOp::sum);
-  return n > 0 ? sum / n : 0.0;
-}
-
 EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
                     int dp, Booster* pipeline) {
   NoGradGuard ng;

@@ -18,10 +18,6 @@ struct EvalResult {
   std::vector<double> per_class_accuracy;
 };
 
-/// The mean of a value over the ranks that hold it (a pipeline's loss is on its last
-/// stage); collective over the world.
-double mean_where_held(const Tensor& value);
-
 /// Runs the model over every batch of the loader without gradients, through the pipeline
 /// when `pipeline` is given (the booster of a plugin with pp_size > 1). dp: the data-
 /// parallel size; the ranks of a replica that score the same images (a tensor-parallel

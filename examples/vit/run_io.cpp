@@ -63,6 +63,7 @@ void MetricsLog::write(const nlohmann::json& line) {
   } else if (type == "epoch") {
     scalar("train_loss", "train/epoch_loss"), scalar("val_loss", "val/loss"), scalar("val_accuracy", "val/accuracy");
   }
+  tb_->flush();
 }
 
 void MetricsLog::epoch(int64_t epoch, double train_loss, double val_loss, double val_accuracy) {

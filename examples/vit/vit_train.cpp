@@ -231,7 +231,8 @@ int train(const Config& cfg, const Cli& cli) {
       if (pipelined) {  // as Colossal-AI's example: the stages run the micro-batches
         auto res = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit, stage_criterion, optim_w.get(),
                                             true, false);
-        loss_value = examples::mean_where_held(res.loss);  // the last stage has it
+        // The last stage has it.
+        loss_value = dist::mean_where_held(res.loss.defined() ? std::optional<double>(res.loss.item()) : std::nullopt);
       } else {
         auto outputs = vit(pixels);
         Tensor loss = criterion(outputs.logits, targets);

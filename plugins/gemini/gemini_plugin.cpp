@@ -21,10 +21,7 @@ class GeminiDDP : public ModelWrapper {
       : ModelWrapper(std::move(inner)), zp_(zp), max_prefetch_(max_prefetch) {
     std::map<std::string, size_t> part_of;
     for (size_t i = 0; i < zp.parts().size(); ++i) part_of[zp.parts()[i].name] = i;
-    total_.assign(zp.buckets().size(), 0);
     done_.assign(zp.buckets().size(), 0);
-    for (auto& b : zp.buckets())
-      for (size_t i : b) ++total_[zp.bucket_of(i)];
     auto root = module();
     for (auto& [path, m] : root->named_modules()) {
       std::map<size_t, int> uses;  // bucket -> this module's parameters in it
@@ -38,7 +35,7 @@ class GeminiDDP : public ModelWrapper {
       }));
       hooks_.push_back(m->register_forward_hook([this, uses](nn::Module&) {
         for (auto& [b, k] : uses)
-          if ((done_[b] += k) >= total_[b]) zp_.release(b);  // every parameter of the chunk used
+          if ((done_[b] += k) >= int(zp_.buckets()[b].size())) zp_.release(b);  // every parameter of the chunk used
       }));
       hooks_.push_back(m->register_backward_pre_hook([this, uses](nn::Module&) {
         for (auto& [b, k] : uses) use(bwd_, b);
@@ -79,7 +76,7 @@ class GeminiDDP : public ModelWrapper {
   ZeroPartition& zp_;
   int max_prefetch_;
   Trace fwd_, bwd_;
-  std::vector<int> total_, done_;
+  std::vector<int> done_;  // per chunk: its parameters this forward has used
   std::vector<HookHandle> hooks_;
 };
 
@@ -195,21 +192,19 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   apply_low_level_zero(o, dist::ProcessGroup::world(), z);
   auto* zm = o.model->find<LowLevelZeroModel>();
   ZeroPartition& zp = *zm->partition();
-  // Static placement: shard_param_frac of the chunk memory is sharded, first chunks first.
-  int64_t total = 0, sharded = 0;
+  // Static placement: shard_param_frac of the chunk memory is sharded, and of that,
+  // offload_param_frac keeps its slices on the disk tier too, first chunks first.
+  int64_t total = 0;
   for (auto& p : zp.parts()) total += p.numel;
-  for (size_t b = 0; b < zp.buckets().size(); ++b) {
-    if (double(sharded) >= opts_.shard_param_frac * double(total) - 0.5) break;
-    zp.shard_bucket(b);
-    for (size_t i : zp.buckets()[b]) sharded += zp.parts()[i].numel;
-  }
-  // offload_param_frac of the (sharded) chunks keep their slices on the disk tier too.
-  int64_t offloaded = 0;
-  for (size_t b = 0; b < zp.buckets().size() && opts_.offload_param_frac > 0; ++b) {
-    if (double(offloaded) >= opts_.offload_param_frac * double(total) - 0.5) break;
-    zp.offload_own(b);
-    for (size_t i : zp.buckets()[b]) offloaded += zp.parts()[i].numel;
-  }
+  auto first_share = [&](double frac, auto&& apply) {
+    int64_t done = 0;
+    for (size_t b = 0; b < zp.buckets().size() && double(done) < frac * double(total) - 0.5; ++b) {
+      apply(b);
+      for (size_t i : zp.buckets()[b]) done += zp.parts()[i].numel;
+    }
+  };
+  first_share(opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
+  first_share(opts_.offload_param_frac, [&](size_t b) { zp.offload_own(b); });
   o.model = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch);
 }
 

@@ -160,9 +160,7 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
     return false;
   };
   // Released tensors leave named_parameters() and state_dict() (undefined, as PyTorch's None).
-  for (auto& [name, t] : module->named_parameters())
-    if (!is_held(name)) module->replace_tensor(name, Tensor());
-  for (auto& [name, t] : module->named_buffers())
+  for (auto& [name, t] : module->state_dict())  // parameters and buffers
     if (!is_held(name)) module->replace_tensor(name, Tensor());
   if (o.optimizer)
     for (auto& g : o.optimizer->param_groups())
@@ -179,24 +177,17 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter,
   BOOSTER_CHECK(schedule_ != nullptr, "HybridParallelPlugin.execute_pipeline: ",
                 opts_.pp_size > 1 ? "boost the model first" : "pp_size is 1; there is no pipeline (call the model)");
   // The micro-batches' backwards accumulate locally; the stage's gradients are averaged
-  // over the dp group once, after the last (inside a user's no_sync scope: not at all).
+  // over the dp group once, after the last (DDP's reducer or ZeRO's gradients, which keep
+  // accumulating inside a user's no_sync as they do outside a pipeline).
+  auto defer_then_sync = [](auto grads) {
+    return GradSync{[grads] { grads->set_defer(true); }, [grads] {
+                      grads->set_defer(false);
+                      grads->sync_accumulated();
+                    }};
+  };
   GradSync sync;
-  if (auto* ddp = model.find<TorchDDPModel>()) {
-    auto r = ddp->shared_reducer();
-    auto was = std::make_shared<bool>(false);
-    sync.defer = [r, was] { *was = r->no_sync(), r->set_no_sync(true); };
-    sync.sync = [r, was] {
-      r->set_no_sync(*was);
-      if (!*was) r->sync_accumulated();
-    };
-  } else if (auto* zero = model.find<LowLevelZeroModel>(); zero && zero->grads()) {
-    ZeroGrads* g = zero->grads();
-    sync.defer = [g] { g->set_defer(true); };
-    sync.sync = [g] {
-      g->set_defer(false);
-      g->sync_accumulated();
-    };
-  }
+  if (auto* ddp = model.find<TorchDDPModel>()) sync = defer_then_sync(ddp->shared_reducer());
+  else if (auto* zero = model.find<LowLevelZeroModel>(); zero && zero->grads()) sync = defer_then_sync(zero->grads());
   return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs, sync);
 }
 

@@ -72,12 +72,7 @@ void ZeroPartition::shard_bucket(size_t b) {
 
 void ZeroPartition::prefetch(size_t b) {
   if (is_fetched(b) || prefetched_.count(b)) return;
-  NoGradGuard ng;
-  const auto& bucket = buckets_.at(b);
-  Tensor send = pack_own(bucket);
-  Pending pend{bucket, Tensor::empty({dp_.size() * send.numel()}, working_), nullptr, send};
-  pend.work = dist::all_gather(pend.recv, send, dp_, /*async_op=*/true);
-  prefetched_[b] = std::move(pend);
+  prefetched_[b] = start_gather(buckets_.at(b));
 }
 
 void ZeroPartition::fetch(size_t b) {
@@ -87,20 +82,7 @@ void ZeroPartition::fetch(size_t b) {
   prefetch(b);
   Pending pend = std::move(prefetched_.at(b));
   prefetched_.erase(b);
-  pend.work->wait();
-  int64_t width = 0;
-  for (size_t i : pend.parts) width += parts_[i].chunk;
-  int64_t off = 0;
-  for (size_t i : pend.parts) {
-    Part& p = parts_[i];
-    Tensor full = Tensor::empty({p.numel}, working_);
-    for (int r = 0; r < dp_.size(); ++r) {
-      const int64_t lo = std::min(p.numel, p.chunk * r), hi = std::min(p.numel, lo + p.chunk);
-      if (hi > lo) full.narrow(0, lo, hi - lo).copy_(pend.recv.narrow(0, r * width + off, hi - lo));
-    }
-    p.param.set_data(full.view(p.shape));  // same handle: autograd and the optimizer keep it
-    off += p.chunk;
-  }
+  finish_gather(pend, /*fresh=*/true);
   fetched_[b] = true;
 }
 
@@ -129,6 +111,32 @@ void ZeroPartition::release_master(size_t i, bool dirty) {
 
 void ZeroPartition::prefetch_master(size_t i) {
   if (parts_.at(i).master_slot >= 0) store_->prefetch(parts_[i].master_slot);
+}
+
+ZeroPartition::Pending ZeroPartition::start_gather(const std::vector<size_t>& bucket) const {
+  NoGradGuard ng;
+  Tensor send = pack_own(bucket);
+  Pending pend{bucket, Tensor::empty({dp_.size() * send.numel()}, working_), nullptr, send};
+  pend.work = dist::all_gather(pend.recv, send, dp_, /*async_op=*/true);
+  return pend;
+}
+
+void ZeroPartition::finish_gather(Pending& pend, bool fresh) {
+  NoGradGuard ng;
+  pend.work->wait();
+  int64_t width = 0;
+  for (size_t i : pend.parts) width += parts_[i].chunk;
+  int64_t off = 0;
+  for (size_t i : pend.parts) {
+    Part& p = parts_[i];
+    Tensor flat = fresh ? Tensor::empty({p.numel}, working_) : p.param.detach().view({-1});
+    for (int r = 0; r < dp_.size(); ++r) {
+      const int64_t lo = std::min(p.numel, p.chunk * r), hi = std::min(p.numel, lo + p.chunk);
+      if (hi > lo) flat.narrow(0, lo, hi - lo).copy_(pend.recv.narrow(0, r * width + off, hi - lo));
+    }
+    if (fresh) p.param.set_data(flat.view(p.shape));  // same handle: autograd and the optimizer keep it
+    off += p.chunk;
+  }
 }
 
 Tensor ZeroPartition::pack_own(const std::vector<size_t>& bucket) const {
@@ -180,11 +188,7 @@ void ZeroPartition::gather(bool async) {
       release(bi);
       continue;
     }
-    const auto& bucket = buckets_[bi];
-    Tensor send = pack_own(bucket);
-    Pending pend{bucket, Tensor::empty({dp_.size() * send.numel()}, working_), nullptr, send};
-    pend.work = dist::all_gather(pend.recv, send, dp_, true);
-    pending_.push_back(std::move(pend));
+    pending_.push_back(start_gather(buckets_[bi]));
   }
   if (!async) wait_gather();
 }
@@ -207,21 +211,7 @@ void ZeroPartition::wait_gather() {
   if (pending_.empty()) return;
   ProfileScope prof_("zero all-gather wait");
   NoGradGuard ng;
-  for (auto& pend : pending_) {
-    pend.work->wait();
-    int64_t b = 0;
-    for (size_t i : pend.parts) b += parts_[i].chunk;
-    int64_t off = 0;
-    for (size_t i : pend.parts) {
-      const Part& p = parts_[i];
-      Tensor flat = p.param.detach().view({-1});
-      for (int r = 0; r < dp_.size(); ++r) {
-        const int64_t lo = std::min(p.numel, p.chunk * r), hi = std::min(p.numel, lo + p.chunk);
-        if (hi > lo) flat.narrow(0, lo, hi - lo).copy_(pend.recv.narrow(0, r * b + off, hi - lo));
-      }
-      off += p.chunk;
-    }
-  }
+  for (auto& pend : pending_) finish_gather(pend, /*fresh=*/false);
   pending_.clear();
 }
 

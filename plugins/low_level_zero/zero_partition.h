@@ -110,6 +110,11 @@ class ZeroPartition {
   };
   /// This rank's slices of a bucket's parts, each padded to its chunk: the all-gather's input.
   Tensor pack_own(const std::vector<size_t>& bucket) const;
+  /// Starts all-gathering a bucket's slices.
+  Pending start_gather(const std::vector<size_t>& bucket) const;
+  /// Waits for it and writes every rank's slices into the parameters (into new storage when
+  /// `fresh`: the parameters were released).
+  void finish_gather(Pending& pend, bool fresh);
 
   const dist::ProcessGroup& dp_;
   DType working_;

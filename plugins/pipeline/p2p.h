@@ -27,7 +27,6 @@ struct PendingRecv {
   TensorMap tensors;
   std::vector<std::string> grad_keys;  // received tensors that take a gradient (training)
   std::vector<dist::WorkPtr> work;
-  bool posted() const { return !tensors.empty(); }
 };
 
 class PipelineP2P {
@@ -75,9 +74,7 @@ class PipelineP2P {
 /// Whether a sent output takes a gradient back (floating and requiring one).
 bool carries_grad(const Tensor& t);
 
-}  // namespace booster::plugins
-
-namespace booster::plugins {
 /// The metadata-cache key of a micro-batch of `rows` rows in a training or forward-only step.
 inline int64_t p2p_key(int64_t rows, bool training) { return rows * 2 + (training ? 1 : 0); }
+
 }  // namespace booster::plugins

@@ -22,9 +22,6 @@ std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, b
     if (training)
       BOOSTER_CHECK(batch % o.num_microbatches == 0, "pipeline schedule: the batch size ", batch,
                     " is not divisible by num_microbatches ", o.num_microbatches);
-    if (training)
-      BOOSTER_CHECK(batch >= o.num_microbatches, "pipeline schedule: the batch size ", batch,
-                    " is smaller than num_microbatches ", o.num_microbatches);
     mbs = (batch + o.num_microbatches - 1) / o.num_microbatches;
   } else if (training) {
     BOOSTER_CHECK(batch % mbs == 0, "pipeline schedule: the batch size ", batch, " is not divisible by microbatch_size ",

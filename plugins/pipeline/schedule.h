@@ -58,7 +58,6 @@ class PipelineSchedule {
   PipelineResult forward_backward_step(ModelWrapper& model, const DataIter& data_iter, const StageCriterion& criterion,
                                        OptimizerWrapper* optimizer, bool return_loss, bool return_outputs,
                                        const GradSync& sync = {});
-  const PipelineStageManager& stage_manager() const { return sm_; }
   const PipelineStepStats& last_step_stats() const { return stats_; }
 
   struct Op {

@@ -35,7 +35,7 @@ Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& gro
 }
 
 void Reducer::on_ready(size_t k) {
-  if (no_sync_) return;
+  if (no_sync_ || defer_) return;
   started_ = true;
   if (ready_[k]) return;  // a second backward before finish(): gradients keep accumulating
   ready_[k] = true;
@@ -64,6 +64,7 @@ void Reducer::launch_ready_in_order() {
 }
 
 void Reducer::sync_accumulated() {
+  if (no_sync_) return;
   for (size_t k = 0; k < params_.size(); ++k)
     if (!ready_[k]) ready_[k] = true, ++buckets_[bucket_of_[k]].ready;
   started_ = true;

@@ -29,13 +29,17 @@ class Reducer {
   /// True while gradients should only accumulate locally.
   void set_no_sync(bool on) { no_sync_ = on; }
   bool no_sync() const { return no_sync_; }
+  /// While on, gradients accumulate locally (a pipeline stage's micro-batches), to be
+  /// averaged once by sync_accumulated(); unlike no_sync, it is the plugin's, not the user's.
+  void set_defer(bool on) { defer_ = on; }
   /// Waits for every bucket of the current backward and writes averaged gradients back.
   /// Buckets not launched (parameters without gradient) are an error naming them unless
   /// find_unused_parameters, in which case their missing gradients count as zero.
   void finish();
   /// Averages the gradients accumulated so far (every parameter; one without a gradient
   /// counts as zero) and writes them back: a pipeline stage, whose micro-batch backwards
-  /// ran under no_sync, synchronizes once after the last.
+  /// were deferred, synchronizes once after the last. Nothing under no_sync (they keep
+  /// accumulating).
   void sync_accumulated();
   /// True when a backward has launched communication that finish() has not collected.
   bool pending() const { return started_; }
@@ -62,7 +66,7 @@ class Reducer {
   std::vector<size_t> bucket_of_, offset_of_;
   std::vector<bool> ready_;
   size_t next_launch_ = 0;
-  bool started_ = false, no_sync_ = false;
+  bool started_ = false, no_sync_ = false, defer_ = false;
   double wait_s_ = 0;
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };

@@ -13,7 +13,6 @@
 #include "booster/checkpoint/reader.h"
 #include "booster/mixed_precision.h"
 #include "plugins/registry.h"
-#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 #include "tests/support/logical.h"
 
@@ -112,33 +111,20 @@ std::shared_ptr<Plugin> make(const PluginCase& c) {
 // where this rank has it (a pipeline's last stage).
 std::optional<double> forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>& r, const Tensor& x,
                                        const Tensor& y, double loss_scale = 1.0, Tensor* logits = nullptr) {
-  if (!r.model->find<plugins::HybridParallelModule>() ||
-      r.model->find<plugins::HybridParallelModule>()->mesh().size("pp") == 1) {
+  if (!bo.plugin() || !bo.plugin()->support_pipeline()) {
     auto out = (*r.model)(x, y);
     if (logits) *logits = out.logits;
     Tensor loss = scale(out.loss, loss_scale);
     bo.backward(loss, *r.optimizer);
     return loss.item();
   }
-  bool given = false;
-  DataIter it = [&]() -> std::optional<TensorMap> {
-    if (given) return std::nullopt;
-    given = true;
-    return TensorMap{{"pixel_values", x}, {"labels", y}};
-  };
   StageCriterion ce = [loss_scale](const TensorMap& out, const TensorMap& batch) {
     return scale(cross_entropy(out.at("logits"), batch.at("labels")), loss_scale);
   };
-  PipelineResult res = bo.execute_pipeline(it, *r.model, ce, r.optimizer.get(), true, logits != nullptr);
+  PipelineResult res = bo.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), *r.model, ce, r.optimizer.get(), true, logits != nullptr);
   if (!res.loss.defined()) return std::nullopt;
   if (logits) *logits = res.outputs.at("logits");
   return res.loss.item();
-}
-
-// The mean over the ranks that have a loss.
-double mean_loss(std::optional<double> loss) {
-  const double sum = dist::all_reduce_scalar(loss.value_or(0.0), dist::ReduceOp::sum);
-  return sum / dist::all_reduce_scalar(loss ? 1.0 : 0.0, dist::ReduceOp::sum);
 }
 
 // max |a - b| <= tol * max|b| for every parameter of the model, as each boosted model holds
@@ -209,7 +195,7 @@ TEST_P(Conformance, TrainingParity) {
     Tensor logits;
     auto loss = forward_backward(booster, boosted, x, y, 1.0, &logits);
     boosted.optimizer->step();
-    const double global = mean_loss(loss);
+    const double global = dist::mean_where_held(loss);
     EXPECT_NEAR(global, ref_losses[size_t(s)], 1e-5 * std::abs(ref_losses[size_t(s)])) << "step " << s;
     if (loss) {  // the outputs (a pipeline's return_outputs) are this replica's rows of the reference's
       Tensor want = ref_logits[size_t(s)].narrow(0, int64_t(dist::world_rank() / tp) * b, b);

@@ -159,14 +159,8 @@ TEST(Pipeline, SequentialTrainsAsOneProcess) {
       ref_loss.backward();
       ref_opt.step();
       b.optimizer->zero_grad();
-      bool given = false;
       auto res = booster.execute_pipeline(
-          [&]() -> std::optional<TensorMap> {
-            if (given) return std::nullopt;
-            given = true;
-            return TensorMap{{"input", x}, {"target", y}};
-          },
-          *b.model, [](const TensorMap& out, const TensorMap& batch) { return mse(out.at("output"), batch.at("target")); },
+          single_batch({{"input", x}, {"target", y}}), *b.model, [](const TensorMap& out, const TensorMap& batch) { return mse(out.at("output"), batch.at("target")); },
           b.optimizer.get(), true, true);
       b.optimizer->step();
       if (dist::world_rank() == S - 1) {
@@ -191,14 +185,7 @@ std::shared_ptr<nn::ViTForImageClassification> vit(uint64_t seed = 1) {
 }
 
 // One step's data iterator over a fixed batch.
-DataIter once(const Tensor& x, const Tensor& y) {
-  auto given = std::make_shared<bool>(false);
-  return [=]() -> std::optional<TensorMap> {
-    if (*given) return std::nullopt;
-    *given = true;
-    return TensorMap{{"pixel_values", x}, {"labels", y}};
-  };
-}
+DataIter once(const Tensor& x, const Tensor& y) { return single_batch({{"pixel_values", x}, {"labels", y}}); }
 
 StageCriterion ce() { return on_keys([](const Tensor& l, const Tensor& y) { return cross_entropy(l, y); }); }
 

@@ -81,10 +81,9 @@ int main(int argc, char** argv) {
       booster.backward(loss, *b.optimizer);
     }
     b.optimizer->step();
-    const double held = dist::all_reduce_scalar(loss.defined() ? 1.0 : 0.0, dist::ReduceOp::sum);
     char line[64];
     std::snprintf(line, sizeof line, "%d %.9g\n", s,
-                  dist::all_reduce_scalar(loss.defined() ? loss.item() : 0.0, dist::ReduceOp::sum) / held);
+                  dist::mean_where_held(loss.defined() ? std::optional<double>(loss.item()) : std::nullopt));
     losses += line;
   }
   const std::string tag = mode == "resume" ? name + "_np" + std::to_string(n) : "full";
