@@ -20,6 +20,7 @@ struct AdamOptions {
 class AdamBase : public Optimizer {
  public:
   AdamBase(std::string type, std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled);
+  int state_buffers() const override { return 2; }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;

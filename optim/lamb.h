@@ -23,6 +23,7 @@ class Lamb : public Optimizer {
   Lamb(std::vector<ParamGroup> groups, const LambOptions& o = {});
   /// The trust ratio needs whole-tensor norms: not for sharded parameters.
   bool elementwise() const override { return false; }
+  int state_buffers() const override { return 2; }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;

@@ -73,6 +73,9 @@ class Optimizer {
   /// True when the update of an element reads only that element (Adam, SGD): such an
   /// optimizer may run on shards of a parameter. Lamb's trust ratio needs whole tensors.
   virtual bool elementwise() const { return true; }
+  /// fp32 state tensors kept per parameter, each its size (Adam 2, SGD with momentum 1):
+  /// what a placement plans for before the first step creates them.
+  virtual int state_buffers() const { return 0; }
   /// Clears gradients (set_to_none) or zeroes them.
   void zero_grad(bool set_to_none = true);
   /// Adds a group (options default from the constructor's defaults).

@@ -18,6 +18,11 @@ class SGD : public Optimizer {
  public:
   SGD(const NamedParams& params, const SGDOptions& o) : SGD(std::vector<ParamGroup>{{params, {}}}, o) {}
   SGD(std::vector<ParamGroup> groups, const SGDOptions& o);
+  int state_buffers() const override {
+    for (auto& g : param_groups())
+      if (g.get("momentum") != 0) return 1;
+    return 0;
+  }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;

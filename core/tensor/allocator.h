@@ -39,6 +39,10 @@ class MemoryTier {
   virtual size_t bytes_cached() const { return 0; }
   /// Returns the cached bytes to the system.
   virtual void empty_cache() {}
+  /// Keeps bytes in use plus idle cached bytes under `nbytes` where the cache decides it
+  /// (idle blocks are given back to make room rather than kept; 0: no limit): a memory
+  /// cap then holds for what the process has resident. A tier without a cache ignores it.
+  virtual void set_footprint_limit(size_t nbytes) { (void)nbytes; }
 
  protected:
   void account_alloc(size_t nbytes);

@@ -1,6 +1,7 @@
 // CachingHostTier (see caching_tier.h).
 #include "core/tensor/caching_tier.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <bit>
@@ -14,6 +15,17 @@ CachingHostTier::CachingHostTier(std::string name, size_t cache_limit)
     : MemoryTier(std::move(name)), limit_(cache_limit) {}
 
 CachingHostTier::~CachingHostTier() { empty_cache(); }
+
+namespace {
+// Cached size classes are mapped from the OS directly, so a block given back leaves the
+// process at once: from malloc's heap it could stay resident (glibc raises its mmap
+// threshold as large blocks are freed), and a memory cap (Gemini's) could not hold.
+void* map_block(size_t cls) {
+  void* p = ::mmap(nullptr, cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }
+}  // namespace
 
 size_t CachingHostTier::size_class(size_t nbytes) {
   if (nbytes < kMinCached) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -32,12 +44,15 @@ void* CachingHostTier::allocate(size_t nbytes) {
       p = it->second.back();
       it->second.pop_back();
       cached_ -= cls;
+    } else {
+      make_room(cls);  // a new block: idle ones of other sizes go first under a footprint limit
     }
   }
-  if (!p) p = std::aligned_alloc(kAlignment, cls);
+  auto fresh = [&] { return cls >= kMinCached ? map_block(cls) : std::aligned_alloc(kAlignment, cls); };
+  if (!p) p = fresh();
   if (!p && bytes_cached() > 0) {  // out of memory with idle blocks: give them back, retry
     empty_cache();
-    p = std::aligned_alloc(kAlignment, cls);
+    p = fresh();
   }
   BOOSTER_CHECK_T(BackendError, p != nullptr, "memory tier '", name(), "': out of memory allocating ", nbytes,
                   " bytes (in use: ", bytes_in_use(), ")");
@@ -51,11 +66,13 @@ void CachingHostTier::deallocate(void* p, size_t nbytes) {
   const size_t cls = size_class(nbytes);
   if (cls >= kMinCached) {
     std::lock_guard lock(mu_);
-    if (cached_ + cls <= limit_) {
+    if (cached_ + cls <= limit_ && (footprint_limit_ == 0 || bytes_in_use() + cached_ + cls <= footprint_limit_)) {
       free_[cls].push_back(p);
       cached_ += cls;
       return;
     }
+    unmap_block(p, cls);
+    return;
   }
   std::free(p);
 }
@@ -68,9 +85,28 @@ size_t CachingHostTier::bytes_cached() const {
 void CachingHostTier::empty_cache() {
   std::lock_guard lock(mu_);
   for (auto& [cls, blocks] : free_)
-    for (void* p : blocks) std::free(p);
+    for (void* p : blocks) unmap_block(p, cls);
   free_.clear();
   cached_ = 0;
+}
+
+void CachingHostTier::set_footprint_limit(size_t nbytes) {
+  std::lock_guard lock(mu_);
+  footprint_limit_ = nbytes;
+  make_room(0);
+}
+
+void CachingHostTier::make_room(size_t incoming) {
+  if (footprint_limit_ == 0) return;
+  for (auto it = free_.begin(); it != free_.end() && bytes_in_use() + cached_ + incoming > footprint_limit_;) {
+    auto& blocks = it->second;
+    while (!blocks.empty() && bytes_in_use() + cached_ + incoming > footprint_limit_) {
+      unmap_block(blocks.back(), it->first);
+      blocks.pop_back();
+      cached_ -= it->first;
+    }
+    it = blocks.empty() ? free_.erase(it) : std::next(it);
+  }
 }
 
 size_t host_cache_limit_from_env() {

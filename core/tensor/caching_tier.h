@@ -24,6 +24,7 @@ class CachingHostTier : public MemoryTier {
   void deallocate(void* p, size_t nbytes) override;
   size_t bytes_cached() const override;
   void empty_cache() override;
+  void set_footprint_limit(size_t nbytes) override;
 
   /// Blocks at least this large are cached.
   static constexpr size_t kMinCached = size_t(1) << 18;
@@ -32,7 +33,11 @@ class CachingHostTier : public MemoryTier {
   static size_t size_class(size_t nbytes);
 
  private:
+  /// Gives back idle blocks until `incoming` more bytes keep the footprint under its limit.
+  void make_room(size_t incoming);  // mu_ held
+
   size_t limit_;
+  size_t footprint_limit_ = 0;
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> idle blocks
   size_t cached_ = 0;

@@ -104,19 +104,59 @@ void OffloadStore::pwrite_all(const void* src, size_t n, uint64_t off) {
   }
 }
 
-int64_t OffloadStore::put(const Tensor& t) {
+int64_t OffloadStore::put(const Tensor& t, bool pinned) {
   Tensor copy = t.detach().contiguous().clone();
   const size_t n = copy.nbytes();
   const uint64_t off = file_bytes_;
   file_bytes_ += (n + kAlignment - 1) / kAlignment * kAlignment;
   static_cast<DiskTier&>(disk_tier()).add(file_bytes_ - off);
   slots_.push_back({off, copy.shape(), copy.dtype(), Tensor(), {}});
-  // Tasks drop their tensors when done: a future's shared state keeps the task alive.
-  enqueue([this, copy, n, off]() mutable {
-    pwrite_all(copy.raw_data(), n, off);
-    copy = Tensor();
-  });
+  if (pinned) {  // stays in RAM; the file gets it when unpinned
+    Slot& s = slots_.back();
+    std::promise<void> done;
+    done.set_value();
+    s.ram = copy;
+    s.ready = done.get_future().share();
+    s.pinned = s.dirty = true;
+  } else {
+    // Tasks drop their tensors when done: a future's shared state keeps the task alive.
+    enqueue([this, copy, n, off]() mutable {
+      pwrite_all(copy.raw_data(), n, off);
+      copy = Tensor();
+    });
+  }
   return int64_t(slots_.size()) - 1;
+}
+
+void OffloadStore::assign(int64_t id, const Tensor& t) {
+  Slot& s = slots_.at(size_t(id));
+  BOOSTER_CHECK_T(ShapeError, t.numel() == shape_numel(s.shape), "offload store: assigning ", t.numel(),
+                  " elements to a slot of ", shape_numel(s.shape));
+  Tensor src = t.detach().contiguous().view(s.shape);
+  if (s.ram.defined()) {
+    s.ready.get();
+    s.ram.copy_(src);
+    s.dirty = true;
+    return;
+  }
+  write_behind(src.to(s.dtype).contiguous().clone(), s.offset);  // a copy of its own: t may change
+}
+
+size_t OffloadStore::slot_bytes(int64_t id) const {
+  const Slot& s = slots_.at(size_t(id));
+  return size_t(shape_numel(s.shape)) * dtype_size(s.dtype);
+}
+
+void OffloadStore::pin(int64_t id) {
+  slots_.at(size_t(id)).pinned = true;
+  prefetch(id);
+}
+
+void OffloadStore::unpin(int64_t id) {
+  Slot& s = slots_.at(size_t(id));
+  if (!s.pinned) return;
+  s.pinned = false;
+  release(id, false);
 }
 
 void OffloadStore::prefetch(int64_t id) {
@@ -141,25 +181,31 @@ Tensor OffloadStore::get(int64_t id) {
 void OffloadStore::release(int64_t id, bool dirty) {
   Slot& s = slots_.at(size_t(id));
   if (!s.ram.defined()) return;
-  if (dirty) {
+  s.dirty = s.dirty || dirty;
+  if (s.pinned) return;
+  if (s.dirty) {
     s.ready.get();  // never write back a copy still being read
-    Tensor src = s.ram;
-    const uint64_t off = s.offset;
-    const size_t n = src.nbytes();
-    writes_.emplace_back(enqueue([this, src, off]() mutable {
-                           pwrite_all(src.raw_data(), src.nbytes(), off);
-                           src = Tensor();
-                         }),
-                         n);
-    inflight_ += n;
-    while (inflight_ > max_inflight_ && !writes_.empty()) {  // bound the RAM waiting to be written
-      writes_.front().first.get();
-      inflight_ -= writes_.front().second;
-      writes_.pop_front();
-    }
+    write_behind(s.ram, s.offset);
   }
   s.ram = Tensor();
   s.ready = {};
+  s.dirty = false;
+}
+
+void OffloadStore::write_behind(const Tensor& t, uint64_t off) {
+  Tensor src = t;
+  const size_t n = src.nbytes();
+  writes_.emplace_back(enqueue([this, src, off]() mutable {
+                         pwrite_all(src.raw_data(), src.nbytes(), off);
+                         src = Tensor();
+                       }),
+                       n);
+  inflight_ += n;
+  while (inflight_ > max_inflight_ && !writes_.empty()) {  // bound the RAM waiting to be written
+    writes_.front().first.get();
+    inflight_ -= writes_.front().second;
+    writes_.pop_front();
+  }
 }
 
 void OffloadStore::flush() {

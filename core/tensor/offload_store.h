@@ -34,14 +34,27 @@ class OffloadStore {
   OffloadStore& operator=(const OffloadStore&) = delete;
 
   /// A new slot holding t's values (written behind; t need not outlive the call); its id.
-  int64_t put(const Tensor& t);
+  /// pinned: the values stay in RAM instead, pinned (written when unpinned).
+  int64_t put(const Tensor& t, bool pinned = false);
+  /// Overwrites slot `id` with t's values (same element count; converted to the slot's
+  /// dtype): into its RAM copy when it has one, else written behind without a read.
+  void assign(int64_t id, const Tensor& t);
   /// Starts reading slot `id` into RAM, unless it is there or on its way.
   void prefetch(int64_t id);
   /// The slot's values in RAM (waits for the read): a tensor of the slot's shape and dtype
   /// that stays the slot's copy until release().
   Tensor get(int64_t id);
-  /// Drops the RAM copy; when `dirty` it is written back first (behind, in order).
+  /// Drops the RAM copy; when `dirty` (or assigned since it was read) it is written back
+  /// first (behind, in order). A pinned slot keeps its copy and only remembers it is dirty.
   void release(int64_t id, bool dirty);
+  /// Keeps slot `id` in RAM (read now, in the background) until unpin: get and release
+  /// cost no IO meanwhile. Placement moves a tensor between the tiers with these two.
+  void pin(int64_t id);
+  /// Ends a pin: the RAM copy is written behind if it changed, then dropped.
+  void unpin(int64_t id);
+  bool pinned(int64_t id) const { return slots_.at(size_t(id)).pinned; }
+  /// Bytes of slot `id`.
+  size_t slot_bytes(int64_t id) const;
   /// Waits until every read and write issued so far is done; rethrows an IO error.
   void flush();
 
@@ -59,11 +72,15 @@ class OffloadStore {
     DType dtype;
     Tensor ram;                  // the RAM copy, when present or being read
     std::shared_future<void> ready;
+    bool pinned = false;         // the RAM copy stays until unpin
+    bool dirty = false;          // the RAM copy differs from the file
   };
   std::shared_future<void> enqueue(std::function<void()> io);
   void worker();
   void pread_all(void* dst, size_t n, uint64_t off);
   void pwrite_all(const void* src, size_t n, uint64_t off);
+  /// Writes t to the slot's place behind, within the bounded window.
+  void write_behind(const Tensor& t, uint64_t off);
 
   std::string path_;
   int fd_ = -1;

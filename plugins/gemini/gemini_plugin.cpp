@@ -66,9 +66,11 @@ class GeminiDDP : public ModelWrapper {
       t.order.push_back(b);
     }
     zp_.fetch(b);
-    if (!t.recorded || max_prefetch_ <= 0) return;
+    if (!t.recorded) return;
     auto it = t.position.find(b);
     if (it == t.position.end()) return;
+    if (it->second + 1 < t.order.size() && !zp_.is_fetched(t.order[it->second + 1]))
+      zp_.prefetch_own_bucket(t.order[it->second + 1]);  // its slices on disk are read ahead
     for (size_t j = it->second + 1; j < t.order.size() && j <= it->second + size_t(max_prefetch_); ++j)
       zp_.prefetch(t.order[j]);
   }
@@ -106,7 +108,7 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
   using O = GeminiOptions;
   static const auto binder = [] {
     OptionBinder<O> b;
-    b.add("placement_policy", &O::placement_policy, "static (auto: not yet)")
+    b.add("placement_policy", &O::placement_policy, "static (by the fractions) or auto (under memory_cap_mb)")
         .add("enable_gradient_accumulation", &O::enable_gradient_accumulation)
         .add("max_prefetch", &O::max_prefetch)
         .add("shard_param_frac", &O::shard_param_frac, "fraction of chunk memory sharded (1: ZeRO-3, 0: ZeRO-2)")
@@ -129,7 +131,8 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
         .add("extra_dp_size", &O::extra_dp_size)
         .add("enable_async_reduce", &O::enable_async_reduce)
         .add("verbose", &O::verbose)
-        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)");
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)")
+        .add("memory_cap_mb", &O::memory_cap_mb, "auto: RAM cap per rank (0: BOOSTER_MEMORY_CAP_MB, else RAM / local ranks)");
     return bind_loss_scale(b, &O::scaler);
   }();
   return options_from(cfg, t, "gemini", binder);
@@ -139,7 +142,9 @@ void GeminiOptions::validate() const {
   const char* who = "GeminiPlugin: ";
   BOOSTER_CHECK(placement_policy == "static" || placement_policy == "auto", who,
                 "placement_policy must be static or auto, got '", placement_policy, "'");
-  BOOSTER_CHECK(placement_policy == "static", who, "placement_policy auto (a memory cap) is not implemented yet; use static");
+  BOOSTER_CHECK(memory_cap_mb >= 0, who, "memory_cap_mb must be >= 0, got ", memory_cap_mb);
+  BOOSTER_CHECK(placement_policy == "auto" || memory_cap_mb == 0, who, "memory_cap_mb applies to placement_policy "
+                "auto only (static placement follows the fractions)");
   BOOSTER_CHECK(precision == "fp16" || precision == "bf16" || precision == "fp32", who,
                 "precision must be one of fp16, bf16, fp32, got '", precision, "'");
   auto frac = [&](double v, const char* name) {
@@ -185,8 +190,9 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   z.max_norm = opts_.max_norm;
   z.reduce_bucket_size_in_m = double(chunk) / M;
   z.overlap_communication = opts_.enable_async_reduce;
-  z.cpu_offload = opts_.offload_optim_frac > 0;
-  z.offload_frac = opts_.offload_optim_frac;
+  const bool automatic = opts_.placement_policy == "auto";
+  z.cpu_offload = automatic || opts_.offload_optim_frac > 0;  // auto: every chunk has a place on disk
+  z.offload_frac = automatic ? 1.0 : opts_.offload_optim_frac;
   z.offload_dir = opts_.offload_dir;
   z.master_weights = opts_.master_weights;
   apply_low_level_zero(o, dist::ProcessGroup::world(), z);
@@ -203,8 +209,17 @@ void GeminiPlugin::configure(BoostedObjects& o) {
       for (size_t i : zp.buckets()[b]) done += zp.parts()[i].numel;
     }
   };
-  first_share(opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
-  first_share(opts_.offload_param_frac, [&](size_t b) { zp.offload_own(b); });
+  first_share(automatic ? 1.0 : opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
+  first_share(automatic ? 1.0 : opts_.offload_param_frac, [&](size_t b) { zp.offload_own(b); });
+  placement_.reset();
+  if (automatic) {
+    auto* zo = o.optimizer->find<LowLevelZeroOptimizer>();
+    placement_ = std::make_shared<AutoPlacement>(zp, *zm->grads(), *zo, resolve_memory_cap(opts_.memory_cap_mb),
+                                                 opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
+    zo->set_after_step([p = placement_.get()] { p->after_step(); });
+  }
+  // Chunk by chunk: a chunk's reduce-scatter buffers go before the third is launched.
+  zm->grads()->set_max_inflight(2);
   o.model = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch);
 }
 

@@ -9,8 +9,10 @@
 // chunks are sharded (the rest stay gathered, as ZeRO-2), offload_optim_frac of them keep
 // their masters and optimizer states on the disk tier (the first parameters first), and
 // with both at 1, offload_param_frac of the chunks keep this rank's parameter slices there
-// too (read back for a fetch and for the update). Not yet: placement_policy "auto" with a
-// memory cap, tensor parallelism inside Gemini.
+// too (read back for a fetch and for the update). auto placement (placement.h): every
+// chunk's states have a place on the disk tier and the chunks that fit under the memory
+// cap (memory_cap_mb, else BOOSTER_MEMORY_CAP_MB, else RAM / local ranks) beside the
+// measured non-model memory stay pinned in RAM. Not yet: tensor parallelism inside Gemini.
 #pragma once
 
 #include <memory>
@@ -18,6 +20,7 @@
 #include "booster/grad_scaler.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
+#include "plugins/gemini/placement.h"
 
 namespace booster::plugins {
 
@@ -47,6 +50,7 @@ struct GeminiOptions {
   bool enable_async_reduce = true;
   bool verbose = false;
   std::string offload_dir;  // the disk tier's folder ("": the temp folder)
+  double memory_cap_mb = 0;  // auto: this rank's RAM cap (0: BOOSTER_MEMORY_CAP_MB, else RAM / local ranks)
 
   /// Reads a [plugin] table (name = "gemini"); unknown keys and wrong types refused.
   static GeminiOptions from_config(const Config& cfg, const std::string& table = "plugin");
@@ -74,9 +78,12 @@ class GeminiPlugin : public Plugin {
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
   NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
   const GeminiOptions& options() const { return opts_; }
+  /// auto placement of the last boost (null under static placement).
+  const AutoPlacement* placement() const { return placement_.get(); }
 
  private:
   GeminiOptions opts_;
+  std::shared_ptr<AutoPlacement> placement_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 

@@ -13,6 +13,9 @@ ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
   bucket_of_.resize(parts.size());
   ready_.assign(parts.size(), false);
   chunks_.resize(parts.size());
+  slot_.assign(parts.size(), -1);
+  has_.assign(parts.size(), false);
+  noted_.resize(parts.size());
   buckets_.resize(zp_.buckets().size());
   for (size_t b = 0; b < zp_.buckets().size(); ++b)
     for (size_t i : zp_.buckets()[b]) bucket_of_[i] = b;
@@ -30,14 +33,26 @@ void ZeroGrads::on_ready(size_t i) {
   ++buckets_[bucket_of_[i]].ready;
   if (!overlap_) return;
   launch_ready_in_order();
-  for (size_t b = 0; b < next_launch_; ++b)  // let in-flight buckets progress while backward computes
+  for (size_t b = next_complete_; b < next_launch_; ++b)  // let in-flight buckets progress while backward computes
     if (buckets_[b].work) buckets_[b].work->test();
 }
 
 void ZeroGrads::launch_ready_in_order() {
   // Buckets launch strictly in order, so every rank issues the same collective sequence.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == zp_.buckets()[next_launch_].size())
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == zp_.buckets()[next_launch_].size()) {
     launch(next_launch_++);
+    while (max_inflight_ > 0 && next_launch_ - next_complete_ > max_inflight_) complete_oldest();
+  }
+}
+
+void ZeroGrads::complete_oldest() {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ProfileScope prof_("zero reduce-scatter wait");
+    buckets_[next_complete_].work->wait();
+  }
+  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  complete(next_complete_++);
 }
 
 void ZeroGrads::launch(size_t b) {
@@ -65,6 +80,7 @@ void ZeroGrads::launch(size_t b) {
   }
   Bucket& bk = buckets_[b];
   bk.out = Tensor::empty({width}, comm_);
+  bk.stage = stage;
   bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, zp_.group(), /*async_op=*/true);
   if (stage_ == 2)
     for (size_t i : ids) {  // only the chunks are kept
@@ -84,7 +100,21 @@ void ZeroGrads::complete(size_t b) {
     Tensor mine = bk.out.narrow(0, off, p.n);
     off += p.chunk;
     if (p.n == 0) continue;
-    if (stage_ == 2) {
+    if (stage_ == 2 && p.own_slot >= 0) {  // on the disk tier with the parameter's slice
+      OffloadStore& store = *zp_.store();
+      if (has_[i]) {  // accumulating over micro-batches
+        Tensor acc = store.get(slot_[i]);
+        kernels::add_(acc, mine);
+        renote(i, acc);
+        store.release(slot_[i], true);
+      } else {
+        Tensor value = mine.to(DType::f32).contiguous();
+        if (slot_[i] < 0) slot_[i] = store.put(value, p.resident);
+        else store.assign(slot_[i], value);
+        renote(i, value);
+        has_[i] = true;
+      }
+    } else if (stage_ == 2) {
       if (chunks_[i].defined()) kernels::add_(chunks_[i], mine);
       else chunks_[i] = mine.to(DType::f32).contiguous().clone();
     } else {
@@ -94,6 +124,7 @@ void ZeroGrads::complete(size_t b) {
     }
   }
   bk.out = Tensor();
+  bk.stage = Tensor();
   bk.work.reset();
   bk.ready = 0;
 }
@@ -112,15 +143,9 @@ void ZeroGrads::finish() {
       ++buckets_[bucket_of_[i]].ready;
     }
   launch_ready_in_order();
-  const auto t0 = std::chrono::steady_clock::now();
-  {
-    ProfileScope prof_("zero reduce-scatter wait");
-    for (auto& bk : buckets_) bk.work->wait();
-  }
-  wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (size_t b = 0; b < buckets_.size(); ++b) complete(b);
+  while (next_complete_ < buckets_.size()) complete_oldest();
   std::fill(ready_.begin(), ready_.end(), false);
-  next_launch_ = 0;
+  next_launch_ = next_complete_ = 0;
   started_ = false;
 }
 
@@ -131,8 +156,23 @@ Tensor ZeroGrads::chunk(size_t i) const {
   return g.defined() ? g.view({-1}).narrow(0, p.lo, p.n) : Tensor();
 }
 
+Tensor ZeroGrads::fetch(size_t i) const { return has_.at(i) ? zp_.store()->get(slot_[i]) : Tensor(); }
+
+void ZeroGrads::prefetch(size_t i) const {
+  if (has_.at(i)) zp_.store()->prefetch(slot_[i]);
+}
+
+void ZeroGrads::release(size_t i, bool dirty) const {
+  if (has_.at(i)) zp_.store()->release(slot_[i], dirty);
+}
+
+void ZeroGrads::renote(size_t i, const Tensor& chunk) {
+  noted_.at(i) = {kernels::all_finite(chunk), kernels::sum_squares(chunk)};
+}
+
 void ZeroGrads::zero() {
   NoGradGuard ng;
+  std::fill(has_.begin(), has_.end(), false);
   for (size_t i = 0; i < zp_.parts().size(); ++i) {
     Tensor p = zp_.parts()[i].param;
     p.set_grad(Tensor());

@@ -6,6 +6,9 @@
 //   Stage 2: a launched bucket frees its full gradients; the chunks accumulate in fp32
 //   buffers (gradient memory / dp). Under no_sync the buckets are still reduced, into the
 //   chunks, so memory stays partitioned while micro-batches accumulate.
+//   A part whose parameter slice lives on the disk tier (Gemini) keeps its chunk there
+//   too: written behind once reduced, its finiteness and sum of squares noted on the way
+//   (so the overflow check and clipping read no disk), read back for the update.
 //   Stage 1: full gradients stay (working dtype); each rank's chunk of the average is
 //   written into its own slice of them. Under no_sync nothing is sent: the full gradients
 //   accumulate locally and are reduced by the next synchronized backward.
@@ -38,11 +41,32 @@ class ZeroGrads {
   /// chunks). Parameters that received no gradient count as zero.
   void finish();
   /// This rank's chunk of part i's averaged gradient ([n]; fp32 in stage 2, the working
-  /// dtype in stage 1), or undefined when it has none yet.
+  /// dtype in stage 1), or undefined when it has none yet or it is on the disk tier.
   Tensor chunk(size_t i) const;
+  /// Whether part i's chunk lives on the disk tier (read it with fetch / release).
+  bool on_disk(size_t i) const { return slot_.at(i) >= 0; }
+  /// Its slot on the disk tier (-1 before its first gradient or when in RAM).
+  int64_t slot(size_t i) const { return slot_.at(i); }
+  /// Whether part i has a gradient chunk (in RAM or on disk).
+  bool has(size_t i) const { return on_disk(i) ? has_.at(i) : chunk(i).defined(); }
+  /// A chunk on the disk tier, in RAM until release; prefetch starts reading it.
+  Tensor fetch(size_t i) const;
+  void prefetch(size_t i) const;
+  void release(size_t i, bool dirty) const;
+  /// What was noted of a chunk on the disk tier when it was written.
+  struct Noted {
+    bool finite = true;
+    double sum_squares = 0;
+  };
+  const Noted& noted(size_t i) const { return noted_.at(i); }
+  /// Notes a disk chunk changed in RAM (clip by value) before its release.
+  void renote(size_t i, const Tensor& chunk);
   /// Called with a bucket's index once its reduction is launched (its full gradients read):
   /// ZeRO-3 releases the bucket's parameters then.
   void set_after_launch(std::function<void(size_t)> f) { after_launch_ = std::move(f); }
+  /// At most n buckets in flight (0: no bound): launching one more first completes the
+  /// oldest, so its staging and output buffers go (Gemini bounds its transient memory).
+  void set_max_inflight(size_t n) { max_inflight_ = n; }
   /// Clears the gradients (full and chunks).
   void zero();
   /// Seconds finish() spent waiting on communication since the last reset.
@@ -52,6 +76,7 @@ class ZeroGrads {
  private:
   struct Bucket {
     Tensor out;  // this rank's chunks of the bucket's parameters, comm dtype
+    Tensor stage;  // the reduce-scatter's input, until it completes
     dist::WorkPtr work;
     size_t ready = 0;
   };
@@ -59,6 +84,8 @@ class ZeroGrads {
   void launch(size_t bucket);
   void launch_ready_in_order();
   void complete(size_t bucket);
+  /// Waits for the oldest bucket in flight and completes it.
+  void complete_oldest();
 
   ZeroPartition& zp_;
   int stage_;
@@ -68,7 +95,10 @@ class ZeroGrads {
   std::vector<size_t> bucket_of_;
   std::vector<bool> ready_;
   std::vector<Tensor> chunks_;  // stage 2: fp32 [n] per part
-  size_t next_launch_ = 0;
+  std::vector<int64_t> slot_;   // its slot on the disk tier, or -1
+  std::vector<bool> has_;       // a disk chunk holds this step's gradient
+  std::vector<Noted> noted_;
+  size_t next_launch_ = 0, next_complete_ = 0, max_inflight_ = 0;
   double wait_s_ = 0;
   std::function<void(size_t)> after_launch_;
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at

@@ -45,6 +45,8 @@ bool LowLevelZeroOptimizer::nonfinite_anywhere() const {
       bad = true;
       break;
     }
+  for (size_t i = 0; i < zp_->parts().size() && !bad; ++i)  // chunks on disk: noted when written
+    bad = grads_->on_disk(i) && grads_->has(i) && !grads_->noted(i).finite;
   // Every rank decides alike (Colossal-AI reduces the flag over the world).
   return dist::world_size() > 1 ? dist::all_reduce_scalar(bad ? 1.0 : 0.0, dist::ReduceOp::max) > 0 : bad;
 }
@@ -56,7 +58,11 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
   grads_->finish();
   // The chunks are disjoint: their squares summed over the dp group count each element once.
   const auto& dp = zp_->group();
+  double on_disk = 0;  // sums of squares noted as disk chunks were written
+  for (size_t i = 0; i < zp_->parts().size(); ++i)
+    if (grads_->on_disk(i) && grads_->has(i) && scope.count(zp_->parts()[i].param)) on_disk += grads_->noted(i).sum_squares;
   const optim::NormReducer over_dp = [&](double local, bool is_max) {
+    local += on_disk;
     const double v = dp.size() > 1 ? dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, dp)
                                    : local;
     return scope.combine(v, is_max);
@@ -72,13 +78,22 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
 
 void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
   grads_->finish();
-  optim::clamp_values(chunks(), clip_value * scaling_.loss_scale());  // gradients are still scaled
+  const double bound = clip_value * scaling_.loss_scale();  // gradients are still scaled
+  optim::clamp_values(chunks(), bound);
+  for (size_t i = 0; i < zp_->parts().size(); ++i) {
+    if (!grads_->on_disk(i) || !grads_->has(i)) continue;
+    Tensor g = grads_->fetch(i);
+    optim::clamp_values({g}, bound);
+    grads_->renote(i, g);
+    grads_->release(i, true);
+  }
 }
 
 void LowLevelZeroOptimizer::step() {
   grads_->finish();
   if (!scaling_.begin_step(nonfinite_anywhere())) {
     zero_grad();
+    if (after_step_) after_step_();
     return;
   }
   if (opts_.max_norm > 0) clip_norm(opts_.max_norm, 2.0, false, {});
@@ -87,7 +102,7 @@ void LowLevelZeroOptimizer::step() {
   auto& parts = zp_->parts();
   std::vector<size_t> todo;  // parts with a chunk here and a gradient
   for (size_t i = 0; i < parts.size(); ++i)
-    if (parts[i].n > 0 && grads_->chunk(i).defined()) todo.push_back(i);
+    if (parts[i].n > 0 && grads_->has(i)) todo.push_back(i);
   // Without masters the chunk of the working parameter is updated through an fp32 copy.
   auto value_of = [&](size_t i) {
     return zp_->has_masters() ? zp_->master(i) : zp_->own_slice(i).to(DType::f32).contiguous().clone();
@@ -108,11 +123,15 @@ void LowLevelZeroOptimizer::step() {
     const size_t i = disk[k];
     if (k + 1 < disk.size()) {
       zp_->prefetch_master(disk[k + 1]);
+      zp_->prefetch_own(disk[k + 1]);
       prefetch_state(disk[k + 1]);
+      if (grads_->on_disk(disk[k + 1])) grads_->prefetch(disk[k + 1]);
     }
     Tensor value = value_of(i);
     install_state(i);
-    optim_->step_on({{parts[i].name, value, grads_->chunk(i)}}, div);
+    const bool grad_on_disk = grads_->on_disk(i);
+    optim_->step_on({{parts[i].name, value, grad_on_disk ? grads_->fetch(i) : grads_->chunk(i)}}, div);
+    if (grad_on_disk) grads_->release(i, false);
     stash_state(i);
     Tensor own = zp_->own_slice(i);
     own.copy_(value);
@@ -121,6 +140,7 @@ void LowLevelZeroOptimizer::step() {
   }
   zp_->gather(opts_.overlap_allgather);
   scaling_.end_step();
+  if (after_step_) after_step_();
 }
 
 void LowLevelZeroOptimizer::prefetch_state(size_t i) {
@@ -140,7 +160,7 @@ void LowLevelZeroOptimizer::stash_state(size_t i) {
   for (auto& [k, t] : it->second.buffers) {
     auto s = slots.find(k);
     if (s == slots.end()) {
-      slots[k] = zp_->store()->put(t);  // state created by this step: into the store
+      slots[k] = zp_->store()->put(t, zp_->parts()[i].resident);  // state created by this step: into the store
       continue;
     }
     Tensor ram = zp_->store()->get(s->second);

@@ -9,6 +9,7 @@
 // next one read ahead.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -50,6 +51,10 @@ class LowLevelZeroOptimizer : public OptimizerWrapper {
   ZeroPartition& partition() const { return *zp_; }
   ZeroGrads& grads() const { return *grads_; }
   const LossScaling& scaling() const { return scaling_; }
+  /// Called at the end of every step() (applied or skipped): Gemini's placement.
+  void set_after_step(std::function<void()> f) { after_step_ = std::move(f); }
+  /// Part i's optimizer states on the disk tier (state -> slot; empty before its first step).
+  const std::map<std::string, int64_t>& state_slots(size_t i) { return state_slots_[zp_->parts().at(i).name]; }
 
  protected:
   double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
@@ -66,6 +71,7 @@ class LowLevelZeroOptimizer : public OptimizerWrapper {
   std::shared_ptr<ZeroGrads> grads_;
   ZeroStepOptions opts_;
   LossScaling scaling_;
+  std::function<void()> after_step_;
   std::map<std::string, std::map<std::string, int64_t>> state_slots_;  // offload: parameter -> state -> slot
 };
 

@@ -169,6 +169,14 @@ void ZeroPartition::release_own(size_t i, bool dirty) const {
   if (parts_.at(i).own_slot >= 0) store_->release(parts_[i].own_slot, dirty);
 }
 
+void ZeroPartition::prefetch_own(size_t i) const {
+  if (parts_.at(i).own_slot >= 0) store_->prefetch(parts_[i].own_slot);
+}
+
+void ZeroPartition::prefetch_own_bucket(size_t b) const {
+  for (size_t i : buckets_.at(b)) prefetch_own(i);
+}
+
 Tensor ZeroPartition::own_slice(size_t i) const {
   const Part& p = parts_.at(i);
   if (p.own_slot >= 0) return store_->get(p.own_slot);

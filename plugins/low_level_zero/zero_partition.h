@@ -34,6 +34,7 @@ class ZeroPartition {
     Tensor own;            // ZeRO-3: this rank's slice [n] (working dtype) while the parameter is released
     int64_t own_slot = -1;  // ...or its slot in the disk store (Gemini's offload_param_frac)
     Shape shape;           // the parameter's shape (it is [0] while released)
+    bool resident = false;  // auto placement keeps its slots on the disk tier pinned in RAM
   };
 
   /// Partitions `params` over `dp` (ranks hold equal parameters: they start from rank 0's).
@@ -63,6 +64,10 @@ class ZeroPartition {
   Tensor own_slice(size_t i) const;
   /// Gives back an offloaded own slice taken with own_slice (dirty: it was written).
   void release_own(size_t i, bool dirty) const;
+  /// Starts reading an offloaded own slice ahead of use.
+  void prefetch_own(size_t i) const;
+  /// Starts reading bucket b's offloaded own slices ahead of its fetch.
+  void prefetch_own_bucket(size_t b) const;
 
   // ---- ZeRO-3 (Gemini): a sharded bucket's parameters exist in full only while fetched ----
   /// Keeps only this rank's slices of bucket b's parameters; they are released ([0]) until fetch(b).

@@ -45,3 +45,43 @@ TEST(OffloadStore, RoundTripsThroughDiskWithAWindowInRam) {
     EXPECT_NE(std::string(e.what()).find("/proc/no_such_dir"), std::string::npos) << e.what();
   }
 }
+
+// Placement moves a slot between the tiers: pinned, get and release cost no IO and a
+// change stays in RAM; unpinned, it is written once and RAM lets go. assign overwrites a
+// slot without reading it.
+TEST(OffloadStore, PinKeepsASlotInRamUntilUnpinned) {
+  OffloadStore store;
+  const int64_t a = store.put(Tensor::full({1000}, 1.0), /*pinned=*/true);
+  const int64_t b = store.put(Tensor::full({1000}, 2.0));
+  store.flush();
+  EXPECT_TRUE(store.pinned(a));
+  EXPECT_EQ(store.bytes_written(), 4000u);  // only b went to the file
+  EXPECT_EQ(store.slot_bytes(a), 4000u);
+  const size_t ram = host_tier().bytes_in_use();
+  for (int k = 0; k < 3; ++k) {
+    Tensor t = store.get(a);
+    t.copy_(Tensor::full({1000}, double(k) + 2.0));
+    store.release(a, true);
+  }
+  store.flush();
+  EXPECT_EQ(store.bytes_written(), 4000u);  // a changed in RAM only
+  EXPECT_EQ(store.bytes_read(), 0u);
+  EXPECT_EQ(host_tier().bytes_in_use(), ram);  // a's copy is the same RAM throughout
+  store.unpin(a);
+  store.flush();
+  EXPECT_EQ(store.bytes_written(), 8000u);
+  EXPECT_EQ(host_tier().bytes_in_use(), ram - 4000);
+  EXPECT_EQ(store.get(a).to_vector()[7], 4.0f);  // read back from the file
+  store.release(a, false);
+  store.pin(b);
+  store.flush();
+  EXPECT_EQ(store.bytes_read(), 8000u);
+  store.assign(b, Tensor::full({10, 100}, 5.0, DType::bf16));  // into the pinned copy, converted
+  store.unpin(b);
+  store.assign(a, Tensor::full({1000}, 6.0));  // not in RAM: written without a read
+  store.flush();
+  EXPECT_EQ(store.bytes_read(), 8000u);
+  EXPECT_EQ(store.get(b).to_vector()[999], 5.0f);
+  EXPECT_EQ(store.get(a).to_vector()[0], 6.0f);
+  EXPECT_THROW(store.assign(a, Tensor::full({3}, 1.0)), ShapeError);
+}

@@ -63,6 +63,8 @@ const std::vector<PluginCase> kCases = {
     {"gemini_half_sharded", kGemini + "shard_param_frac = 0.5\noffload_optim_frac = 0.5\n"},
     {"gemini_unsharded_sync", kGemini + "shard_param_frac = 0.0\nenable_async_reduce = false\n"},
     {"gemini_offload_all", kGemini + "offload_optim_frac = 1.0\noffload_param_frac = 1.0\n"},
+    // auto: the warm-up keeps every chunk on disk, then they move into RAM (the cap is RAM).
+    {"gemini_auto", kGemini + "placement_policy = 'auto'\nwarmup_non_model_data_ratio = 1.0\n"},
 };
 
 // Whether a configuration runs at this world size.

@@ -5,7 +5,10 @@
 // refused by name. Runs at np 1, 2 and 4.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
 
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
@@ -115,6 +118,9 @@ TEST(Gemini, EverythingOffloadedTrains) {
     booster.backward(loss, *b.optimizer);
     b.optimizer->step();
     (step == 0 ? first : last) = loss.item();
+    auto& grads = *b.model->find<plugins::LowLevelZeroModel>()->grads();
+    for (size_t i = 0; i < zp->parts().size(); ++i)  // the gradient shards went to the disk tier too
+      if (zp->parts()[i].n > 0) EXPECT_TRUE(grads.on_disk(i) && grads.has(i) && !grads.chunk(i).defined()) << zp->parts()[i].name;
   }
   EXPECT_LT(last, first);
 }
@@ -170,9 +176,82 @@ TEST(Gemini, MixedPrecisionFollowsFp32) {
   }
 }
 
+// placement_policy auto: the warm-up keeps warmup_non_model_data_ratio of the cap for what
+// is not model data; then the chunks that fit beside the measured non-model memory stay in
+// RAM and the rest live on disk, the host tier's peak stays under the cap, and training is
+// the same as with every chunk in RAM. A cap too small to hold the non-model memory alone
+// is an error naming it, on every rank at the same step.
+TEST(Gemini, AutoPlacementKeepsUnderTheCap) {
+  struct Run {
+    ShardedState state;
+    plugins::AutoPlacement::Stats after_warmup, after_first, last;
+    size_t most_peak = 0;  // the host tier's peak over the steady steps
+  };
+  // Model states of tens of MB: well above the noise of the resident set, which the cap counts.
+  auto make_model = [] {
+    manual_seed(3);
+    auto c = testkit::tiny_vit(8);
+    c.hidden_size = 256, c.intermediate_size = 1024, c.num_attention_heads = 4;
+    return std::make_shared<nn::ViTForImageClassification>(c);
+  };
+  auto run = [&](double cap_mb, double warmup_ratio) {
+    auto model = make_model();
+    Booster booster(gemini("placement_policy = 'auto'\nmemory_cap_mb = " + std::to_string(cap_mb) +
+                           "\nwarmup_non_model_data_ratio = " + std::to_string(warmup_ratio) + "\n"));
+    auto b = booster.boost(model, std::make_shared<optim::Adam>(model->named_parameters(), optim::AdamOptions{1e-3}));
+    const auto* placement = static_cast<plugins::GeminiPlugin*>(booster.plugin())->placement();
+    EXPECT_NE(placement, nullptr);
+    Run r;
+    r.after_warmup = placement->stats();
+    for (int step = 0; step < 5; ++step) {
+      auto [x, y] = batch(4, 90 + uint64_t(step));
+      b.optimizer->zero_grad();
+      booster.backward((*b.model)(x, y).loss, *b.optimizer);
+      b.optimizer->step();
+      if (step == 0) r.after_first = placement->stats();
+      if (step >= 2) r.most_peak = std::max(r.most_peak, placement->stats().last_peak);
+    }
+    r.last = placement->stats();
+    r.state = b.model->checkpoint_state();
+    return r;
+  };
+  const double MB = double(1 << 20);
+  auto rss = [] {  // this process's resident set (the cap counts it)
+    std::ifstream in("/proc/self/statm");
+    double pages = 0, resident = 0;
+    in >> pages >> resident;
+    return resident * double(::sysconf(_SC_PAGE_SIZE));
+  };
+  host_tier().empty_cache();
+  const double rss_before = rss();
+  Run all = run(1e5, 1.0);
+  host_tier().empty_cache();
+  const double kept = std::max(0.0, rss() - rss_before);  // what the first run left (its state, kept to compare)  // the warm-up keeps every chunk on disk, then all fit
+  EXPECT_EQ(all.after_warmup.resident_chunks, 0u);
+  EXPECT_EQ(all.last.resident_chunks, all.last.chunks);
+  EXPECT_EQ(all.last.moves_in, all.last.chunks);
+  ASSERT_GT(all.last.chunks, 3u);
+  // A cap that holds the measured non-model memory and about half the model states.
+  // The first run's warm-up step kept every chunk on disk: its non-model figure includes the
+  // disk tier's buffers.
+  const double cap = (double(all.after_first.non_model_peak) + kept + 0.2 * double(all.last.model_bytes)) / 0.9;
+  Run some = run(cap / MB, 0.8);
+  EXPECT_GT(some.last.resident_chunks, 0u);
+  EXPECT_LT(some.last.resident_chunks, some.last.chunks);
+  EXPECT_LE(double(some.last.resident_bytes), 0.9 * cap - double(some.last.non_model_peak) + 1);
+  EXPECT_LE(double(some.most_peak + some.last.untracked), cap) << "the host tier's peak over the cap";
+  for (auto& [n, p] : make_model()->named_parameters())
+    EXPECT_EQ(testkit::logical_state(some.state, n).to_vector(), testkit::logical_state(all.state, n).to_vector()) << n;
+  // Not even the non-model memory fits: every rank stops at the first steady step.
+  const std::string e = testkit::error_of([&] { run(0.5 * double(all.last.non_model_peak) / MB, 0.8); });
+  EXPECT_NE(e.find("memory_cap_mb"), std::string::npos) << e;
+  EXPECT_NE(e.find("does not fit even with every chunk on disk"), std::string::npos) << e;
+}
+
 TEST(Gemini, ArgumentsRefusedByName) {
   auto err = [](const std::string& extra) { return testkit::error_of([&] { gemini(extra); }); };
-  EXPECT_NE(err("placement_policy = 'auto'\n").find("placement_policy auto"), std::string::npos);
+  EXPECT_NE(err("memory_cap_mb = 100\n").find("applies to placement_policy auto"), std::string::npos);
+  EXPECT_NE(err("placement_policy = 'auto'\nmemory_cap_mb = -1\n").find("memory_cap_mb must be"), std::string::npos);
   EXPECT_NE(err("placement_policy = 'dynamic'\n").find("placement_policy must be"), std::string::npos);
   EXPECT_NE(err("shard_param_frac = 1.5\n").find("shard_param_frac"), std::string::npos);
   EXPECT_NE(err("offload_optim_frac = 1.5\n").find("offload_optim_frac"), std::string::npos);

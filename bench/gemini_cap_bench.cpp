@@ -1,0 +1,178 @@
+// gemini_cap_bench: a ViT whose model states exceed a memory cap, trained by GeminiPlugin
+// with placement_policy auto under that cap, beside the same model without a cap (static
+// placement, every chunk sharded, nothing offloaded) in the same run. Per row: the model
+// states per rank (parameter slices, gradient shards, fp32 masters, Adam states), the cap,
+// what placement kept resident and measured as non-model memory, the host tier's peak, the
+// process's peak RSS over the timed steps (VmHWM, reset after the warm-up steps) beside the
+// RSS the process had before any model (libraries, MPI: the stated margin), throughput, and
+// the disk tier's bytes read and written per step. The losses of the two rows must agree
+// (the same training). Largest rank shown. Exits 1 when a capped row's peak RSS exceeds
+// cap + margin.
+//   mpirun -np 2 gemini_cap_bench --model vit-large --precision bf16 --batch 2 --steps 3
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "booster/booster.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "nn/vit.h"
+#include "optim/adam.h"
+#include "plugins/gemini/gemini_plugin.h"
+#include "plugins/low_level_zero/low_level_zero_plugin.h"
+#include "plugins/registry.h"
+
+using namespace booster;
+
+namespace {
+
+constexpr double kMB = double(1 << 20);
+
+/// A field of /proc/self/status in bytes (VmRSS, VmHWM).
+double proc_status_bytes(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stod(line.substr(key.size() + 1)) * 1024.0;
+  return 0;
+}
+
+/// Resets VmHWM to the current RSS (Linux: 5 to clear_refs).
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+double max_over_ranks(double v) { return dist::all_reduce_scalar(v, dist::ReduceOp::max); }
+
+struct Row {
+  std::string name;
+  double states_mb = 0, cap_mb = 0, resident_mb = 0, non_model_mb = 0, host_peak_mb = 0, rss_peak_mb = 0,
+         build_rss_mb = 0, img_s = 0, read_mb = 0, written_mb = 0;
+  std::vector<double> losses;
+};
+
+/// One row; capped: placement auto under cap_mb (0: 0.45 x this rank's model states).
+Row run(bool capped, double cap_mb, const std::string& base_toml, const std::string& precision, const nn::ViTConfig& c,
+        int64_t batch, int warmup, int steps) {
+  Row r;
+  manual_seed(7);
+  auto model = std::make_shared<nn::ViTForImageClassification>(c);
+  std::string toml = base_toml;
+  if (capped) {
+    if (cap_mb <= 0) {  // below half the model states of a rank
+      double elems = 0;
+      for (auto& p : model->parameters()) elems += double((p.numel() + dist::world_size() - 1) / dist::world_size());
+      cap_mb = 0.45 * elems * ((precision == "fp32" ? 4.0 : 2.0) + 4 + 4 + 8) / kMB;
+    }
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f", cap_mb);
+    toml += std::string("placement_policy = 'auto'\nmemory_cap_mb = ") + text + "\n";
+    r.name = std::string("auto, cap ") + text + " MB";
+  } else {
+    r.name = "static, no cap";
+  }
+  Booster booster(plugins::make_plugin(Config::from_string(toml, "gemini_cap_bench")));
+  auto b = booster.boost(model, std::make_shared<optim::HybridAdam>(model->named_parameters()));
+  r.build_rss_mb = max_over_ranks(proc_status_bytes("VmHWM")) / kMB;  // the whole model was built in fp32 first
+  auto* zm = b.model->find<plugins::LowLevelZeroModel>();
+  const auto& zp = *zm->partition();
+  double states = 0;
+  for (auto& p : zp.parts()) states += double(p.n) * double(dtype_size(zp.working_dtype()) + 4 + 4 + 8);
+  r.states_mb = max_over_ranks(states) / kMB;
+  const auto* placement = static_cast<plugins::GeminiPlugin*>(booster.plugin())->placement();
+  auto step = [&](int s) {
+    Tensor x = Tensor::empty({batch, 3, c.image_size, c.image_size});
+    Generator(uint64_t(1000 * s + dist::world_rank())).normal_(x);
+    std::vector<int64_t> y;
+    for (int64_t i = 0; i < batch; ++i) y.push_back((s + i) % c.num_labels);
+    b.optimizer->zero_grad();
+    Tensor loss = (*b.model)(x, Tensor::from_ints(y, {batch})).loss;
+    booster.backward(loss, *b.optimizer);
+    b.optimizer->step();
+    r.losses.push_back(dist::all_reduce_scalar(loss.item(), dist::ReduceOp::sum) / dist::world_size());
+  };
+  for (int s = 0; s < warmup; ++s) step(s);
+  OffloadStore* store = zp.store();
+  if (store) store->flush();
+  const double read0 = store ? double(store->bytes_read()) : 0, written0 = store ? double(store->bytes_written()) : 0;
+  host_tier().reset_peak();
+  reset_peak_rss();
+  dist::barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  double host_peak = 0;
+  for (int s = warmup; s < warmup + steps; ++s) {
+    step(s);
+    host_peak = std::max(host_peak, placement ? double(placement->stats().last_peak) : double(host_tier().peak_bytes()));
+  }
+  if (store) store->flush();
+  dist::barrier();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.img_s = double(batch * dist::world_size() * steps) / secs;
+  r.rss_peak_mb = max_over_ranks(proc_status_bytes("VmHWM")) / kMB;
+  r.host_peak_mb = max_over_ranks(host_peak) / kMB;
+  if (store) {
+    r.read_mb = max_over_ranks((double(store->bytes_read()) - read0) / steps) / kMB;
+    r.written_mb = max_over_ranks((double(store->bytes_written()) - written0) / steps) / kMB;
+  }
+  if (placement) {
+    const auto& st = placement->stats();
+    r.cap_mb = double(st.cap) / kMB;
+    r.resident_mb = max_over_ranks(double(st.resident_bytes)) / kMB;
+    r.non_model_mb = double(st.non_model_peak) / kMB;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::launch_from_openmpi();
+  CLI::App app{"Gemini auto placement under a memory cap, beside the same model uncapped"};
+  std::string preset = "vit-large", precision = "bf16";
+  int64_t batch = 2;
+  int steps = 3, warmup = 2;
+  double cap_mb = 0, chunk_m = 8;
+  bool uncapped = true;
+  app.add_option("--model", preset, "a ViT preset (vit-tiny ... vit-huge)");
+  app.add_option("--precision", precision, "bf16, fp16 or fp32");
+  app.add_option("--batch", batch, "images per rank");
+  app.add_option("--steps", steps, "timed steps");
+  app.add_option("--warmup", warmup, "steps before timing (the first is placement's warm-up)");
+  app.add_option("--cap-mb", cap_mb, "memory cap per rank (default: 0.45 x the model states per rank)");
+  app.add_option("--chunk-m", chunk_m, "min_chunk_size_m (millions of elements)");
+  app.add_flag("!--no-uncapped", uncapped, "skip the uncapped row");
+  CLI11_PARSE(app, argc, argv);
+  const double rss_start = max_over_ranks(proc_status_bytes("VmRSS")) / kMB;
+  nn::ViTConfig c = nn::ViTConfig::preset(preset);
+  c.num_labels = 3;
+  const std::string base = "[plugin]\nname = 'gemini'\nprecision = '" + precision + "'\nmin_chunk_size_m = " +
+                           std::to_string(chunk_m) + "\nsearch_range_m = " + std::to_string(chunk_m) + "\n";
+  // The capped row first, while the process holds nothing else.
+  std::vector<Row> rows{run(true, cap_mb, base, precision, c, batch, warmup, steps)};
+  if (uncapped) rows.push_back(run(false, 0, base, precision, c, batch, warmup, steps));
+  int bad = 0;
+  if (dist::world_rank() == 0) {
+    std::printf("%s %s, batch %lld per rank, %d ranks; RSS before any model %.1f MB (the margin)\n", preset.c_str(),
+                precision.c_str(), (long long)batch, dist::world_size(), rss_start);
+    std::printf("%-24s %9s %9s %9s %9s %9s %9s %8s %9s %9s %9s %8s\n", "row", "states", "cap", "resident", "non-model",
+                "host pk", "RSS pk", "RSS/cap", "img/s", "read/st", "write/st", "vs last");
+    for (auto& r : rows) {
+      const double within = r.cap_mb > 0 ? (r.rss_peak_mb - rss_start) / r.cap_mb : 0;
+      if (r.cap_mb > 0 && r.rss_peak_mb > r.cap_mb + rss_start) ++bad;
+      std::printf("%-24s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.3f %9.3f %9.1f %9.1f %8.3f\n", r.name.c_str(), r.states_mb,
+                  r.cap_mb, r.resident_mb, r.non_model_mb, r.host_peak_mb, r.rss_peak_mb, within, r.img_s, r.read_mb,
+                  r.written_mb, r.img_s / rows.back().img_s);
+    }
+    std::printf("(MB per rank; RSS/cap = (peak RSS - RSS before any model) / cap; building the model in fp32 before "
+                "boost peaked at %.1f MB RSS)\n",
+                rows[0].build_rss_mb);
+    double diff = 0;
+    for (size_t s = 0; s < rows[0].losses.size() && rows.size() > 1; ++s)
+      diff = std::max(diff, std::abs(rows.back().losses[s] - rows[0].losses[s]));
+    std::printf("losses (capped row):");
+    for (double l : rows[0].losses) std::printf(" %.4f", l);
+    std::printf("\nlargest loss difference from the uncapped row: %.3g\n", diff);
+  }
+  dist::finalize();
+  return bad ? 1 : 0;
+}

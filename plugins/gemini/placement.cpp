@@ -1,0 +1,150 @@
+// Gemini's auto placement (see placement.h).
+#include "plugins/gemini/placement.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "core/dist/collectives.h"
+#include "core/tensor/allocator.h"
+
+namespace booster::plugins {
+
+size_t resolve_memory_cap(double memory_cap_mb) {
+  const double MB = double(1 << 20);
+  if (memory_cap_mb > 0) return size_t(memory_cap_mb * MB);
+  if (const char* env = std::getenv("BOOSTER_MEMORY_CAP_MB"); env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    BOOSTER_CHECK(end && *end == '\0' && v > 0, "BOOSTER_MEMORY_CAP_MB must be a positive number of MB, got '", env, "'");
+    return size_t(v * MB);
+  }
+  const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return size_t(ram / ranks);
+}
+
+namespace {
+/// The process's resident set now (/proc/self/statm), 0 where it cannot be read.
+size_t resident_set_bytes() {
+  std::ifstream in("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  if (!(in >> pages >> resident)) return 0;
+  return resident * size_t(::sysconf(_SC_PAGE_SIZE));
+}
+}  // namespace
+
+AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap,
+                             double warmup_ratio, double steady_ratio)
+    : zp_(zp), grads_(grads), opt_(opt), warmup_ratio_(warmup_ratio), steady_ratio_(steady_ratio) {
+  BOOSTER_CHECK(zp.store(), "AutoPlacement: the partition has no disk tier");
+  stats_.cap = cap;
+  stats_.chunks = zp.buckets().size();
+  resident_.assign(zp.buckets().size(), false);
+  for (size_t b = 0; b < zp.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
+  // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
+  place(double(cap) * (1.0 - warmup_ratio_));
+  // Idle cached blocks are resident memory too: the host tier keeps them only under the cap.
+  host_tier().set_footprint_limit(cap);
+  host_tier().reset_peak();
+}
+
+AutoPlacement::~AutoPlacement() { host_tier().set_footprint_limit(0); }
+
+size_t AutoPlacement::chunk_bytes(size_t b) {
+  size_t n = 0;
+  const size_t per_elem = dtype_size(zp_.working_dtype()) + 4 /* gradient */ + 4 /* master */ +
+                          4 * size_t(opt_.unwrap()->state_buffers());
+  for (size_t i : zp_.buckets()[b]) {
+    const auto& p = zp_.parts()[i];
+    const auto& states = opt_.state_slots(i);
+    if (states.empty()) {
+      n += size_t(p.n) * per_elem;
+      continue;
+    }
+    n += size_t(p.n) * (dtype_size(zp_.working_dtype()) + 8);
+    for (auto& [k, id] : states) n += zp_.store()->slot_bytes(id);
+  }
+  return n;
+}
+
+void AutoPlacement::set_resident(size_t b, bool on) {
+  OffloadStore& store = *zp_.store();
+  auto pin = [&](int64_t id) {
+    if (id < 0) return;
+    if (on) store.pin(id);
+    else store.unpin(id);
+  };
+  for (size_t i : zp_.buckets()[b]) {
+    auto& p = zp_.parts()[i];
+    p.resident = on;
+    pin(p.own_slot);
+    pin(p.master_slot);
+    pin(grads_.slot(i));
+    for (auto& [k, id] : opt_.state_slots(i)) pin(id);
+  }
+  resident_[b] = on;
+  ++(on ? stats_.moves_in : stats_.moves_out);
+}
+
+void AutoPlacement::place(double budget) {
+  // The forward uses the last chunk first (chunks are packed from the last parameters).
+  std::vector<bool> want(resident_.size(), false);
+  double used = 0;
+  for (size_t b = resident_.size(); b-- > 0;) {
+    const double n = double(chunk_bytes(b));
+    if (used + n > budget) continue;  // a smaller chunk further on may fit
+    want[b] = true;
+    used += n;
+  }
+  for (size_t b = 0; b < want.size(); ++b)  // out first: RAM is freed before it is taken
+    if (resident_[b] && !want[b]) set_resident(b, false);
+  for (size_t b = 0; b < want.size(); ++b)
+    if (!resident_[b] && want[b]) set_resident(b, true);
+  stats_.resident_bytes = size_t(used);
+  stats_.resident_chunks = size_t(std::count(want.begin(), want.end(), true));
+}
+
+void AutoPlacement::after_step() {
+  ++stats_.steps;
+  // What stayed resident through the step: in the warm-up step the gradient shards and the
+  // optimizer states were created as it went, so only the slices and masters count there
+  // (the measurement errs towards more non-model memory).
+  const bool warmup = stats_.steps == 1;
+  size_t resident = 0;
+  for (size_t b = 0; b < resident_.size(); ++b) {
+    if (!resident_[b]) continue;
+    if (!warmup) resident += chunk_bytes(b);
+    else
+      for (size_t i : zp_.buckets()[b]) resident += size_t(zp_.parts()[i].n) * (dtype_size(zp_.working_dtype()) + 4);
+  }
+  const size_t peak = host_tier().peak_bytes();
+  stats_.last_peak = peak;
+  // Memory outside the host tier counts against the cap too: libraries' pages, oneDNN's
+  // scratchpads, MPI's buffers, small blocks from malloc (the resident set beyond the
+  // tier's blocks in use and cached).
+  const size_t footprint = host_tier().bytes_in_use() + host_tier().bytes_cached(), rss = resident_set_bytes();
+  stats_.untracked = rss > footprint ? rss - footprint : 0;
+  double non_model = double(peak > resident ? peak - resident : 0) + double(stats_.untracked);
+  const auto& dp = zp_.group();
+  if (dp.size() > 1) non_model = dist::all_reduce_scalar(non_model, dist::ReduceOp::max, dp);
+  // The warm-up step created the optimizer states while measuring: its figure is kept only
+  // until a steady step has been measured.
+  steady_peak_ = stats_.steps <= 2 ? size_t(non_model) : std::max(steady_peak_, size_t(non_model));
+  stats_.non_model_peak = steady_peak_;
+  const double budget = steady_ratio_ * double(stats_.cap) - double(steady_peak_);
+  const double MB = double(1 << 20);
+  BOOSTER_CHECK_T(BackendError, budget >= 0 || stats_.steps == 1, "GeminiPlugin (placement_policy auto): the memory that is not model data "
+                  "(activations, gathered chunks, gradients in flight, the disk tier's buffers, everything else this "
+                  "process allocates) peaked at ", non_model / MB, " MB, more than steady_cuda_cap_ratio ",
+                  steady_ratio_, " x the memory cap ", double(stats_.cap) / MB, " MB (memory_cap_mb or "
+                  "BOOSTER_MEMORY_CAP_MB): it does not fit even with every chunk on disk; raise the cap or lower the "
+                  "batch size");
+  place(std::max(budget, 0.0));  // the warm-up's figure errs high: a steady step decides whether it fits
+  host_tier().set_footprint_limit(stats_.cap > stats_.untracked ? stats_.cap - stats_.untracked : 1);
+  host_tier().reset_peak();
+}
+
+}  // namespace booster::plugins

@@ -1,0 +1,66 @@
+// AutoPlacement: Gemini's placement_policy "auto" (Colossal-AI's AutoPlacementPolicy). The
+// fast memory is RAM under a cap; the slow one the disk tier. Every chunk of a rank's model
+// states (its parameter slices, gradient shards, fp32 masters, optimizer states) has a
+// place on disk; the chunks kept resident are pinned in RAM, the others pass through RAM
+// when used (read ahead, written behind). Before the first step, warmup_non_model_data_ratio
+// of the cap is reserved for what is not model data; each step then measures that memory
+// (the host tier's peak minus the resident states, plus the resident set outside the host
+// tier, the largest over the dp group, so every rank places alike) and keeps as many chunks resident as fit in steady_cuda_cap_ratio of
+// the cap beside it, moving chunks between the tiers between steps. Chunks the forward
+// uses first are kept first (a read ahead cannot hide the first chunk's read).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "plugins/low_level_zero/zero_optimizer.h"
+
+namespace booster::plugins {
+
+/// The cap in bytes: memory_cap_mb when > 0, else BOOSTER_MEMORY_CAP_MB, else the machine's
+/// RAM shared by the ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE).
+size_t resolve_memory_cap(double memory_cap_mb);
+
+class AutoPlacement {
+ public:
+  struct Stats {
+    size_t cap = 0;                 // bytes
+    size_t non_model_peak = 0;      // what placement plans for (largest over the dp group)
+    size_t last_peak = 0;           // the host tier's peak in the last step, this rank
+    size_t untracked = 0;           // resident memory outside the host tier (in non_model_peak)
+    size_t resident_bytes = 0;      // model states pinned in RAM now
+    size_t model_bytes = 0;         // this rank's model states in all
+    size_t resident_chunks = 0, chunks = 0;
+    size_t moves_in = 0, moves_out = 0;  // chunk moves so far
+    int steps = 0;
+  };
+
+  AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap, double warmup_ratio,
+                double steady_ratio);
+  /// Lifts the host tier's footprint limit this placement set.
+  ~AutoPlacement();
+  AutoPlacement(const AutoPlacement&) = delete;
+  AutoPlacement& operator=(const AutoPlacement&) = delete;
+  /// Measures the step just done and places the chunks for the next (every rank of the dp
+  /// group calls it after each step).
+  void after_step();
+  const Stats& stats() const { return stats_; }
+
+ private:
+  /// This rank's model-state bytes of chunk b (optimizer states as planned until they exist).
+  size_t chunk_bytes(size_t b);
+  void set_resident(size_t b, bool on);
+  /// Keeps the chunks that fit in `budget` resident, in order of preference.
+  void place(double budget);
+
+  ZeroPartition& zp_;
+  ZeroGrads& grads_;
+  LowLevelZeroOptimizer& opt_;
+  double warmup_ratio_, steady_ratio_;
+  size_t steady_peak_ = 0;
+  std::vector<bool> resident_;
+  Stats stats_;
+};
+
+}  // namespace booster::plugins
