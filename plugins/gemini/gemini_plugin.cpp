@@ -108,7 +108,9 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
   using O = GeminiOptions;
   static const auto binder = [] {
     OptionBinder<O> b;
-    b.add("placement_policy", &O::placement_policy, "static (by the fractions) or auto (under memory_cap_mb)")
+    b.add("chunk_config_dict.chunk_size", &O::chunk_size, "elements per chunk (0: searched from the *_m keys)")
+        .add("chunk_config_dict.keep_gathered", &O::keep_gathered, "chunks stay whole (not sharded)")
+        .add("placement_policy", &O::placement_policy, "static (by the fractions) or auto (under memory_cap_mb)")
         .add("enable_gradient_accumulation", &O::enable_gradient_accumulation)
         .add("max_prefetch", &O::max_prefetch)
         .add("shard_param_frac", &O::shard_param_frac, "fraction of chunk memory sharded (1: ZeRO-3, 0: ZeRO-2)")
@@ -142,6 +144,11 @@ void GeminiOptions::validate() const {
   const char* who = "GeminiPlugin: ";
   BOOSTER_CHECK(placement_policy == "static" || placement_policy == "auto", who,
                 "placement_policy must be static or auto, got '", placement_policy, "'");
+  BOOSTER_CHECK(chunk_size >= 0, who, "chunk_config_dict.chunk_size must be >= 0, got ", chunk_size);
+  BOOSTER_CHECK(!keep_gathered || offload_param_frac == 0, who, "chunk_config_dict.keep_gathered keeps every chunk "
+                "whole: offload_param_frac (this rank's slices on disk) needs them sharded; set it to 0");
+  BOOSTER_CHECK(!keep_gathered || placement_policy == "static", who, "chunk_config_dict.keep_gathered keeps every "
+                "chunk whole, which placement_policy auto cannot move to disk; use static");
   BOOSTER_CHECK(memory_cap_mb >= 0, who, "memory_cap_mb must be >= 0, got ", memory_cap_mb);
   BOOSTER_CHECK(placement_policy == "auto" || memory_cap_mb == 0, who, "memory_cap_mb applies to placement_policy "
                 "auto only (static placement follows the fractions)");
@@ -181,8 +188,11 @@ void GeminiPlugin::configure(BoostedObjects& o) {
       if (p.requires_grad()) numels.push_back(p.numel());
   std::reverse(numels.begin(), numels.end());  // chunks are packed from the last parameters (backward's order)
   const double M = double(1 << 20);
-  const int64_t chunk = search_chunk_size(numels, int64_t(opts_.min_chunk_size_m * M), int64_t(opts_.search_range_m * M),
-                                          opts_.hidden_dim > 0 ? opts_.hidden_dim : 1024);
+  // chunk_config_dict gives the size (at least the largest parameter: a parameter is never split between chunks).
+  const int64_t chunk =
+      opts_.chunk_size > 0 ? std::max(opts_.chunk_size, *std::max_element(numels.begin(), numels.end()))
+                           : search_chunk_size(numels, int64_t(opts_.min_chunk_size_m * M), int64_t(opts_.search_range_m * M),
+                                               opts_.hidden_dim > 0 ? opts_.hidden_dim : 1024);
   LowLevelZeroOptions z;
   z.stage = 2;
   z.precision = opts_.precision;
@@ -209,7 +219,7 @@ void GeminiPlugin::configure(BoostedObjects& o) {
       for (size_t i : zp.buckets()[b]) done += zp.parts()[i].numel;
     }
   };
-  first_share(automatic ? 1.0 : opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
+  first_share(opts_.keep_gathered ? 0.0 : automatic ? 1.0 : opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
   first_share(automatic ? 1.0 : opts_.offload_param_frac, [&](size_t b) { zp.offload_own(b); });
   placement_.reset();
   if (automatic) {

@@ -1,6 +1,7 @@
-// GeminiPlugin (Colossal-AI's name, arguments and defaults), part 1: chunked ZeRO-3.
+// GeminiPlugin (Colossal-AI's name, arguments and defaults): chunked ZeRO-3.
 // Parameters are packed into chunks (the chunk size searched as Colossal-AI does:
-// search_range_m, min_chunk_size_m, hidden_dim), each parameter split over the dp ranks;
+// search_range_m, min_chunk_size_m, hidden_dim, or given by chunk_config_dict), each
+// parameter split over the dp ranks;
 // a chunk's parameters exist in full only while a module that uses them runs forward or
 // backward (all-gathered by its forward and backward pre-hooks, released when the last of
 // its modules is done and, in backward, once its gradients are reduce-scattered). fp32
@@ -25,6 +26,10 @@
 namespace booster::plugins {
 
 struct GeminiOptions {
+  // chunk_config_dict (Colossal-AI: {dp size: {chunk_size, keep_gathered}}): a [plugin.chunk_config_dict]
+  // table with chunk_size (elements; 0: None, searched) and keep_gathered (chunks not sharded).
+  int64_t chunk_size = 0;
+  bool keep_gathered = false;
   std::string placement_policy = "static";
   bool enable_gradient_accumulation = false;
   int max_prefetch = 0;

@@ -58,6 +58,29 @@ TEST(Gemini, ChunkSizeSearchWastesLeast) {
   EXPECT_EQ(plugins::search_chunk_size({1000, 1000, 1000, 24}, 1000, 2048, 1024), 3048);
 }
 
+// chunk_config_dict gives the chunk size instead of the search (never below the largest
+// parameter), and keep_gathered keeps every chunk whole.
+TEST(Gemini, ChunkConfigDictSetsTheChunks) {
+  for (bool keep : {false, true}) {
+    auto model = vit();
+    int64_t largest = 0, total = 0;
+    for (auto& [n, p] : model->named_parameters()) largest = std::max(largest, p.numel()), total += p.numel();
+    Booster booster(gemini(std::string("[plugin.chunk_config_dict]\nchunk_size = 3000\nkeep_gathered = ") +
+                           (keep ? "true" : "false") + "\n"));
+    auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1}));
+    const auto& zp = *b.model->find<plugins::LowLevelZeroModel>()->partition();
+    for (size_t k = 0; k < zp.buckets().size(); ++k) {
+      int64_t n = 0;
+      for (size_t i : zp.buckets()[k]) n += zp.parts()[i].numel;
+      EXPECT_LE(n, std::max<int64_t>(3000, largest)) << "chunk " << k;
+      EXPECT_EQ(zp.is_sharded(k), !keep) << "chunk " << k;
+    }
+    EXPECT_GT(zp.buckets().size(), size_t(total / std::max<int64_t>(3000, largest)));
+  }
+  EXPECT_NE(testkit::error_of([] { gemini("[plugin.chunk_config_dict]\nchunk_sise = 3000\n"); }).find("chunk_sise"),
+            std::string::npos);
+}
+
 // Outside forward and backward a sharded chunk's parameters are released ([0]); this rank
 // keeps its slices (about 1/dp of the parameters) and the full copies come and go.
 TEST(Gemini, ParametersLiveOnlyWhileUsed) {
