@@ -31,7 +31,7 @@ namespace {
 
 constexpr double kMB = double(1 << 20);
 
-/// A field of /proc/self/status in bytes (VmRSS, VmHWM).
+/// A field of /proc/self/status in bytes (VmHWM: the peak resident set).
 double proc_status_bytes(const std::string& key) {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-m", chunk_m, "min_chunk_size_m (millions of elements)");
   app.add_flag("!--no-uncapped", uncapped, "skip the uncapped row");
   CLI11_PARSE(app, argc, argv);
-  const double rss_start = max_over_ranks(proc_status_bytes("VmRSS")) / kMB;
+  const double rss_start = max_over_ranks(double(resident_set_bytes())) / kMB;
   nn::ViTConfig c = nn::ViTConfig::preset(preset);
   c.num_labels = 3;
   const std::string base = "[plugin]\nname = 'gemini'\nprecision = '" + precision + "'\nmin_chunk_size_m = " +

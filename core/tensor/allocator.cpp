@@ -1,7 +1,10 @@
 // Host tier and the tier registry.
 #include "core/tensor/allocator.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <mutex>
 
@@ -47,6 +50,13 @@ Registry& registry() {
   return *r;
 }
 }  // namespace
+
+size_t resident_set_bytes() {
+  std::ifstream in("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  if (!(in >> pages >> resident)) return 0;
+  return resident * size_t(::sysconf(_SC_PAGE_SIZE));
+}
 
 MemoryTier& host_tier() {
   static MemoryTier& host = memory_tier("host");

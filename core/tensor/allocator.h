@@ -56,6 +56,9 @@ class MemoryTier {
 
 /// The default tier: RAM, caching freed large blocks (caching_tier.h).
 MemoryTier& host_tier();
+/// The process's resident set now (/proc/self/statm): what a memory cap has to hold,
+/// tiers and everything else; 0 where it cannot be read.
+size_t resident_set_bytes();
 /// Registers a tier under its name; throws ValueError if the name is taken.
 MemoryTier& register_tier(std::unique_ptr<MemoryTier> tier);
 /// Finds a registered tier by name; throws ValueError listing the known tiers.

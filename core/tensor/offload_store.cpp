@@ -128,7 +128,7 @@ int64_t OffloadStore::put(const Tensor& t, bool pinned) {
   return int64_t(slots_.size()) - 1;
 }
 
-void OffloadStore::assign(int64_t id, const Tensor& t) {
+void OffloadStore::assign(int64_t id, const Tensor& t, bool owned) {
   Slot& s = slots_.at(size_t(id));
   BOOSTER_CHECK_T(ShapeError, t.numel() == shape_numel(s.shape), "offload store: assigning ", t.numel(),
                   " elements to a slot of ", shape_numel(s.shape));
@@ -139,7 +139,8 @@ void OffloadStore::assign(int64_t id, const Tensor& t) {
     s.dirty = true;
     return;
   }
-  write_behind(src.to(s.dtype).contiguous().clone(), s.offset);  // a copy of its own: t may change
+  if (src.dtype() != s.dtype) write_behind(src.to(s.dtype).contiguous(), s.offset);  // a converted copy
+  else write_behind(owned ? src : src.clone(), s.offset);  // a copy of its own unless t is given up
 }
 
 size_t OffloadStore::slot_bytes(int64_t id) const {

@@ -38,7 +38,9 @@ class OffloadStore {
   int64_t put(const Tensor& t, bool pinned = false);
   /// Overwrites slot `id` with t's values (same element count; converted to the slot's
   /// dtype): into its RAM copy when it has one, else written behind without a read.
-  void assign(int64_t id, const Tensor& t);
+  /// owned: the caller gives t up (it is not changed after), so it is written as is
+  /// when it has the slot's dtype, without a copy.
+  void assign(int64_t id, const Tensor& t, bool owned = false);
   /// Starts reading slot `id` into RAM, unless it is there or on its way.
   void prefetch(int64_t id);
   /// The slot's values in RAM (waits for the read): a tensor of the slot's shape and dtype

@@ -200,9 +200,13 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   z.max_norm = opts_.max_norm;
   z.reduce_bucket_size_in_m = double(chunk) / M;
   z.overlap_communication = opts_.enable_async_reduce;
+  // auto: every chunk sharded, with a place on disk for all its states (placement pins some in RAM).
   const bool automatic = opts_.placement_policy == "auto";
-  z.cpu_offload = automatic || opts_.offload_optim_frac > 0;  // auto: every chunk has a place on disk
-  z.offload_frac = automatic ? 1.0 : opts_.offload_optim_frac;
+  const double shard_frac = opts_.keep_gathered ? 0.0 : automatic ? 1.0 : opts_.shard_param_frac;
+  const double optim_frac = automatic ? 1.0 : opts_.offload_optim_frac;
+  const double param_frac = automatic ? 1.0 : opts_.offload_param_frac;
+  z.cpu_offload = optim_frac > 0;
+  z.offload_frac = optim_frac;
   z.offload_dir = opts_.offload_dir;
   z.master_weights = opts_.master_weights;
   apply_low_level_zero(o, dist::ProcessGroup::world(), z);
@@ -219,8 +223,8 @@ void GeminiPlugin::configure(BoostedObjects& o) {
       for (size_t i : zp.buckets()[b]) done += zp.parts()[i].numel;
     }
   };
-  first_share(opts_.keep_gathered ? 0.0 : automatic ? 1.0 : opts_.shard_param_frac, [&](size_t b) { zp.shard_bucket(b); });
-  first_share(automatic ? 1.0 : opts_.offload_param_frac, [&](size_t b) { zp.offload_own(b); });
+  first_share(shard_frac, [&](size_t b) { zp.shard_bucket(b); });
+  first_share(param_frac, [&](size_t b) { zp.offload_own(b); });
   placement_.reset();
   if (automatic) {
     auto* zo = o.optimizer->find<LowLevelZeroOptimizer>();

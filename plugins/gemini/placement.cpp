@@ -4,9 +4,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 
 #include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 #include "core/tensor/allocator.h"
 
 namespace booster::plugins {
@@ -21,20 +21,8 @@ size_t resolve_memory_cap(double memory_cap_mb) {
     return size_t(v * MB);
   }
   const double ram = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
-  return size_t(ram / ranks);
+  return size_t(ram / std::max(1, dist::local_size()));
 }
-
-namespace {
-/// The process's resident set now (/proc/self/statm), 0 where it cannot be read.
-size_t resident_set_bytes() {
-  std::ifstream in("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  if (!(in >> pages >> resident)) return 0;
-  return resident * size_t(::sysconf(_SC_PAGE_SIZE));
-}
-}  // namespace
 
 AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap,
                              double warmup_ratio, double steady_ratio)
@@ -42,7 +30,6 @@ AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOp
   BOOSTER_CHECK(zp.store(), "AutoPlacement: the partition has no disk tier");
   stats_.cap = cap;
   stats_.chunks = zp.buckets().size();
-  resident_.assign(zp.buckets().size(), false);
   for (size_t b = 0; b < zp.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
   // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
   place(double(cap) * (1.0 - warmup_ratio_));
@@ -53,22 +40,21 @@ AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOp
 
 AutoPlacement::~AutoPlacement() { host_tier().set_footprint_limit(0); }
 
-size_t AutoPlacement::chunk_bytes(size_t b) {
+size_t AutoPlacement::chunk_bytes(size_t b, bool with_step_state) const {
   size_t n = 0;
-  const size_t per_elem = dtype_size(zp_.working_dtype()) + 4 /* gradient */ + 4 /* master */ +
-                          4 * size_t(opt_.unwrap()->state_buffers());
   for (size_t i : zp_.buckets()[b]) {
     const auto& p = zp_.parts()[i];
+    n += size_t(p.n) * (dtype_size(zp_.working_dtype()) + 4);  // slice and master
+    if (!with_step_state) continue;
+    n += size_t(p.n) * 4;  // gradient shard
     const auto& states = opt_.state_slots(i);
-    if (states.empty()) {
-      n += size_t(p.n) * per_elem;
-      continue;
-    }
-    n += size_t(p.n) * (dtype_size(zp_.working_dtype()) + 8);
+    if (states.empty()) n += size_t(p.n) * 4 * size_t(opt_.unwrap()->state_buffers());  // as planned
     for (auto& [k, id] : states) n += zp_.store()->slot_bytes(id);
   }
   return n;
 }
+
+bool AutoPlacement::resident(size_t b) const { return zp_.parts().at(zp_.buckets().at(b).front()).resident; }
 
 void AutoPlacement::set_resident(size_t b, bool on) {
   OffloadStore& store = *zp_.store();
@@ -85,24 +71,23 @@ void AutoPlacement::set_resident(size_t b, bool on) {
     pin(grads_.slot(i));
     for (auto& [k, id] : opt_.state_slots(i)) pin(id);
   }
-  resident_[b] = on;
   ++(on ? stats_.moves_in : stats_.moves_out);
 }
 
 void AutoPlacement::place(double budget) {
   // The forward uses the last chunk first (chunks are packed from the last parameters).
-  std::vector<bool> want(resident_.size(), false);
+  std::vector<bool> want(zp_.buckets().size(), false);
   double used = 0;
-  for (size_t b = resident_.size(); b-- > 0;) {
+  for (size_t b = want.size(); b-- > 0;) {
     const double n = double(chunk_bytes(b));
     if (used + n > budget) continue;  // a smaller chunk further on may fit
     want[b] = true;
     used += n;
   }
   for (size_t b = 0; b < want.size(); ++b)  // out first: RAM is freed before it is taken
-    if (resident_[b] && !want[b]) set_resident(b, false);
+    if (resident(b) && !want[b]) set_resident(b, false);
   for (size_t b = 0; b < want.size(); ++b)
-    if (!resident_[b] && want[b]) set_resident(b, true);
+    if (!resident(b) && want[b]) set_resident(b, true);
   stats_.resident_bytes = size_t(used);
   stats_.resident_chunks = size_t(std::count(want.begin(), want.end(), true));
 }
@@ -112,14 +97,9 @@ void AutoPlacement::after_step() {
   // What stayed resident through the step: in the warm-up step the gradient shards and the
   // optimizer states were created as it went, so only the slices and masters count there
   // (the measurement errs towards more non-model memory).
-  const bool warmup = stats_.steps == 1;
-  size_t resident = 0;
-  for (size_t b = 0; b < resident_.size(); ++b) {
-    if (!resident_[b]) continue;
-    if (!warmup) resident += chunk_bytes(b);
-    else
-      for (size_t i : zp_.buckets()[b]) resident += size_t(zp_.parts()[i].n) * (dtype_size(zp_.working_dtype()) + 4);
-  }
+  size_t held = 0;
+  for (size_t b = 0; b < zp_.buckets().size(); ++b)
+    if (resident(b)) held += chunk_bytes(b, /*with_step_state=*/stats_.steps > 1);
   const size_t peak = host_tier().peak_bytes();
   stats_.last_peak = peak;
   // Memory outside the host tier counts against the cap too: libraries' pages, oneDNN's
@@ -127,7 +107,7 @@ void AutoPlacement::after_step() {
   // tier's blocks in use and cached).
   const size_t footprint = host_tier().bytes_in_use() + host_tier().bytes_cached(), rss = resident_set_bytes();
   stats_.untracked = rss > footprint ? rss - footprint : 0;
-  double non_model = double(peak > resident ? peak - resident : 0) + double(stats_.untracked);
+  double non_model = double(peak > held ? peak - held : 0) + double(stats_.untracked);
   const auto& dp = zp_.group();
   if (dp.size() > 1) non_model = dist::all_reduce_scalar(non_model, dist::ReduceOp::max, dp);
   // The warm-up step created the optimizer states while measuring: its figure is kept only

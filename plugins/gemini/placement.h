@@ -5,8 +5,9 @@
 // when used (read ahead, written behind). Before the first step, warmup_non_model_data_ratio
 // of the cap is reserved for what is not model data; each step then measures that memory
 // (the host tier's peak minus the resident states, plus the resident set outside the host
-// tier, the largest over the dp group, so every rank places alike) and keeps as many chunks resident as fit in steady_cuda_cap_ratio of
-// the cap beside it, moving chunks between the tiers between steps. Chunks the forward
+// tier, the largest over the dp group, so every rank places alike) and keeps as many
+// chunks resident as fit in steady_cuda_cap_ratio of the cap beside it, moving chunks
+// between the tiers between steps. Chunks the forward
 // uses first are kept first (a read ahead cannot hide the first chunk's read).
 #pragma once
 
@@ -48,8 +49,11 @@ class AutoPlacement {
   const Stats& stats() const { return stats_; }
 
  private:
-  /// This rank's model-state bytes of chunk b (optimizer states as planned until they exist).
-  size_t chunk_bytes(size_t b);
+  /// This rank's model-state bytes of chunk b: its slices and masters, and with the step's
+  /// state its gradient shards and optimizer states (as planned until they exist).
+  size_t chunk_bytes(size_t b, bool with_step_state = true) const;
+  /// Whether chunk b's states are pinned in RAM (its parts say).
+  bool resident(size_t b) const;
   void set_resident(size_t b, bool on);
   /// Keeps the chunks that fit in `budget` resident, in order of preference.
   void place(double budget);
@@ -59,7 +63,6 @@ class AutoPlacement {
   LowLevelZeroOptimizer& opt_;
   double warmup_ratio_, steady_ratio_;
   size_t steady_peak_ = 0;
-  std::vector<bool> resident_;
   Stats stats_;
 };
 

@@ -108,10 +108,10 @@ void ZeroGrads::complete(size_t b) {
         renote(i, acc);
         store.release(slot_[i], true);
       } else {
-        Tensor value = mine.to(DType::f32).contiguous();
-        if (slot_[i] < 0) slot_[i] = store.put(value, p.resident);
-        else store.assign(slot_[i], value);
+        Tensor value = mine.dtype() == DType::f32 ? mine.clone() : mine.to(DType::f32);  // one copy, given to the store
         renote(i, value);
+        if (slot_[i] < 0) slot_[i] = store.put(value, p.resident);
+        else store.assign(slot_[i], value, /*owned=*/true);
         has_[i] = true;
       }
     } else if (stage_ == 2) {
@@ -156,14 +156,17 @@ Tensor ZeroGrads::chunk(size_t i) const {
   return g.defined() ? g.view({-1}).narrow(0, p.lo, p.n) : Tensor();
 }
 
-Tensor ZeroGrads::fetch(size_t i) const { return has_.at(i) ? zp_.store()->get(slot_[i]) : Tensor(); }
+Tensor ZeroGrads::fetch(size_t i) const {
+  if (!on_disk(i)) return chunk(i);
+  return has_[i] ? zp_.store()->get(slot_[i]) : Tensor();
+}
 
 void ZeroGrads::prefetch(size_t i) const {
-  if (has_.at(i)) zp_.store()->prefetch(slot_[i]);
+  if (on_disk(i) && has_[i]) zp_.store()->prefetch(slot_[i]);
 }
 
 void ZeroGrads::release(size_t i, bool dirty) const {
-  if (has_.at(i)) zp_.store()->release(slot_[i], dirty);
+  if (on_disk(i) && has_[i]) zp_.store()->release(slot_[i], dirty);
 }
 
 void ZeroGrads::renote(size_t i, const Tensor& chunk) {

@@ -49,7 +49,8 @@ class ZeroGrads {
   int64_t slot(size_t i) const { return slot_.at(i); }
   /// Whether part i has a gradient chunk (in RAM or on disk).
   bool has(size_t i) const { return on_disk(i) ? has_.at(i) : chunk(i).defined(); }
-  /// A chunk on the disk tier, in RAM until release; prefetch starts reading it.
+  /// Part i's chunk in RAM wherever it lives (undefined when it has none): a chunk on the
+  /// disk tier is read (prefetch starts that) and stays until release; one in RAM is chunk(i).
   Tensor fetch(size_t i) const;
   void prefetch(size_t i) const;
   void release(size_t i, bool dirty) const;

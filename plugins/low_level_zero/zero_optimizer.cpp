@@ -81,7 +81,7 @@ void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
   const double bound = clip_value * scaling_.loss_scale();  // gradients are still scaled
   optim::clamp_values(chunks(), bound);
   for (size_t i = 0; i < zp_->parts().size(); ++i) {
-    if (!grads_->on_disk(i) || !grads_->has(i)) continue;
+    if (!grads_->on_disk(i) || !grads_->has(i)) continue;  // the ones in RAM are clamped above
     Tensor g = grads_->fetch(i);
     optim::clamp_values({g}, bound);
     grads_->renote(i, g);
@@ -125,13 +125,12 @@ void LowLevelZeroOptimizer::step() {
       zp_->prefetch_master(disk[k + 1]);
       zp_->prefetch_own(disk[k + 1]);
       prefetch_state(disk[k + 1]);
-      if (grads_->on_disk(disk[k + 1])) grads_->prefetch(disk[k + 1]);
+      grads_->prefetch(disk[k + 1]);
     }
     Tensor value = value_of(i);
     install_state(i);
-    const bool grad_on_disk = grads_->on_disk(i);
-    optim_->step_on({{parts[i].name, value, grad_on_disk ? grads_->fetch(i) : grads_->chunk(i)}}, div);
-    if (grad_on_disk) grads_->release(i, false);
+    optim_->step_on({{parts[i].name, value, grads_->fetch(i)}}, div);
+    grads_->release(i, false);
     stash_state(i);
     Tensor own = zp_->own_slice(i);
     own.copy_(value);
@@ -141,6 +140,12 @@ void LowLevelZeroOptimizer::step() {
   zp_->gather(opts_.overlap_allgather);
   scaling_.end_step();
   if (after_step_) after_step_();
+}
+
+const std::map<std::string, int64_t>& LowLevelZeroOptimizer::state_slots(size_t i) const {
+  static const std::map<std::string, int64_t> none;
+  auto it = state_slots_.find(zp_->parts().at(i).name);
+  return it == state_slots_.end() ? none : it->second;
 }
 
 void LowLevelZeroOptimizer::prefetch_state(size_t i) {

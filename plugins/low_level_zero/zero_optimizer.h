@@ -54,7 +54,7 @@ class LowLevelZeroOptimizer : public OptimizerWrapper {
   /// Called at the end of every step() (applied or skipped): Gemini's placement.
   void set_after_step(std::function<void()> f) { after_step_ = std::move(f); }
   /// Part i's optimizer states on the disk tier (state -> slot; empty before its first step).
-  const std::map<std::string, int64_t>& state_slots(size_t i) { return state_slots_[zp_->parts().at(i).name]; }
+  const std::map<std::string, int64_t>& state_slots(size_t i) const;
 
  protected:
   double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;

@@ -83,5 +83,10 @@ TEST(OffloadStore, PinKeepsASlotInRamUntilUnpinned) {
   EXPECT_EQ(store.bytes_read(), 8000u);
   EXPECT_EQ(store.get(b).to_vector()[999], 5.0f);
   EXPECT_EQ(store.get(a).to_vector()[0], 6.0f);
+  store.release(a, false);
+  store.assign(a, Tensor::full({1000}, 7.0), /*owned=*/true);  // given up: written as it is
+  store.flush();
+  EXPECT_EQ(store.get(a).to_vector()[0], 7.0f);
+  store.release(a, false);
   EXPECT_THROW(store.assign(a, Tensor::full({3}, 1.0)), ShapeError);
 }

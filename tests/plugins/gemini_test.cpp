@@ -5,10 +5,7 @@
 // refused by name. Runs at np 1, 2 and 4.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
-#include <fstream>
 
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
@@ -143,7 +140,9 @@ TEST(Gemini, EverythingOffloadedTrains) {
     (step == 0 ? first : last) = loss.item();
     auto& grads = *b.model->find<plugins::LowLevelZeroModel>()->grads();
     for (size_t i = 0; i < zp->parts().size(); ++i)  // the gradient shards went to the disk tier too
-      if (zp->parts()[i].n > 0) EXPECT_TRUE(grads.on_disk(i) && grads.has(i) && !grads.chunk(i).defined()) << zp->parts()[i].name;
+      if (zp->parts()[i].n > 0) {
+        EXPECT_TRUE(grads.on_disk(i) && grads.has(i) && !grads.chunk(i).defined()) << zp->parts()[i].name;
+      }
   }
   EXPECT_LT(last, first);
 }
@@ -239,12 +238,7 @@ TEST(Gemini, AutoPlacementKeepsUnderTheCap) {
     return r;
   };
   const double MB = double(1 << 20);
-  auto rss = [] {  // this process's resident set (the cap counts it)
-    std::ifstream in("/proc/self/statm");
-    double pages = 0, resident = 0;
-    in >> pages >> resident;
-    return resident * double(::sysconf(_SC_PAGE_SIZE));
-  };
+  auto rss = [] { return double(resident_set_bytes()); };  // the cap counts it
   host_tier().empty_cache();
   const double rss_before = rss();
   Run all = run(1e5, 1.0);
