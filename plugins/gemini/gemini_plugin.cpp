@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include <spdlog/spdlog.h>
+
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/dist/runtime.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
@@ -14,23 +16,60 @@ namespace booster::plugins {
 namespace {
 
 /// Gemini's model wrapper (Colossal-AI's GeminiDDP): module hooks that fetch a chunk before
-/// a module using it runs forward or backward and release it after.
+/// a module using it runs forward or backward and release it after. The first forward
+/// records the order in which the modules use the parameters; after the first step the
+/// chunks are packed again in that order (Colossal-AI packs them in that order only with
+/// memory statistics made before the model is wrapped, else in registration order).
 class GeminiDDP : public ModelWrapper {
  public:
-  GeminiDDP(std::shared_ptr<ModelWrapper> inner, ZeroPartition& zp, ZeroGrads& grads, int max_prefetch)
-      : ModelWrapper(std::move(inner)), zp_(zp), max_prefetch_(max_prefetch) {
+  /// chunk_elems: the chunk size for parameters of these sizes in this (backward) order.
+  GeminiDDP(std::shared_ptr<ModelWrapper> inner, ZeroPartition& zp, ZeroGrads& grads, int max_prefetch,
+            std::function<int64_t(const std::vector<int64_t>&)> chunk_elems, AutoPlacement* placement)
+      : ModelWrapper(std::move(inner)), zp_(zp), grads_(grads), max_prefetch_(max_prefetch),
+        chunk_elems_(std::move(chunk_elems)), placement_(placement) {
+    install_hooks();
+    // In backward, a chunk goes once its gradients are reduce-scattered.
+    grads.set_after_launch([this](size_t b) { zp_.release(b); });
+  }
+  std::string type_name() const override { return "GeminiDDP"; }
+
+  /// After every optimizer step: the first one packs the chunks in the recorded order.
+  void after_step() {
+    if (repacked_ || first_use_.empty()) return;
+    repacked_ = true;
+    repack();
+  }
+  /// Parts in the order the first forward used them (empty before it).
+  const std::vector<size_t>& first_use() const { return first_use_; }
+
+ private:
+  struct Trace {
+    std::vector<size_t> order;          // chunks in the order a forward (backward) first used them
+    std::map<size_t, size_t> position;  // chunk -> its index in order
+    bool recorded = false;
+  };
+
+  void install_hooks() {
+    hooks_.clear();
+    fwd_ = bwd_ = Trace{};
     std::map<std::string, size_t> part_of;
-    for (size_t i = 0; i < zp.parts().size(); ++i) part_of[zp.parts()[i].name] = i;
-    done_.assign(zp.buckets().size(), 0);
+    for (size_t i = 0; i < zp_.parts().size(); ++i) part_of[zp_.parts()[i].name] = i;
+    done_.assign(zp_.buckets().size(), 0);
+    used_.assign(zp_.parts().size(), false);
     auto root = module();
     for (auto& [path, m] : root->named_modules()) {
-      std::map<size_t, int> uses;  // bucket -> this module's parameters in it
+      std::vector<size_t> mine;  // parts of this module's own parameters
       for (auto& [n, p] : m->named_parameters(false)) {
         auto it = part_of.find(path.empty() ? n : path + "." + n);
-        if (it != part_of.end()) ++uses[zp.bucket_of(it->second)];
+        if (it != part_of.end()) mine.push_back(it->second);
       }
-      if (uses.empty()) continue;
-      hooks_.push_back(m->register_forward_pre_hook([this, uses](nn::Module&) {
+      if (mine.empty()) continue;
+      std::map<size_t, int> uses;  // bucket -> this module's parameters in it
+      for (size_t i : mine) ++uses[zp_.bucket_of(i)];
+      hooks_.push_back(m->register_forward_pre_hook([this, uses, mine](nn::Module&) {
+        if (recording_)
+          for (size_t i : mine)
+            if (!used_[i]) used_[i] = true, first_use_.push_back(i);
         for (auto& [b, k] : uses) use(fwd_, b);
       }));
       hooks_.push_back(m->register_forward_hook([this, uses](nn::Module&) {
@@ -45,20 +84,43 @@ class GeminiDDP : public ModelWrapper {
     // which chunks are used, for prefetching the next ones.
     hooks_.push_back(root->register_forward_pre_hook([this](nn::Module&) {
       std::fill(done_.begin(), done_.end(), 0);
+      recording_ = first_use_.empty();
       if (!fwd_.order.empty()) fwd_.recorded = true;
       if (!bwd_.order.empty()) bwd_.recorded = true;
     }));
-    // In backward, a chunk goes once its gradients are reduce-scattered.
-    grads.set_after_launch([this](size_t b) { zp_.release(b); });
+    hooks_.push_back(root->register_forward_hook([this](nn::Module&) { recording_ = false; }));
   }
-  std::string type_name() const override { return "GeminiDDP"; }
 
- private:
-  struct Trace {
-    std::vector<size_t> order;          // chunks in the order a forward (backward) first used them
-    std::map<size_t, size_t> position;  // chunk -> its index in order
-    bool recorded = false;
-  };
+  // Packs the chunks again, the parameters in the order the first forward used them (those
+  // it did not use first, so that backward's first chunks are complete early), and the
+  // hooks, the reduction and the placement follow.
+  void repack() {
+    const size_t n = zp_.parts().size();
+    std::vector<size_t> forward;
+    for (size_t i = 0; i < n; ++i)
+      if (!used_[i]) forward.push_back(i);
+    forward.insert(forward.end(), first_use_.begin(), first_use_.end());
+    // Every rank must pack alike (the chunks are collectives): rank 0's order decides.
+    if (zp_.group().size() > 1) {
+      Tensor order = Tensor::empty({int64_t(n)}, DType::i64);
+      for (size_t k = 0; k < n; ++k) order.data<int64_t>()[k] = int64_t(forward[k]);
+      dist::broadcast(order, zp_.group().ranks()[0], zp_.group());
+      for (size_t k = 0; k < n; ++k) forward[k] = size_t(order.data<int64_t>()[k]);
+    }
+    std::vector<size_t> backward(forward.rbegin(), forward.rend());
+    std::vector<int64_t> numels;
+    for (size_t i : backward) numels.push_back(zp_.parts()[i].numel);
+    auto buckets = zp_.pack_buckets(backward, double(chunk_elems_(numels)));
+    if (buckets == zp_.buckets()) return;
+    zp_.rebucket(std::move(buckets));
+    grads_.rebucket();
+    install_hooks();
+    if (placement_) placement_->rebucketed();
+    if (dist::world_rank() == 0)
+      spdlog::info("GeminiPlugin: {} chunks packed again in the order the first forward used the parameters",
+                   zp_.buckets().size());
+  }
+
   // Fetches chunk b and starts fetching the next max_prefetch chunks of the recorded order.
   void use(Trace& t, size_t b) {
     if (!t.recorded && !t.position.count(b)) {
@@ -76,9 +138,15 @@ class GeminiDDP : public ModelWrapper {
   }
 
   ZeroPartition& zp_;
+  ZeroGrads& grads_;
   int max_prefetch_;
+  std::function<int64_t(const std::vector<int64_t>&)> chunk_elems_;
+  AutoPlacement* placement_;
   Trace fwd_, bwd_;
-  std::vector<int> done_;  // per chunk: its parameters this forward has used
+  std::vector<int> done_;     // per chunk: its parameters this forward has used
+  std::vector<bool> used_;    // per part: the first forward used it
+  std::vector<size_t> first_use_;
+  bool recording_ = false, repacked_ = false;
   std::vector<HookHandle> hooks_;
 };
 
@@ -186,13 +254,15 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   for (auto& g : o.optimizer->param_groups())
     for (auto& [n, p] : g.params)
       if (p.requires_grad()) numels.push_back(p.numel());
-  std::reverse(numels.begin(), numels.end());  // chunks are packed from the last parameters (backward's order)
+  std::reverse(numels.begin(), numels.end());  // packed from the last parameters (backward's order) until the first step
   const double M = double(1 << 20);
   // chunk_config_dict gives the size (at least the largest parameter: a parameter is never split between chunks).
-  const int64_t chunk =
-      opts_.chunk_size > 0 ? std::max(opts_.chunk_size, *std::max_element(numels.begin(), numels.end()))
-                           : search_chunk_size(numels, int64_t(opts_.min_chunk_size_m * M), int64_t(opts_.search_range_m * M),
-                                               opts_.hidden_dim > 0 ? opts_.hidden_dim : 1024);
+  auto chunk_elems = [opts = opts_, M](const std::vector<int64_t>& sizes) {
+    return opts.chunk_size > 0 ? std::max(opts.chunk_size, *std::max_element(sizes.begin(), sizes.end()))
+                               : search_chunk_size(sizes, int64_t(opts.min_chunk_size_m * M), int64_t(opts.search_range_m * M),
+                                                   opts.hidden_dim > 0 ? opts.hidden_dim : 1024);
+  };
+  const int64_t chunk = chunk_elems(numels);
   LowLevelZeroOptions z;
   z.stage = 2;
   z.precision = opts_.precision;
@@ -226,15 +296,18 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   first_share(shard_frac, [&](size_t b) { zp.shard_bucket(b); });
   first_share(param_frac, [&](size_t b) { zp.offload_own(b); });
   placement_.reset();
-  if (automatic) {
-    auto* zo = o.optimizer->find<LowLevelZeroOptimizer>();
+  auto* zo = o.optimizer->find<LowLevelZeroOptimizer>();
+  if (automatic)
     placement_ = std::make_shared<AutoPlacement>(zp, *zm->grads(), *zo, resolve_memory_cap(opts_.memory_cap_mb),
                                                  opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
-    zo->set_after_step([p = placement_.get()] { p->after_step(); });
-  }
   // Chunk by chunk: a chunk's reduce-scatter buffers go before the third is launched.
   zm->grads()->set_max_inflight(2);
-  o.model = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch);
+  auto ddp = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch, chunk_elems, placement_.get());
+  zo->set_after_step([p = placement_.get(), d = std::weak_ptr<GeminiDDP>(ddp)] {
+    if (p) p->after_step();  // measured and placed with the chunks the step ran with
+    if (auto m = d.lock()) m->after_step();
+  });
+  o.model = ddp;
 }
 
 std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/dist/collectives.h"
@@ -54,7 +55,10 @@ size_t AutoPlacement::chunk_bytes(size_t b, bool with_step_state) const {
   return n;
 }
 
-bool AutoPlacement::resident(size_t b) const { return zp_.parts().at(zp_.buckets().at(b).front()).resident; }
+bool AutoPlacement::resident(size_t b) const {
+  const auto& ids = zp_.buckets().at(b);
+  return std::all_of(ids.begin(), ids.end(), [&](size_t i) { return zp_.parts()[i].resident; });
+}
 
 void AutoPlacement::set_resident(size_t b, bool on) {
   OffloadStore& store = *zp_.store();
@@ -65,6 +69,7 @@ void AutoPlacement::set_resident(size_t b, bool on) {
   };
   for (size_t i : zp_.buckets()[b]) {
     auto& p = zp_.parts()[i];
+    if (p.resident == on) continue;  // after a repacking a chunk may be partly resident
     p.resident = on;
     pin(p.own_slot);
     pin(p.master_slot);
@@ -74,7 +79,13 @@ void AutoPlacement::set_resident(size_t b, bool on) {
   ++(on ? stats_.moves_in : stats_.moves_out);
 }
 
+void AutoPlacement::rebucketed() {
+  stats_.chunks = zp_.buckets().size();
+  place(budget_);
+}
+
 void AutoPlacement::place(double budget) {
+  budget_ = budget;
   // The forward uses the last chunk first (chunks are packed from the last parameters).
   std::vector<bool> want(zp_.buckets().size(), false);
   double used = 0;
@@ -84,8 +95,10 @@ void AutoPlacement::place(double budget) {
     want[b] = true;
     used += n;
   }
+  const auto& parts = zp_.parts();
   for (size_t b = 0; b < want.size(); ++b)  // out first: RAM is freed before it is taken
-    if (resident(b) && !want[b]) set_resident(b, false);
+    if (!want[b] && std::any_of(zp_.buckets()[b].begin(), zp_.buckets()[b].end(), [&](size_t i) { return parts[i].resident; }))
+      set_resident(b, false);
   for (size_t b = 0; b < want.size(); ++b)
     if (!resident(b) && want[b]) set_resident(b, true);
   stats_.resident_bytes = size_t(used);

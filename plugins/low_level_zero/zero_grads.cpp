@@ -16,13 +16,18 @@ ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
   slot_.assign(parts.size(), -1);
   has_.assign(parts.size(), false);
   noted_.resize(parts.size());
-  buckets_.resize(zp_.buckets().size());
-  for (size_t b = 0; b < zp_.buckets().size(); ++b)
-    for (size_t i : zp_.buckets()[b]) bucket_of_[i] = b;
+  rebucket();
   for (size_t i = 0; i < parts.size(); ++i) {
     Tensor p = parts[i].param;
     hooks_.push_back(p.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
   }
+}
+
+void ZeroGrads::rebucket() {
+  BOOSTER_CHECK(!started_ && next_launch_ == 0, "ZeroGrads.rebucket: a reduction is in progress");
+  buckets_.assign(zp_.buckets().size(), Bucket{});
+  for (size_t b = 0; b < zp_.buckets().size(); ++b)
+    for (size_t i : zp_.buckets()[b]) bucket_of_.at(i) = b;
 }
 
 void ZeroGrads::on_ready(size_t i) {

@@ -68,6 +68,8 @@ class ZeroGrads {
   /// At most n buckets in flight (0: no bound): launching one more first completes the
   /// oldest, so its staging and output buffers go (Gemini bounds its transient memory).
   void set_max_inflight(size_t n) { max_inflight_ = n; }
+  /// Follows the partition's buckets after ZeroPartition::rebucket (between steps).
+  void rebucket();
   /// Clears the gradients (full and chunks).
   void zero();
   /// Seconds finish() spent waiting on communication since the last reset.

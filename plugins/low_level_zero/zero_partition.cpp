@@ -1,6 +1,8 @@
 // ZeRO partition, masters and the parameter all-gather (see zero_partition.h).
 #include "plugins/low_level_zero/zero_partition.h"
 
+#include <algorithm>
+
 #include "core/autograd/grad_mode.h"
 #include "core/common/profiler.h"
 
@@ -40,31 +42,70 @@ ZeroPartition::ZeroPartition(const optim::NamedParams& params, const dist::Proce
     if (param.dtype() != working) param.set_data(param.detach().to(working).contiguous());  // same handle
     parts_.push_back(std::move(part));
   }
-  // Buckets, last parameters first: backward finishes them in that order. The first is
-  // capped at 2^18 elements (PyTorch's DDP caps it at 1 MB) so communication starts early
-  // and overlaps the rest of backward even when the model is one default bucket.
+  std::vector<size_t> backward(parts_.size());
+  for (size_t k = 0; k < backward.size(); ++k) backward[k] = backward.size() - 1 - k;
+  set_buckets(pack_buckets(backward, bucket_elems));
+}
+
+std::vector<std::vector<size_t>> ZeroPartition::pack_buckets(const std::vector<size_t>& order, double bucket_elems) const {
+  // The first is capped at 2^18 elements (PyTorch's DDP caps it at 1 MB) so communication
+  // starts early and overlaps the rest of backward even when the model is one default bucket.
+  BOOSTER_CHECK(order.size() == parts_.size(), "ZeroPartition.pack_buckets: ", order.size(), " parts ordered, the partition has ",
+                parts_.size());
+  std::vector<std::vector<size_t>> buckets;
   double in_bucket = 0;
-  for (size_t k = parts_.size(); k-- > 0;) {
-    const double cap = buckets_.size() <= 1 ? std::min(bucket_elems, double(1 << 18)) : bucket_elems;
-    if (buckets_.empty() || (in_bucket > 0 && in_bucket + double(parts_[k].numel) > cap)) {
-      buckets_.emplace_back();
+  for (size_t k : order) {
+    const double cap = buckets.size() <= 1 ? std::min(bucket_elems, double(1 << 18)) : bucket_elems;
+    if (buckets.empty() || (in_bucket > 0 && in_bucket + double(parts_.at(k).numel) > cap)) {
+      buckets.emplace_back();
       in_bucket = 0;
     }
-    buckets_.back().push_back(k);
+    buckets.back().push_back(k);
     in_bucket += double(parts_[k].numel);
   }
-  bucket_of_.resize(parts_.size());
+  return buckets;
+}
+
+void ZeroPartition::set_buckets(std::vector<std::vector<size_t>> buckets) {
+  std::vector<int> seen(parts_.size(), 0);
+  for (auto& b : buckets)
+    for (size_t i : b) ++seen.at(i);
+  BOOSTER_CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }),
+                "ZeroPartition: every part must be in exactly one bucket");
+  buckets_ = std::move(buckets);
+  bucket_of_.assign(parts_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b]) bucket_of_[i] = b;
   sharded_.assign(buckets_.size(), false);
   fetched_.assign(buckets_.size(), false);
 }
 
+bool ZeroPartition::part_sharded(size_t i) const { return parts_.at(i).own.defined() || parts_[i].own_slot >= 0; }
+
+void ZeroPartition::rebucket(std::vector<std::vector<size_t>> buckets) {
+  NoGradGuard ng;
+  wait_gather();
+  for (auto& [b, pend] : prefetched_) pend.work->wait();
+  prefetched_.clear();
+  for (size_t b = 0; b < buckets_.size(); ++b) release(b);
+  set_buckets(std::move(buckets));
+  // A bucket is sharded when any of its parts is: the others give up their full parameter
+  // here (no communication; a part never goes back to whole).
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (std::none_of(buckets_[b].begin(), buckets_[b].end(), [&](size_t i) { return part_sharded(i); })) continue;
+    for (size_t i : buckets_[b])
+      if (!part_sharded(i)) parts_[i].own = own_slice(i).contiguous().clone();
+    sharded_[b] = fetched_[b] = true;
+    release(b);
+  }
+}
+
 void ZeroPartition::shard_bucket(size_t b) {
   NoGradGuard ng;
   wait_gather();
   if (sharded_.at(b)) return;
-  for (size_t i : buckets_[b]) parts_[i].own = own_slice(i).contiguous().clone();
+  for (size_t i : buckets_[b])
+    if (!part_sharded(i)) parts_[i].own = own_slice(i).contiguous().clone();
   sharded_[b] = true;
   fetched_[b] = true;
   release(b);

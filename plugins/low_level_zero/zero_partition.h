@@ -52,6 +52,13 @@ class ZeroPartition {
   /// Parts grouped in buckets of about bucket_elems elements, last parameters first (the
   /// order backward finishes them).
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+  /// Buckets of about bucket_elems elements packed from the parts in `order` (every part
+  /// once; the order backward finishes them), the first capped at 2^18 elements.
+  std::vector<std::vector<size_t>> pack_buckets(const std::vector<size_t>& order, double bucket_elems) const;
+  /// Regroups the parts into `buckets` (Gemini: in the order the first forward used them).
+  /// Between steps (no bucket in use; gathers in flight are finished first). The parts keep
+  /// their state and their slices; a bucket holding a sharded part is sharded.
+  void rebucket(std::vector<std::vector<size_t>> buckets);
 
   /// The fp32 master chunk of part i in RAM (fetched from the store when offloaded; give it
   /// back with release_master).
@@ -115,6 +122,9 @@ class ZeroPartition {
   };
   /// This rank's slices of a bucket's parts, each padded to its chunk: the all-gather's input.
   Tensor pack_own(const std::vector<size_t>& bucket) const;
+  void set_buckets(std::vector<std::vector<size_t>> buckets);
+  /// Part i keeps only its slice (in RAM or on the disk tier).
+  bool part_sharded(size_t i) const;
   /// Starts all-gathering a bucket's slices.
   Pending start_gather(const std::vector<size_t>& bucket) const;
   /// Waits for it and writes every rank's slices into the parameters (into new storage when

@@ -10,6 +10,7 @@
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "nn/layers.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
@@ -44,6 +45,24 @@ std::pair<Tensor, Tensor> batch(int64_t rows, uint64_t seed) {
   return {x, Tensor::from_ints(y, {rows})};
 }
 
+// A model whose parameters are registered in another order than its forward uses them,
+// with one it never uses.
+class Backwards : public nn::UnaryModule {
+ public:
+  Backwards() {
+    head = register_module<nn::UnaryModule>("head", std::make_shared<nn::Linear>(16, 4));
+    mid = register_module<nn::UnaryModule>("mid", std::make_shared<nn::Linear>(16, 16));
+    spare = register_module<nn::UnaryModule>("spare", std::make_shared<nn::Linear>(8, 8));
+    stem = register_module<nn::UnaryModule>("stem", std::make_shared<nn::Linear>(8, 16));
+  }
+  std::string type_name() const override { return "Backwards"; }
+  Tensor forward(const Tensor& x) override { return head(gelu(mid(gelu(stem(x))))); }
+  nn::Slot<nn::UnaryModule> head, mid, spare, stem;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return std::make_shared<Backwards>(); }
+};
+
 TEST(Gemini, ChunkSizeSearchWastesLeast) {
   // Parameters 3, 3, 3, 3 (elements): chunks of 6 waste nothing; 7 would waste 1 + 1.
   EXPECT_EQ(plugins::search_chunk_size({3, 3, 3, 3}, 5, 3, 1), 6);
@@ -76,6 +95,67 @@ TEST(Gemini, ChunkConfigDictSetsTheChunks) {
   }
   EXPECT_NE(testkit::error_of([] { gemini("[plugin.chunk_config_dict]\nchunk_sise = 3000\n"); }).find("chunk_sise"),
             std::string::npos);
+}
+
+// Chunks are packed in the order the model first uses its parameters: until the first step
+// they follow the registration order (nothing has run yet), after it the order the first
+// forward used them (those it never used last, in backward's terms first), under every
+// placement; training is the same as LowLevelZero's (which never repacks).
+TEST(Gemini, ChunksFollowTheFirstForwardsOrder) {
+  auto names = [](const plugins::ZeroPartition& zp) {  // chunks in backward's order, parameters within
+    std::vector<std::vector<std::string>> out;
+    for (auto& b : zp.buckets()) {
+      out.emplace_back();
+      for (size_t i : b) out.back().push_back(zp.parts()[i].name);
+    }
+    return out;
+  };
+  using Chunks = std::vector<std::vector<std::string>>;
+  // Chunks of at most 300 elements (stem 144, mid 272, head 68, spare 72), from backward's end.
+  const Chunks registered = {{"stem.bias", "stem.weight", "spare.bias", "spare.weight", "mid.bias"},
+                             {"mid.weight", "head.bias"},
+                             {"head.weight"}};
+  const Chunks used = {{"head.bias", "head.weight", "mid.bias"},
+                       {"mid.weight", "stem.bias"},
+                       {"stem.weight", "spare.bias", "spare.weight"}};
+  auto train = [&](std::shared_ptr<Plugin> plugin, bool check) {
+    manual_seed(4);
+    auto model = std::make_shared<Backwards>();
+    Booster booster(plugin);
+    auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1, 0.9}));
+    const auto& zp = *b.model->find<plugins::LowLevelZeroModel>()->partition();
+    if (check) EXPECT_EQ(names(zp), registered);
+    for (int step = 0; step < 4; ++step) {
+      Tensor x = Tensor::empty({4, 8}), t = Tensor::empty({4, 4});
+      Generator(70 + uint64_t(step) * 10 + uint64_t(dist::world_rank())).normal_(x);
+      Generator(71 + uint64_t(step) * 10 + uint64_t(dist::world_rank())).normal_(t);
+      b.optimizer->zero_grad();
+      Tensor d = sub(b.model(x), t);
+      booster.backward(mean(mul(d, d)), *b.optimizer);
+      b.optimizer->step();
+      if (!check) continue;
+      EXPECT_EQ(names(zp), used) << "after step " << step;
+      for (size_t k = 0; k < zp.buckets().size(); ++k) {  // a chunk is wholly in RAM or wholly on disk
+        int resident = 0;
+        for (size_t i : zp.buckets()[k]) resident += zp.parts()[i].resident;
+        EXPECT_TRUE(resident == 0 || resident == int(zp.buckets()[k].size())) << "chunk " << k;
+      }
+    }
+    return b.model->checkpoint_state();
+  };
+  const std::string chunks = "[plugin.chunk_config_dict]\nchunk_size = 300\n";
+  const ShardedState zero2 = train(plugins::make_plugin(Config::from_string(
+                                       "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\n", "z.toml")),
+                                   false);
+  for (std::string placement : {"", "shard_param_frac = 0.5\n", "offload_optim_frac = 1.0\noffload_param_frac = 0.5\n",
+                                "placement_policy = 'auto'\nmemory_cap_mb = 100000\n"}) {
+    const ShardedState state = train(gemini(placement + chunks), true);
+    for (auto& [n, p] : Backwards().named_parameters()) {
+      auto a = testkit::logical_state(state, n).to_vector(), w = testkit::logical_state(zero2, n).to_vector();
+      ASSERT_EQ(a.size(), w.size()) << n;
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], w[i], 1e-6 * (1 + std::abs(w[i]))) << n << " " << placement;
+    }
+  }
 }
 
 // Outside forward and backward a sharded chunk's parameters are released ([0]); this rank
