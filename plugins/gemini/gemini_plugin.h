@@ -1,6 +1,7 @@
 // GeminiPlugin (Colossal-AI's name, arguments and defaults): chunked ZeRO-3.
 // Parameters are packed into chunks (the chunk size searched as Colossal-AI does:
-// search_range_m, min_chunk_size_m, hidden_dim, or given by chunk_config_dict), each
+// search_range_m, min_chunk_size_m, hidden_dim, or given by chunk_config_dict) in the
+// order the first forward used them (registration order until the first step), each
 // parameter split over the dp ranks;
 // a chunk's parameters exist in full only while a module that uses them runs forward or
 // backward (all-gathered by its forward and backward pre-hooks, released when the last of
