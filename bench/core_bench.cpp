@@ -10,6 +10,7 @@
 #include "core/kernels/dnnl_util.h"
 #include "ceiling.h"
 #include "core/kernels/ops.h"
+#include "core/kernels/raw.h"
 
 using namespace booster;
 using Clock = std::chrono::steady_clock;
@@ -60,6 +61,42 @@ void BM_LinearFwdBwd(benchmark::State& state, DType dt) {
   state.SetLabel(ceiling.impl());
 }
 
+// One of a linear's three matmuls alone (0: y = x W^T + b, 1: dx = dy W, 2: dW = dy^T x), as
+// linear and its backward call them, against the ceiling of the same size: where a linear's
+// time goes beyond the matmul it is.
+void BM_LinearPart(benchmark::State& state, DType dt) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2), part = state.range(3);
+  bench::RawMatmul ceiling(m, k, n, dt);
+  if (!ceiling.ok()) {
+    state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
+    return;
+  }
+  Tensor x = random_tensor({m, k}, dt, 3), w = random_tensor({n, k}, dt, 4), b = random_tensor({1, n}, dt, 5);
+  Tensor dy = random_tensor({m, n}, dt, 6);
+  auto run = [&] {
+    if (part == 0) return kernels::mm(x, w.transpose(0, 1), b, {m, n});
+    if (part == 1) return kernels::mm(dy, w, Tensor(), {m, k});
+    return kernels::mm(dy.transpose(0, 1), x, Tensor(), {n, k}, kernels::RightOperand::activation);
+  };
+  run();
+  ceiling.run_seconds();
+  double op_s = 0, ceil_s = 0;
+  for (auto _ : state) {
+    ceil_s += ceiling.run_seconds();
+    auto t0 = Clock::now();
+    benchmark::DoNotOptimize(run());
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    op_s += s;
+    state.SetIterationTime(s);
+  }
+  const double flop = 2.0 * double(m) * double(k) * double(n), iters = double(state.iterations());
+  state.counters["GFLOPs"] = flop * iters / op_s / 1e9;
+  state.counters["ceiling_GFLOPs"] = flop * iters / ceil_s / 1e9;
+  state.counters["ratio"] = ceil_s / op_s;
+  static const char* names[] = {"fwd x W^T + b", "dx = dy W", "dW = dy^T x"};
+  state.SetLabel(names[part]);
+}
+
 // Dispatch, cache lookup and graph bookkeeping of one small op.
 void BM_TinyOpOverhead(benchmark::State& state) {
   const bool grad = state.range(0);
@@ -87,6 +124,17 @@ BENCHMARK_CAPTURE(BM_LinearFwdBwd, bf16, DType::bf16)
     ->Args({3152, 768, 3072})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+// ViT-B/16 at batch 8 (M = 1576): the attention projections and the MLP's two linears.
+#define LINEAR_PARTS(dt)                                                                                  \
+  BENCHMARK_CAPTURE(BM_LinearPart, dt, DType::dt)                                                         \
+      ->ArgsProduct({{1576}, {768}, {768, 3072}, {0, 1, 2}})                                              \
+      ->Args({1576, 3072, 768, 0})                                                                        \
+      ->Args({1576, 3072, 768, 1})                                                                        \
+      ->Args({1576, 3072, 768, 2})                                                                        \
+      ->UseManualTime()                                                                                   \
+      ->Unit(benchmark::kMillisecond)
+LINEAR_PARTS(f32);
+LINEAR_PARTS(bf16);
 BENCHMARK(BM_TinyOpOverhead)->Arg(0)->Arg(1);
 BENCHMARK(BM_TinyLinearOverhead);
 

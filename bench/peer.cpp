@@ -2,6 +2,7 @@
 #include "peer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -53,9 +54,16 @@ double median(std::vector<double> v) {
 std::string profile_step(const std::function<void()>& step) {
   Profiler::reset();
   Profiler::enable();
+  const auto t0 = std::chrono::steady_clock::now();
   step();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Profiler::enable(false);
-  return Profiler::report();
+  double ops = 0;
+  for (auto& e : Profiler::entries()) ops += e.seconds;
+  char head[160];
+  std::snprintf(head, sizeof head, "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
+                wall * 1e3, ops * 1e3, (wall - ops) * 1e3);
+  return head + Profiler::report();
 }
 
 double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {

@@ -72,10 +72,11 @@ void MixedPrecisionOptimizer::step() {
   std::vector<optim::UpdateTarget> targets;
   for (auto& e : masters_->entries()) {
     Tensor g = e.param.grad();
-    if (g.defined()) targets.push_back({e.name, e.master, g});
+    if (g.defined()) targets.push_back({e.name, e.master, g, e.param});
   }
-  optim_->step_on(targets, scaling_.take_divisor());  // unscale and clip inside the fused update
-  masters_->refresh_working();
+  // Unscaling, clipping and the compute copies' refresh happen inside the update (a
+  // parameter without a gradient keeps its master and its copy).
+  optim_->step_on(targets, scaling_.take_divisor());
   scaling_.end_step();
 }
 

@@ -2,6 +2,7 @@
 // m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/parallel.h"
@@ -40,16 +41,35 @@ void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, Param
   float* __restrict pp = p.data<float>();
   float* __restrict pm = m.data<float>();
   float* __restrict pv = v.data<float>();
-  const float* __restrict pg = g.data<float>();
+  // One pass over memory: a low-precision gradient is widened and the compute copy written
+  // block by block, while the block is in cache (no f32 gradient, no second pass).
+  const DType gdt = g.dtype(), wdt = working_.defined() ? working_.dtype() : DType::f32;
+  const char* graw = static_cast<const char*>(g.raw_data());
+  char* wraw = working_.defined() ? static_cast<char*>(working_.raw_data()) : nullptr;
+  const size_t gsz = dtype_size(gdt), wsz = dtype_size(wdt);
   parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+    constexpr int64_t kBlock = 2048;
+    alignas(64) float gbuf[kBlock];
+    for (int64_t o = b; o < e; o += kBlock) {
+      const int64_t len = std::min(kBlock, e - o);
+      const float* __restrict pg = reinterpret_cast<const float*>(graw) + o;
+      if (gdt != DType::f32) {
+        convert_serial(graw + size_t(o) * gsz, gdt, gbuf, DType::f32, len);
+        pg = gbuf;
+      }
+      float* __restrict bp = pp + o;
+      float* __restrict bm = pm + o;
+      float* __restrict bv = pv + o;
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) {
-      const float gi = pg[i] * inv_div + l2_wd * pp[i];
-      const float mi = pm[i] * f_b1 + f_1mb1 * gi;
-      const float vi = pv[i] * f_b2 + f_1mb2 * gi * gi;
-      pm[i] = mi;
-      pv[i] = vi;
-      pp[i] = pp[i] * decay - step_size * (mi / (std::sqrt(vi) / f_bc2 + f_eps));
+      for (int64_t i = 0; i < len; ++i) {
+        const float gi = pg[i] * inv_div + l2_wd * bp[i];
+        const float mi = bm[i] * f_b1 + f_1mb1 * gi;
+        const float vi = bv[i] * f_b2 + f_1mb2 * gi * gi;
+        bm[i] = mi;
+        bv[i] = vi;
+        bp[i] = bp[i] * decay - step_size * (mi / (std::sqrt(vi) / f_bc2 + f_eps));
+      }
+      if (wraw) convert_serial(bp, DType::f32, wraw + size_t(o) * wsz, wdt, len);
     }
   });
   (void)name;

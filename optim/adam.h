@@ -24,6 +24,7 @@ class AdamBase : public Optimizer {
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+  bool fuses_io() const override { return true; }
   bool decoupled_;
 };
 

@@ -45,15 +45,29 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
-void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& grad, const ParamGroup& group) {
-  Tensor g = grad.dtype() == DType::f32 && grad.is_contiguous() ? grad : grad.to(DType::f32).contiguous();
-  BOOSTER_CHECK_T(ShapeError, g.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
-                  shape_str(g.shape()), ", the value updated ", shape_str(p.shape()));
+void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& grad, const ParamGroup& group,
+                           const Tensor& working) {
+  BOOSTER_CHECK_T(ShapeError, grad.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
+                  shape_str(grad.shape()), ", the value updated ", shape_str(p.shape()));
   BOOSTER_CHECK_T(DTypeError, p.dtype() == DType::f32 && p.is_contiguous(), type_name(), ": the value of '", name,
                   "' updated must be contiguous f32, got ", p.describe());
+  BOOSTER_CHECK_T(ShapeError, !working.defined() || working.numel() == p.numel(), type_name(), ": the compute copy of '",
+                  name, "' has ", working.numel(), " elements, the value ", p.numel());
+  const bool fused = fuses_io() && grad.is_contiguous() && is_floating(grad.dtype()) &&
+                     (!working.defined() || working.is_contiguous());
+  Tensor g = fused || (grad.dtype() == DType::f32 && grad.is_contiguous()) ? grad : grad.to(DType::f32).contiguous();
   ParamState& st = state_[name];
   ++st.step;
+  struct Reset {
+    Tensor& w;
+    ~Reset() { w = Tensor(); }
+  } reset{working_};
+  if (fused) working_ = working;
   update(name, p, g, st, group);
+  if (working.defined() && !fused) {
+    Tensor w = working;
+    w.view({-1}).copy_(p.view({-1}));
+  }
 }
 
 void Optimizer::step() {
@@ -78,7 +92,7 @@ void Optimizer::step_on(const std::vector<UpdateTarget>& targets, double grad_di
   try {
     for (auto& t : targets) {
       Tensor p = t.value;
-      update_one(t.name, p, t.grad, group_of(t.name));
+      update_one(t.name, p, t.grad, group_of(t.name), t.working);
     }
   } catch (...) {
     grad_divisor_ = 1.0;

@@ -44,12 +44,16 @@ struct OptimizerStateDict {
 };
 
 /// One parameter's update inputs, by name: its fp32 value, updated in place (the
-/// parameter, its master copy, or a shard of either), and its fp32 gradient of the same
-/// shape. State buffers take the value's shape.
+/// parameter, its master copy, or a shard of either), and its gradient of the same shape
+/// (any floating dtype: a low-precision one is read as f32). State buffers take the
+/// value's shape. working, when defined: the low-precision compute copy (same element
+/// count, contiguous) written from the updated value, in the same pass over memory where
+/// the optimizer fuses it (Adam), after the update otherwise.
 struct UpdateTarget {
   std::string name;
   Tensor value;
   Tensor grad;
+  Tensor working = {};
 };
 
 /// Base of every optimizer.
@@ -101,12 +105,17 @@ class Optimizer {
   /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32
   /// gradient, to be divided by grad_divisor_.
   virtual void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group) = 0;
+  /// True when update() reads a contiguous gradient of any floating dtype and writes
+  /// working_ itself (one pass over memory instead of three).
+  virtual bool fuses_io() const { return false; }
 
   double grad_divisor_ = 1.0;
+  Tensor working_;  // during a fused update: the compute copy to write (undefined: none)
 
  private:
   void fill_defaults(ParamGroup& g) const;
-  void update_one(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group);
+  void update_one(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group,
+                  const Tensor& working = {});
 
   std::string type_;
   std::vector<ParamGroup> groups_;

@@ -72,6 +72,26 @@ void f16_to_f32(const f16_t* s, float* d, int64_t n) {
 
 }  // namespace
 
+void convert_serial(const void* src, DType st, void* dst, DType dt, int64_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, size_t(n) * dtype_size(st));
+  } else if (st == DType::f32 && dt == DType::bf16) {
+    auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<bf16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = to_bf16(s[i]);
+  } else if (st == DType::bf16 && dt == DType::f32) {
+    auto* s = static_cast<const bf16_t*>(src);
+    auto* d = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = from_bf16(s[i]);
+  } else if (st == DType::f32 && dt == DType::f16) {
+    f32_to_f16(static_cast<const float*>(src), static_cast<f16_t*>(dst), n);
+  } else if (st == DType::f16 && dt == DType::f32) {
+    f16_to_f32(static_cast<const f16_t*>(src), static_cast<float*>(dst), n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) store_from_double(dst, dt, i, load_element(src, st, i));
+  }
+}
+
 void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
   constexpr int64_t kChunk = 1 << 14;
   if (st == dt) {
@@ -79,24 +99,11 @@ void convert(const void* src, DType st, void* dst, DType dt, int64_t n) {
     return;
   }
   const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const size_t ss = dtype_size(st), ds = dtype_size(dt);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-    if (st == DType::f32 && dt == DType::bf16) {
-      auto* s = static_cast<const float*>(src);
-      auto* d = static_cast<bf16_t*>(dst);
-      for (int64_t i = b; i < e; ++i) d[i] = to_bf16(s[i]);
-    } else if (st == DType::bf16 && dt == DType::f32) {
-      auto* s = static_cast<const bf16_t*>(src);
-      auto* d = static_cast<float*>(dst);
-      for (int64_t i = b; i < e; ++i) d[i] = from_bf16(s[i]);
-    } else if (st == DType::f32 && dt == DType::f16) {
-      f32_to_f16(static_cast<const float*>(src) + b, static_cast<f16_t*>(dst) + b, e - b);
-    } else if (st == DType::f16 && dt == DType::f32) {
-      f16_to_f32(static_cast<const f16_t*>(src) + b, static_cast<float*>(dst) + b, e - b);
-    } else {
-      for (int64_t i = b; i < e; ++i) store_from_double(dst, dt, i, load_element(src, st, i));
-    }
+    convert_serial(static_cast<const char*>(src) + size_t(b) * ss, st, static_cast<char*>(dst) + size_t(b) * ds, dt, e - b);
   }
 }
 

@@ -57,6 +57,8 @@ double load_element(const void* p, DType t, int64_t i);
 
 /// Converts n elements between any two dtypes (floats through f32; ints by value).
 void convert(const void* src, DType src_t, void* dst, DType dst_t, int64_t n);
+/// The same on the calling thread only (for blocks inside a parallel loop).
+void convert_serial(const void* src, DType src_t, void* dst, DType dst_t, int64_t n);
 
 /// Maps a C++ element type to its DType.
 template <typename T> struct dtype_of;

@@ -110,14 +110,12 @@ void LowLevelZeroOptimizer::step() {
   std::vector<size_t> ram, disk;  // by where the part's master and state live
   for (size_t i : todo) (parts[i].offloaded ? disk : ram).push_back(i);
   {
+    // Unscaling, clipping and the refresh of this rank's slice of the working parameter
+    // happen inside the update.
     std::vector<optim::UpdateTarget> targets;
-    for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i)});
-    if (!targets.empty()) optim_->step_on(targets, div);  // unscale and clip inside the fused update
-    for (size_t k = 0; k < ram.size(); ++k) {
-      Tensor own = zp_->own_slice(ram[k]);
-      own.copy_(targets[k].value);
-      zp_->release_own(ram[k], true);
-    }
+    for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i), zp_->own_slice(i)});
+    if (!targets.empty()) optim_->step_on(targets, div);
+    for (size_t i : ram) zp_->release_own(i, true);
   }
   for (size_t k = 0; k < disk.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
     const size_t i = disk[k];

@@ -114,6 +114,47 @@ TEST(Optimizer, Bf16ParametersUpdateInF32) {
   EXPECT_THROW(opt.step_on({{"w", shard, Tensor::full({3}, 1.0)}}), ShapeError);
 }
 
+// The fused update (Adam family) reads a low-precision gradient as it goes and writes the
+// compute copy in the same pass: bit for bit what widening the gradient, updating and
+// converting the value after give. An optimizer without the fusion (SGD) refreshes the copy
+// after its update. Sizes span several blocks and a remainder.
+TEST(Optimizer, FusedUpdateEqualsStagedPasses) {
+  const int64_t n = 5000 + 37;
+  auto filled = [&](uint64_t seed, DType dt) {
+    Tensor t = Tensor::empty({n});
+    Generator(seed).normal_(t);
+    return t.to(dt);
+  };
+  for (DType gdt : {DType::f32, DType::bf16, DType::f16})
+    for (DType wdt : {DType::bf16, DType::f16, DType::f32})
+      for (int kind = 0; kind < 3; ++kind) {
+        auto make = [&](Tensor w) -> std::unique_ptr<Optimizer> {
+          NamedParams ps{{"w", w}};
+          if (kind == 0) return std::make_unique<Adam>(ps, AdamOptions{1e-2, 0.9, 0.999, 1e-8, 0.1});
+          if (kind == 1) return std::make_unique<AdamW>(ps);
+          return std::make_unique<SGD>(ps, SGDOptions{0.1, 0.9});
+        };
+        Tensor fused_w = filled(1, wdt), staged_w = fused_w.clone();
+        auto fused = make(fused_w), staged = make(staged_w);
+        Tensor fused_master = filled(1, DType::f32), staged_master = fused_master.clone();
+        for (int step = 0; step < 3; ++step) {
+          Tensor g = filled(10 + uint64_t(step), gdt);
+          fused->step_on({{"w", fused_master, g, fused_w}}, 2.0);
+          staged->step_on({{"w", staged_master, g.to(DType::f32)}}, 2.0);
+          staged_w.copy_(staged_master.to(wdt));
+        }
+        const std::string what = std::string(dtype_name(gdt)) + " gradient, " + dtype_name(wdt) + " copy, optimizer " +
+                                 std::to_string(kind);
+        EXPECT_EQ(fused_master.to_vector(), staged_master.to_vector()) << what;
+        EXPECT_EQ(fused_w.to_vector(), staged_w.to_vector()) << what;
+        EXPECT_NE(fused_w.to_vector(), filled(1, wdt).to_vector()) << what << ": the copy was not written";
+        for (auto& [k, buf] : staged->state().at("w").buffers)
+          EXPECT_EQ(fused->state().at("w").buffers.at(k).to_vector(), buf.to_vector()) << what << " " << k;
+      }
+  Adam opt(NamedParams{{"w", Tensor::ones({4})}});
+  EXPECT_THROW(opt.step_on({{"w", Tensor::ones({4}), Tensor::ones({4}), Tensor::ones({3}, DType::bf16)}}), ShapeError);
+}
+
 TEST(Clip, GlobalNormAndValue) {
   Tensor a = param({0, 0}), b = param({0});
   set_grad(a, {3, 0});
