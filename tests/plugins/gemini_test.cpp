@@ -99,8 +99,9 @@ TEST(Gemini, ChunkConfigDictSetsTheChunks) {
 
 // Chunks are packed in the order the model first uses its parameters: until the first step
 // they follow the registration order (nothing has run yet), after it the order the first
-// forward used them (those it never used last, in backward's terms first), under every
-// placement; training is the same as LowLevelZero's (which never repacks).
+// forward used them (those it never used first in that order, so in the chunk backward
+// reduces last), under every placement; training is the same as LowLevelZero's (which
+// never repacks).
 TEST(Gemini, ChunksFollowTheFirstForwardsOrder) {
   auto names = [](const plugins::ZeroPartition& zp) {  // chunks in backward's order, parameters within
     std::vector<std::vector<std::string>> out;
