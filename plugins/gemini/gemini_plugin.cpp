@@ -24,9 +24,9 @@ class GeminiDDP : public ModelWrapper {
  public:
   /// chunk_elems: the chunk size for parameters of these sizes in this (backward) order.
   GeminiDDP(std::shared_ptr<ModelWrapper> inner, ZeroPartition& zp, ZeroGrads& grads, int max_prefetch,
-            std::function<int64_t(const std::vector<int64_t>&)> chunk_elems, AutoPlacement* placement)
+            std::function<int64_t(const std::vector<int64_t>&)> chunk_elems)
       : ModelWrapper(std::move(inner)), zp_(zp), grads_(grads), max_prefetch_(max_prefetch),
-        chunk_elems_(std::move(chunk_elems)), placement_(placement) {
+        chunk_elems_(std::move(chunk_elems)), used_(zp.parts().size(), false) {
     install_hooks();
     // In backward, a chunk goes once its gradients are reduce-scattered.
     grads.set_after_launch([this](size_t b) { zp_.release(b); });
@@ -55,7 +55,6 @@ class GeminiDDP : public ModelWrapper {
     std::map<std::string, size_t> part_of;
     for (size_t i = 0; i < zp_.parts().size(); ++i) part_of[zp_.parts()[i].name] = i;
     done_.assign(zp_.buckets().size(), 0);
-    used_.assign(zp_.parts().size(), false);
     auto root = module();
     for (auto& [path, m] : root->named_modules()) {
       std::vector<size_t> mine;  // parts of this module's own parameters
@@ -93,7 +92,7 @@ class GeminiDDP : public ModelWrapper {
 
   // Packs the chunks again, the parameters in the order the first forward used them (those
   // it did not use first, so that backward's first chunks are complete early), and the
-  // hooks, the reduction and the placement follow.
+  // hooks and the reduction follow (the placement places the new chunks after).
   void repack() {
     const size_t n = zp_.parts().size();
     std::vector<size_t> forward;
@@ -115,7 +114,6 @@ class GeminiDDP : public ModelWrapper {
     zp_.rebucket(std::move(buckets));
     grads_.rebucket();
     install_hooks();
-    if (placement_) placement_->rebucketed();
     if (dist::world_rank() == 0)
       spdlog::info("GeminiPlugin: {} chunks packed again in the order the first forward used the parameters",
                    zp_.buckets().size());
@@ -141,7 +139,6 @@ class GeminiDDP : public ModelWrapper {
   ZeroGrads& grads_;
   int max_prefetch_;
   std::function<int64_t(const std::vector<int64_t>&)> chunk_elems_;
-  AutoPlacement* placement_;
   Trace fwd_, bwd_;
   std::vector<int> done_;     // per chunk: its parameters this forward has used
   std::vector<bool> used_;    // per part: the first forward used it
@@ -302,10 +299,10 @@ void GeminiPlugin::configure(BoostedObjects& o) {
                                                  opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
   // Chunk by chunk: a chunk's reduce-scatter buffers go before the third is launched.
   zm->grads()->set_max_inflight(2);
-  auto ddp = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch, chunk_elems, placement_.get());
+  auto ddp = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch, chunk_elems);
   zo->set_after_step([p = placement_.get(), d = std::weak_ptr<GeminiDDP>(ddp)] {
-    if (p) p->after_step();  // measured and placed with the chunks the step ran with
-    if (auto m = d.lock()) m->after_step();
+    if (auto m = d.lock()) m->after_step();  // the first step's repacking, then the placement of the chunks
+    if (p) p->after_step();
   });
   o.model = ddp;
 }

@@ -30,7 +30,6 @@ AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOp
     : zp_(zp), grads_(grads), opt_(opt), warmup_ratio_(warmup_ratio), steady_ratio_(steady_ratio) {
   BOOSTER_CHECK(zp.store(), "AutoPlacement: the partition has no disk tier");
   stats_.cap = cap;
-  stats_.chunks = zp.buckets().size();
   for (size_t b = 0; b < zp.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
   // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
   place(double(cap) * (1.0 - warmup_ratio_));
@@ -79,13 +78,8 @@ void AutoPlacement::set_resident(size_t b, bool on) {
   ++(on ? stats_.moves_in : stats_.moves_out);
 }
 
-void AutoPlacement::rebucketed() {
-  stats_.chunks = zp_.buckets().size();
-  place(budget_);
-}
-
 void AutoPlacement::place(double budget) {
-  budget_ = budget;
+  stats_.chunks = zp_.buckets().size();  // Gemini packs them again after the first step
   // The forward uses the last chunk first (chunks are packed from the last parameters).
   std::vector<bool> want(zp_.buckets().size(), false);
   double used = 0;

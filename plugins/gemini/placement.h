@@ -46,8 +46,6 @@ class AutoPlacement {
   /// Measures the step just done and places the chunks for the next (every rank of the dp
   /// group calls it after each step).
   void after_step();
-  /// Places the chunks again after ZeroPartition::rebucket (same budget).
-  void rebucketed();
   const Stats& stats() const { return stats_; }
 
  private:
@@ -65,7 +63,6 @@ class AutoPlacement {
   LowLevelZeroOptimizer& opt_;
   double warmup_ratio_, steady_ratio_;
   size_t steady_peak_ = 0;
-  double budget_ = 0;  // of the last placement
   Stats stats_;
 };
 

@@ -125,13 +125,10 @@ void LowLevelZeroOptimizer::step() {
       prefetch_state(disk[k + 1]);
       grads_->prefetch(disk[k + 1]);
     }
-    Tensor value = value_of(i);
     install_state(i);
-    optim_->step_on({{parts[i].name, value, grads_->fetch(i)}}, div);
+    optim_->step_on({{parts[i].name, value_of(i), grads_->fetch(i), zp_->own_slice(i)}}, div);
     grads_->release(i, false);
     stash_state(i);
-    Tensor own = zp_->own_slice(i);
-    own.copy_(value);
     zp_->release_own(i, true);
     zp_->release_master(i, true);
   }

@@ -76,11 +76,8 @@ void ZeroPartition::set_buckets(std::vector<std::vector<size_t>> buckets) {
   bucket_of_.assign(parts_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (size_t i : buckets_[b]) bucket_of_[i] = b;
-  sharded_.assign(buckets_.size(), false);
   fetched_.assign(buckets_.size(), false);
 }
-
-bool ZeroPartition::part_sharded(size_t i) const { return parts_.at(i).own.defined() || parts_[i].own_slot >= 0; }
 
 void ZeroPartition::rebucket(std::vector<std::vector<size_t>> buckets) {
   NoGradGuard ng;
@@ -89,24 +86,19 @@ void ZeroPartition::rebucket(std::vector<std::vector<size_t>> buckets) {
   prefetched_.clear();
   for (size_t b = 0; b < buckets_.size(); ++b) release(b);
   set_buckets(std::move(buckets));
-  // A bucket is sharded when any of its parts is: the others give up their full parameter
-  // here (no communication; a part never goes back to whole).
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (std::none_of(buckets_[b].begin(), buckets_[b].end(), [&](size_t i) { return part_sharded(i); })) continue;
-    for (size_t i : buckets_[b])
-      if (!part_sharded(i)) parts_[i].own = own_slice(i).contiguous().clone();
-    sharded_[b] = fetched_[b] = true;
-    release(b);
-  }
+  // A bucket holding a sharded part is sharded: the others give up their full parameter
+  // (no communication; a part never goes back to whole).
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (std::any_of(buckets_[b].begin(), buckets_[b].end(), [&](size_t i) { return part_sharded(i); })) shard_bucket(b);
 }
 
 void ZeroPartition::shard_bucket(size_t b) {
   NoGradGuard ng;
   wait_gather();
-  if (sharded_.at(b)) return;
-  for (size_t i : buckets_[b])
-    if (!part_sharded(i)) parts_[i].own = own_slice(i).contiguous().clone();
-  sharded_[b] = true;
+  bool changed = false;
+  for (size_t i : buckets_.at(b))
+    if (!part_sharded(i)) parts_[i].own = own_slice(i).contiguous().clone(), changed = true;
+  if (!changed) return;
   fetched_[b] = true;
   release(b);
 }
@@ -128,7 +120,7 @@ void ZeroPartition::fetch(size_t b) {
 }
 
 void ZeroPartition::release(size_t b) {
-  if (!sharded_.at(b) || !fetched_.at(b)) return;
+  if (!is_sharded(b) || !fetched_.at(b)) return;
   for (size_t i : buckets_[b]) parts_[i].param.set_data(Tensor::empty({0}, working_));
   fetched_[b] = false;
 }
@@ -196,7 +188,7 @@ Tensor ZeroPartition::pack_own(const std::vector<size_t>& bucket) const {
 }
 
 void ZeroPartition::offload_own(size_t b) {
-  BOOSTER_CHECK(sharded_.at(b) && store_, "ZeroPartition.offload_own: bucket ", b, " is not sharded or there is no store");
+  BOOSTER_CHECK(is_sharded(b) && store_, "ZeroPartition.offload_own: bucket ", b, " is not sharded or there is no store");
   NoGradGuard ng;
   for (size_t i : buckets_[b]) {
     Part& p = parts_[i];
@@ -233,7 +225,7 @@ void ZeroPartition::gather(bool async) {
   for (auto& [b, pend] : prefetched_) pend.work->wait();
   prefetched_.clear();
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    if (sharded_[bi]) {  // fetched when used; a copy still fetched is stale now
+    if (is_sharded(bi)) {  // fetched when used; a copy still fetched is stale now
       release(bi);
       continue;
     }

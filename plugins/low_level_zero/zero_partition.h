@@ -79,8 +79,11 @@ class ZeroPartition {
   // ---- ZeRO-3 (Gemini): a sharded bucket's parameters exist in full only while fetched ----
   /// Keeps only this rank's slices of bucket b's parameters; they are released ([0]) until fetch(b).
   void shard_bucket(size_t b);
-  bool is_sharded(size_t b) const { return sharded_.at(b); }
-  bool is_fetched(size_t b) const { return !sharded_.at(b) || fetched_.at(b); }
+  /// A bucket's parts are all sharded or none (shard_bucket and rebucket keep it so).
+  bool is_sharded(size_t b) const { return part_sharded(buckets_.at(b).front()); }
+  bool is_fetched(size_t b) const { return !is_sharded(b) || fetched_.at(b); }
+  /// Part i keeps only its slice (in RAM or on the disk tier).
+  bool part_sharded(size_t i) const { return parts_.at(i).own.defined() || parts_[i].own_slot >= 0; }
   /// All-gathers bucket b's parameters from every rank's slices (collective over the group;
   /// finishes a prefetch of it).
   void fetch(size_t b);
@@ -123,8 +126,6 @@ class ZeroPartition {
   /// This rank's slices of a bucket's parts, each padded to its chunk: the all-gather's input.
   Tensor pack_own(const std::vector<size_t>& bucket) const;
   void set_buckets(std::vector<std::vector<size_t>> buckets);
-  /// Part i keeps only its slice (in RAM or on the disk tier).
-  bool part_sharded(size_t i) const;
   /// Starts all-gathering a bucket's slices.
   Pending start_gather(const std::vector<size_t>& bucket) const;
   /// Waits for it and writes every rank's slices into the parameters (into new storage when
@@ -138,7 +139,7 @@ class ZeroPartition {
   std::vector<Part> parts_;
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;
-  std::vector<bool> sharded_, fetched_;
+  std::vector<bool> fetched_;  // per bucket: a sharded bucket's parameters are whole now
   std::map<size_t, Pending> prefetched_;  // by bucket
   std::vector<Pending> pending_;
 };
