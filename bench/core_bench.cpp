@@ -76,7 +76,7 @@ void BM_LinearPart(benchmark::State& state, DType dt) {
   auto run = [&] {
     if (part == 0) return kernels::mm(x, w.transpose(0, 1), b, {m, n});
     if (part == 1) return kernels::mm(dy, w, Tensor(), {m, k});
-    return kernels::mm(dy.transpose(0, 1), x, Tensor(), {n, k}, kernels::RightOperand::activation);
+    return kernels::mm_tn(dy, x);  // the way linear runs it (its first call times the ways)
   };
   run();
   ceiling.run_seconds();
@@ -95,6 +95,50 @@ void BM_LinearPart(benchmark::State& state, DType dt) {
   state.counters["ratio"] = ceil_s / op_s;
   static const char* names[] = {"fwd x W^T + b", "dx = dy W", "dW = dy^T x"};
   state.SetLabel(names[part]);
+}
+
+// Attention at ViT-B/16 shapes (batch 8, 12 heads of 64, 197 tokens; q, k, v permuted views of
+// [B, T, h*d] projections, as the ViT makes them): forward (arg 0) or backward (arg 1) of
+// scaled_dot_product_attention beside the ceiling of the MLP's first matmul.
+void BM_Attention(benchmark::State& state, DType dt) {
+  const int64_t b = 8, h = 12, t = 197, d = 64, bwd = state.range(0);
+  bench::RawMatmul ceiling(b * t, h * d, 4 * h * d, dt);
+  if (!ceiling.ok()) {
+    state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
+    return;
+  }
+  auto leaf = [&](uint64_t seed) {
+    Tensor x = random_tensor({b, t, h * d}, dt, seed);
+    x.requires_grad_();
+    return x;
+  };
+  auto heads = [&](const Tensor& x) { return x.view({b, t, h, d}).permute({0, 2, 1, 3}); };
+  Tensor qx = leaf(1), kx = leaf(2), vx = leaf(3);
+  Tensor dout = random_tensor({b, h, t, d}, dt, 4);
+  auto run = [&] {
+    Tensor out = scaled_dot_product_attention(heads(qx), heads(kx), heads(vx));
+    if (!bwd) return;
+    for (Tensor* x : {&qx, &kx, &vx}) x->set_grad(Tensor());
+    autograd::backward({out}, {dout});
+  };
+  run();
+  ceiling.run_seconds();
+  double op_s = 0, ceil_s = 0;
+  for (auto _ : state) {
+    ceil_s += ceiling.run_seconds();
+    const auto t0 = Clock::now();
+    run();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    op_s += s;
+    state.SetIterationTime(s);
+  }
+  // forward: two products of 2 b h t t d; backward: four more
+  const double flop = (bwd ? 6.0 : 2.0) * 2.0 * double(b * h * t * t * d), iters = double(state.iterations());
+  const double ceil_flop = 2.0 * double(b * t) * double(h * d) * double(4 * h * d);
+  state.counters["GFLOPs"] = flop * iters / op_s / 1e9;
+  state.counters["ceiling_GFLOPs"] = ceil_flop * iters / ceil_s / 1e9;
+  state.counters["ratio"] = state.counters["GFLOPs"] / state.counters["ceiling_GFLOPs"];
+  state.SetLabel(bwd ? "forward + backward" : "forward");
 }
 
 // Dispatch, cache lookup and graph bookkeeping of one small op.
@@ -135,6 +179,16 @@ BENCHMARK_CAPTURE(BM_LinearFwdBwd, bf16, DType::bf16)
       ->Unit(benchmark::kMillisecond)
 LINEAR_PARTS(f32);
 LINEAR_PARTS(bf16);
+BENCHMARK_CAPTURE(BM_Attention, f32, DType::f32)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, bf16, DType::bf16)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+// A bias gradient: the column sums of dy [1576, N], read where it lies.
+void BM_BiasGrad(benchmark::State& state, DType dt) {
+  Tensor dy = random_tensor({1576, state.range(0)}, dt, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(kernels::sum_dims(dy, {0}, false));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(dy.numel() * dtype_size(dt)));
+}
+BENCHMARK_CAPTURE(BM_BiasGrad, f32, DType::f32)->Arg(768)->Arg(3072);
+BENCHMARK_CAPTURE(BM_BiasGrad, bf16, DType::bf16)->Arg(768)->Arg(3072);
 BENCHMARK(BM_TinyOpOverhead)->Arg(0)->Arg(1);
 BENCHMARK(BM_TinyLinearOverhead);
 

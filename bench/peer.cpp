@@ -1,6 +1,8 @@
 // PyTorch peer subprocess (see peer.h).
 #include "peer.h"
 
+#include "core/kernels/raw.h"
+
 #include <algorithm>
 #include <chrono>
 #include <array>
@@ -63,7 +65,9 @@ std::string profile_step(const std::function<void()>& step) {
   char head[160];
   std::snprintf(head, sizeof head, "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
                 wall * 1e3, ops * 1e3, (wall - ops) * 1e3);
-  return head + Profiler::report();
+  std::string tuned;
+  for (const auto& line : kernels::mm_tn_choices()) tuned += "  " + line + "\n";
+  return head + Profiler::report() + (tuned.empty() ? "" : "weight-gradient products, the way each shape runs:\n" + tuned);
 }
 
 double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {

@@ -204,7 +204,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
       Tensor g2 = g[0].contiguous().view({-1, n});
       Tensor a2 = ad.contiguous().view({-1, k});
       Tensor da = ga ? kernels::mm(g2, bd.transpose(0, 1), Tensor(), {a2.size(0), k}).view(ad.shape()) : Tensor();
-      Tensor db = gb ? kernels::mm(a2.transpose(0, 1), g2, Tensor(), {k, n}, kernels::RightOperand::activation) : Tensor();
+      Tensor db = gb ? kernels::mm_tn(a2, g2) : Tensor();
       return std::vector<Tensor>{da, db};
     });
   }
@@ -253,7 +253,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor wd = w.detach();
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
     Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
-    Tensor dw = gw ? kernels::mm(g2.transpose(0, 1), x2, Tensor(), {n, k}, kernels::RightOperand::activation) : Tensor();
+    Tensor dw = gw ? kernels::mm_tn(g2, x2) : Tensor();
     Tensor db = gb ? kernels::sum_dims(g2, {0}, false) : Tensor();
     return std::vector<Tensor>{dx, dw, db};
   });

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/tensor/tensor.h"
 
@@ -29,6 +30,12 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
 /// through a copy). a, b, c of one dtype (matmul_ops.cpp).
 void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c,
              RightOperand right = RightOperand::weight, double alpha = 1.0);
+/// a^T b for a [M, P] and b [M, Q] -> [P, Q], the reduction over their rows: a weight
+/// gradient (dW = dy^T x). The first product of each large shape times the ways oneDNN can
+/// run it and keeps the fastest that gives the plain way's bits (matmul_tn.cpp).
+Tensor mm_tn(const Tensor& a, const Tensor& b);
+/// What mm_tn chose for each shape it timed, with the timings, one line per shape.
+std::vector<std::string> mm_tn_choices();
 /// softmax's backward: dx for y = softmax(x) over the last dim ([rows, c] contiguous,
 /// any float dtype) and its output gradient dy (any layout), in y's dtype (norm_ops.cpp).
 Tensor softmax_backward(const Tensor& y, const Tensor& dy);

@@ -1,7 +1,9 @@
 // Sum and mean over all or some dims. Reduced dims that form one block [outer, R, inner]
 // are summed in place with the inner dim vectorized; other patterns permute first.
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
@@ -13,40 +15,82 @@ namespace booster {
 namespace kernels {
 namespace {
 
-// Sums a contiguous f32 [outer, r, inner] block over r into out [outer, inner].
-void sum_block(const float* x, float* out, int64_t outer, int64_t r, int64_t inner, bool reference) {
+// n elements of p as f32: p itself for f32, else widened into buf.
+template <typename T>
+const float* widened(const T* p, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return p;
+  } else {
+    convert_serial(p, dtype_of<T>::value, buf, DType::f32, n);
+    return buf;
+  }
+}
+
+// acc[i] += row[i] for n elements (bf16 widened inline: one vectorized pass).
+template <typename T>
+void add_row(float* acc, const T* row, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const uint16_t* bits = reinterpret_cast<const uint16_t*>(row);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = uint32_t(bits[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      acc[i] += f;
+    }
+  } else {
+    const float* v = widened(row, buf, n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) acc[i] += v[i];
+  }
+}
+
+// Sums a contiguous [outer, r, inner] block of T over r into f32 out [outer, inner],
+// accumulating in f32 (double for a whole row): low-precision input is widened a cache-sized
+// piece at a time, never copied whole (a bias gradient of [1576, 3072] bf16 took 1 ms through
+// an f32 copy).
+template <typename T>
+void sum_block(const T* x, float* out, int64_t outer, int64_t r, int64_t inner, bool reference) {
+  constexpr int64_t kPiece = 256;
   if (reference) {
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
         double s = 0;
-        for (int64_t k = 0; k < r; ++k) s += x[(o * r + k) * inner + i];
+        for (int64_t k = 0; k < r; ++k) {
+          float v;
+          s += *widened(x + (o * r + k) * inner + i, &v, 1);
+        }
         out[o * inner + i] = float(s);
       }
     return;
   }
   if (inner == 1) {
     parallel_for(outer, r >= kGrain ? 0 : kGrain / std::max<int64_t>(r, 1), [&](int64_t b, int64_t e) {
+      float buf[kPiece];
       for (int64_t o = b; o < e; ++o) {
         double s = 0;
+        for (int64_t k0 = 0; k0 < r; k0 += kPiece) {
+          const int64_t len = std::min(kPiece, r - k0);
+          const float* v = widened(x + o * r + k0, buf, len);
 #pragma omp simd reduction(+ : s)
-        for (int64_t k = 0; k < r; ++k) s += x[o * r + k];
+          for (int64_t k = 0; k < len; ++k) s += v[k];
+        }
         out[o] = float(s);
       }
     });
     return;
   }
-  // Split the inner dim across threads in 64-element blocks; accumulate rows in f32.
-  const int64_t blocks = (inner + 63) / 64;
+  // Split the inner dim across threads in column pieces; each thread streams the rows of
+  // its piece (contiguous reads; 64-column pieces walking 1576 rows 6 KB apart ran at a third
+  // of the speed), accumulating in f32.
+  const int64_t blocks = (inner + kPiece - 1) / kPiece;
   parallel_for(outer * blocks, outer * r * inner > kGrain ? 0 : INT64_MAX, [&](int64_t b, int64_t e) {
+    float buf[kPiece], acc[kPiece];
     for (int64_t t = b; t < e; ++t) {
-      const int64_t o = t / blocks, i0 = (t % blocks) * 64, i1 = std::min(inner, i0 + 64);
-      float acc[64] = {};
-      for (int64_t k = 0; k < r; ++k) {
-        const float* row = x + (o * r + k) * inner;
-#pragma omp simd
-        for (int64_t i = i0; i < i1; ++i) acc[i - i0] += row[i];
-      }
-      for (int64_t i = i0; i < i1; ++i) out[o * inner + i] = acc[i - i0];
+      const int64_t o = t / blocks, i0 = (t % blocks) * kPiece, len = std::min(inner, i0 + kPiece) - i0;
+      std::fill(acc, acc + len, 0.f);
+      for (int64_t k = 0; k < r; ++k) add_row(acc, x + (o * r + k) * inner + i0, buf, len);
+      std::copy(acc, acc + len, out + o * inner + i0);
     }
   });
 }
@@ -78,7 +122,8 @@ Tensor sum_dims(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepd
       last = d;
     }
   }
-  Tensor xf = f32_contig(x);
+  // Read in x's own float dtype (the reference loops, and integers, in f32).
+  Tensor xf = contig_as(x, use_reference() || !is_floating(x.dtype()) ? DType::f32 : x.dtype());
   int64_t outer = 1, r = 1, inner = 1;
   if (first < 0) {
     inner = x.numel();
@@ -97,7 +142,11 @@ Tensor sum_dims(const Tensor& x, const std::vector<int64_t>& dims_in, bool keepd
     xf = xf.permute(perm).contiguous();
   }
   Tensor out = Tensor::empty(out_shape, DType::f32);
-  sum_block(xf.data<float>(), out.data<float>(), outer, r, inner, use_reference());
+  const void* px = xf.raw_data();
+  float* po = out.data<float>();
+  if (xf.dtype() == DType::bf16) sum_block(static_cast<const bf16_t*>(px), po, outer, r, inner, use_reference());
+  else if (xf.dtype() == DType::f16) sum_block(static_cast<const f16_t*>(px), po, outer, r, inner, use_reference());
+  else sum_block(static_cast<const float*>(px), po, outer, r, inner, use_reference());
   return out.to(x.dtype());
 }
 

@@ -71,6 +71,9 @@ std::vector<OpCase> op_cases() {
                [](auto& x) { return x[0].permute({2, 0, 1}).reshape({4, 6}).unsqueeze(0).expand({3, 4, 6}); }, {}});
   c.push_back({"sum_dims", {{3, 4, 5}}, [](auto& x) { return sum(x[0], {0, 2}); }, {}});
   c.push_back({"sum_dim0", {{7, 6}}, [](auto& x) { return sum(x[0], {0}, true); }, {}});
+  // A bias gradient's shape (columns summed in pieces of 256) and rows longer than a piece.
+  c.push_back({"sum_wide_columns", {{5, 300}}, [](auto& x) { return sum(x[0], {0}); }, {}});
+  c.push_back({"sum_long_rows", {{2, 600}}, [](auto& x) { return sum(x[0], {1}); }, {}});
   c.push_back({"mean_all", {{3, 4}}, [](auto& x) { return mean(x[0]); }, {}});
   c.push_back({"mean_last", {{3, 4, 5}}, [](auto& x) { return mean(x[0], {-1}); }, {}});
   c.push_back({"cross_entropy", {{6, 5}}, [](auto& x) {

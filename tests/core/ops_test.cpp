@@ -7,6 +7,7 @@
 #include "core/autograd/engine.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/ops.h"
+#include "core/kernels/raw.h"
 #include "op_cases.h"
 
 using namespace booster;
@@ -114,6 +115,46 @@ TEST_P(OpTest, FastMatchesReference) {
     compare(fast.out, ref.out, tol, tag + " forward");
     for (size_t i = 0; i < xs.size(); ++i) compare(fast.grads[i], ref.grads[i], tol * 2, tag + " grad " + std::to_string(i));
   }
+}
+
+// bf16 and f16 are summed where they lie, widened a piece at a time, in the order the f32
+// path sums: the same bits as summing their exact f32 values.
+TEST(Reduce, LowPrecisionSumsEqualTheirF32Values) {
+  Tensor x = Tensor::empty({37, 700});
+  Generator(3).uniform_(x, -4, 4);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int64_t dim : {0, 1}) {
+      Tensor lp = x.to(dt);
+      Tensor got = kernels::sum_dims(lp, {dim}, false), want = kernels::sum_dims(lp.to(DType::f32), {dim}, false);
+      EXPECT_EQ(got.dtype(), dt);
+      EXPECT_EQ(got.to_vector(), want.to(dt).to_vector()) << dtype_name(dt) << " dim " << dim;
+    }
+}
+
+// A weight gradient's product: the first one of a large shape times the ways and keeps one;
+// every call, timing or not, gives the plain product's bits. Small shapes are not timed.
+TEST(MatmulTN, EveryWayGivesThePlainProductsBits) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t m = 512, p = 256, q = 384;  // 5e7 multiply-adds: timed
+    Tensor a = Tensor::empty({m, p}), b = Tensor::empty({m, q});
+    Generator(5).uniform_(a, -1, 1);
+    Generator(6).uniform_(b, -1, 1);
+    a = a.to(dt), b = b.to(dt);
+    Tensor plain = kernels::mm(a.transpose(0, 1), b, Tensor(), {p, q}, kernels::RightOperand::activation);
+    const std::string key = std::string(dtype_name(dt)) + " [512,256]^T x [512,384]";
+    for (int call = 0; call < 2; ++call) {  // the timing call, then the chosen way
+      Tensor got = kernels::mm_tn(a, b);
+      ASSERT_EQ(got.shape(), (Shape{p, q}));
+      EXPECT_EQ(got.to_vector(), plain.to_vector()) << dtype_name(dt) << " call " << call;
+    }
+    bool timed = false;
+    for (const auto& line : kernels::mm_tn_choices()) timed |= line.rfind(key, 0) == 0;
+    EXPECT_TRUE(timed) << key;
+  }
+  Tensor small_a = Tensor::ones({16, 8}), small_b = Tensor::ones({16, 4});
+  EXPECT_EQ(kernels::mm_tn(small_a, small_b).to_vector(), std::vector<float>(32, 16.f));
+  for (const auto& line : kernels::mm_tn_choices()) EXPECT_EQ(line.find("[16,8]"), std::string::npos) << line;
+  EXPECT_THROW(kernels::mm_tn(Tensor::ones({3, 2}), Tensor::ones({4, 2})), ShapeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
