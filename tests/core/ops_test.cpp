@@ -131,6 +131,24 @@ TEST(Reduce, LowPrecisionSumsEqualTheirF32Values) {
     }
 }
 
+// bf16 and f16 element-wise ops run where they lie and round once: the same bits as the op
+// on their exact f32 values, rounded.
+TEST(Binary, LowPrecisionRoundsOnceFromF32) {
+  Tensor x = Tensor::empty({37, 700}), y = Tensor::empty({37, 700}), row = Tensor::empty({700});
+  Generator(8).uniform_(x, -4, 4);
+  Generator(9).uniform_(y, 0.5, 4);
+  Generator(10).uniform_(row, 0.5, 4);
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Tensor& other : {y, row}) {
+      Tensor a = x.to(dt), b = other.to(dt), a32 = a.to(DType::f32), b32 = b.to(DType::f32);
+      const std::string tag = std::string(dtype_name(dt)) + (other.dim() == 1 ? " broadcast" : " same shape");
+      EXPECT_EQ(add(a, b).to_vector(), add(a32, b32).to(dt).to_vector()) << tag;
+      EXPECT_EQ(sub(a, b).to_vector(), sub(a32, b32).to(dt).to_vector()) << tag;
+      EXPECT_EQ(mul(a, b).to_vector(), mul(a32, b32).to(dt).to_vector()) << tag;
+      EXPECT_EQ(div(a, b).to_vector(), div(a32, b32).to(dt).to_vector()) << tag;
+    }
+}
+
 // A weight gradient's product: the first one of a large shape times the ways and keeps one;
 // every call, timing or not, gives the plain product's bits. Small shapes are not timed.
 TEST(MatmulTN, EveryWayGivesThePlainProductsBits) {
