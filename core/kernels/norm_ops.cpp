@@ -7,6 +7,7 @@
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
 #include "core/kernels/reference.h"
+#include "core/tensor/strided.h"
 
 namespace booster {
 namespace kernels {
@@ -192,20 +193,45 @@ Tensor softmax(const Tensor& x) {
 
 namespace kernels {
 
-Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
-  const int64_t c = y_in.size(-1), rows = y_in.numel() / std::max<int64_t>(c, 1);
-  Tensor y = y_in.view({rows, c});
-  Tensor dy = contig_as(dy_in, y.dtype()).view({rows, c});
+Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
+  const int64_t c = y.size(-1), rows = y.numel() / std::max<int64_t>(c, 1);
   Tensor dx = Tensor::empty({rows, c}, y.dtype());
+  softmax_backward_into(y, contig_as(dy, y.dtype()), dx);
+  return dx;
+}
+
+void softmax_backward_into(const Tensor& y_in, const Tensor& dy_in, const Tensor& dx_in) {
+  const int64_t c = y_in.size(-1), rows = y_in.numel() / std::max<int64_t>(c, 1);
+  for (const Tensor* t : {&dy_in, &dx_in})
+    BOOSTER_CHECK(y_in.is_contiguous() && t->is_contiguous() && t->dtype() == y_in.dtype() && t->numel() == y_in.numel(),
+                  "softmax_backward_into: y ", shape_str(y_in.shape()), ", dy ", shape_str(dy_in.shape()), " and dx ",
+                  shape_str(dx_in.shape()), " must be contiguous, of one dtype and size");
+  Tensor y = y_in.view({rows, c}), dy = dy_in.view({rows, c}), dx = dx_in.view({rows, c});
   if (use_reference()) {
     Tensor y32 = f32_contig(y), dy32 = f32_contig(dy), dx32 = Tensor::empty({rows, c});
     ref::softmax_bwd(y32.data<float>(), dy32.data<float>(), dx32.data<float>(), rows, c);
-    return dx32.to(y.dtype());
+    strided_copy(dx, dx32.to(y.dtype()));
+    return;
   }
+  // Each row is read whole before it is written: dx may be dy.
   if (y.dtype() == DType::f32) softmax_bwd_rows<float>(y, dy, dx);
   else if (y.dtype() == DType::bf16) softmax_bwd_rows<bf16_t>(y, dy, dx);
   else softmax_bwd_rows<f16_t>(y, dy, dx);
-  return dx;
+}
+
+void softmax_(const Tensor& x_in) {
+  BOOSTER_CHECK(x_in.is_contiguous(), "softmax_: x must be contiguous");
+  const int64_t c = x_in.size(-1), rows = x_in.numel() / std::max<int64_t>(c, 1);
+  Tensor x = x_in.view({rows, c});
+  if (use_reference() || (x.dtype() != DType::f32 && !softmax_prim(x).native())) {
+    Tensor x32 = f32_contig(x), y32 = Tensor::empty({rows, c});
+    if (use_reference()) ref::softmax_fwd(x32.data<float>(), y32.data<float>(), rows, c);
+    else execute(*softmax_prim(x32).prim, {{DNNL_ARG_SRC, mem_of(md_of(x32), x32)}, {DNNL_ARG_DST, mem_of(md_of(y32), y32)}});
+    strided_copy(x, y32.to(x.dtype()));
+    return;
+  }
+  const dnnl::memory m = mem_of(md_of(x), x);  // oneDNN's softmax runs in place
+  execute(*softmax_prim(x).prim, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}});
 }
 
 }  // namespace kernels

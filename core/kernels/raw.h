@@ -39,6 +39,10 @@ std::vector<std::string> mm_tn_choices();
 /// softmax's backward: dx for y = softmax(x) over the last dim ([rows, c] contiguous,
 /// any float dtype) and its output gradient dy (any layout), in y's dtype (norm_ops.cpp).
 Tensor softmax_backward(const Tensor& y, const Tensor& dy);
+/// The same into dx (contiguous, y's dtype and size; may be dy itself), dy contiguous too.
+void softmax_backward_into(const Tensor& y, const Tensor& dy, const Tensor& dx);
+/// Softmax over the last dim of a contiguous x, in place, without history (norm_ops.cpp).
+void softmax_(const Tensor& x);
 /// oneDNN's implementation name for an [m, k] x [k, n] matmul of dtype t ("brg:avx512_core_amx",
 /// "gemm:jit", ...), or "" when oneDNN has none for this CPU (matmul_ops.cpp).
 std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n);
