@@ -181,6 +181,25 @@ LINEAR_PARTS(f32);
 LINEAR_PARTS(bf16);
 BENCHMARK_CAPTURE(BM_Attention, f32, DType::f32)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, bf16, DType::bf16)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+// GELU forward (arg 0) or forward + backward (arg 1) at ViT-B's MLP ([8, 197, 3072]), the
+// input rotating through 6 tensors so that it comes from memory, as in a training step.
+void BM_Gelu(benchmark::State& state, DType dt) {
+  std::vector<Tensor> xs;
+  for (uint64_t i = 0; i < 6; ++i) xs.push_back(random_tensor({8, 197, 3072}, dt, 10 + i).requires_grad_());
+  Tensor dy = random_tensor({8, 197, 3072}, dt, 20);
+  size_t i = 0;
+  for (auto _ : state) {
+    Tensor& x = xs[i++ % xs.size()];
+    x.set_grad(Tensor());
+    Tensor y = gelu(x);
+    if (state.range(0)) y.backward(dy);
+    benchmark::DoNotOptimize(y);
+  }
+  state.SetLabel(state.range(0) ? "forward + backward" : "forward");
+}
+BENCHMARK_CAPTURE(BM_Gelu, f32, DType::f32)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Gelu, bf16, DType::bf16)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 // A bias gradient: the column sums of dy [1576, N], read where it lies.
 void BM_BiasGrad(benchmark::State& state, DType dt) {
   Tensor dy = random_tensor({1576, state.range(0)}, dt, 1);

@@ -1,8 +1,10 @@
-// GELU on oneDNN's eltwise primitives (erf or tanh form) and dropout with a counter-based
-// mask (the same mask for any thread count).
+// GELU: the exact form with its derivative in one AVX-512 pass where the CPU has it
+// (gelu_avx512.h), else on oneDNN's eltwise primitives (erf or tanh form); and dropout with
+// a counter-based mask (the same mask for any thread count).
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
+#include "core/kernels/gelu_avx512.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/reference.h"
@@ -60,6 +62,17 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   BOOSTER_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be \"none\" or \"tanh\", got \"",
                 approximate, "\"");
   const bool tanh_approx = approximate == "tanh", ref = kernels::use_reference();
+  const DType dt = x.dtype();
+  if (!ref && !tanh_approx && (dt == DType::f32 || dt == DType::bf16) && kernels::gelu_with_grad_supported()) {
+    // y and y' in one pass; the backward multiplies by y' (kept in x's dtype, in place of x).
+    Tensor xs = x.detach().contiguous();
+    Tensor y = Tensor::empty(x.shape(), dt), d = Tensor::empty(x.shape(), dt);
+    if (dt == DType::f32) kernels::gelu_with_grad(xs.data<float>(), y.data<float>(), d.data<float>(), xs.numel());
+    else kernels::gelu_with_grad(xs.data<bf16_t>(), y.data<bf16_t>(), d.data<bf16_t>(), xs.numel());
+    return autograd::record("gelu", {x}, y, [d](const std::vector<Tensor>& g) {
+      return std::vector<Tensor>{mul(g[0].to(d.dtype()), d)};
+    });
+  }
   // In x's own dtype where oneDNN has a kernel for it (bf16 on AVX512-BF16/AMX: no
   // conversions, half the traffic; it computes in f32 inside), else staged through f32.
   Tensor xs = kernels::contig_as(x, ref ? DType::f32 : x.dtype());
@@ -67,7 +80,6 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
   Tensor y = Tensor::empty(x.shape(), xs.dtype());
   if (ref) kernels::ref::gelu_fwd(xs.data<float>(), y.data<float>(), xs.numel(), tanh_approx);
   else kernels::gelu_fast(xs, y, tanh_approx);
-  const DType dt = x.dtype();
   return autograd::record("gelu", {x}, y.to(dt), [xs, tanh_approx, ref, dt](const std::vector<Tensor>& g) {
     Tensor dy = kernels::contig_as(g[0], xs.dtype());
     Tensor dx = Tensor::empty(xs.shape(), xs.dtype());

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/autograd/engine.h"
 #include "core/kernels/dispatch.h"
+#include "core/kernels/gelu_avx512.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
 #include "op_cases.h"
@@ -147,6 +149,51 @@ TEST(Binary, LowPrecisionRoundsOnceFromF32) {
       EXPECT_EQ(mul(a, b).to_vector(), mul(a32, b32).to(dt).to_vector()) << tag;
       EXPECT_EQ(div(a, b).to_vector(), div(a32, b32).to(dt).to_vector()) << tag;
     }
+}
+
+// Exact GELU and its gradient over [-10, 10] (and past f32's exp range) against double
+// precision: f32 within 5e-7 (relative for |value| > 1), bf16 within its rounding; NaN in,
+// NaN out. Where the CPU has AVX-512 this is the one-pass kernel, elsewhere oneDNN's.
+TEST(Gelu, ExactFormAndGradientAgainstDouble) {
+  std::vector<float> xs;
+  for (int i = -4000; i <= 4000; ++i) xs.push_back(float(i) * 0.0025f);
+  for (float v : {-20.f, -13.5f, 13.5f, 20.f, 1e-30f, -1e-30f, 0.f}) xs.push_back(v);
+  const int64_t n = int64_t(xs.size());
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 5e-7 : 8e-3;
+    Tensor x = Tensor::from_vector(xs, {n}).to(dt).requires_grad_();
+    Tensor y = gelu(x);
+    y.backward(Tensor::ones({n}, dt));
+    auto xv = x.to_vector(), yv = y.to_vector(), gv = x.grad().to_vector();
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = xv[size_t(i)], cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+      const double want_y = v * cdf, want_g = cdf + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+      ASSERT_NEAR(yv[size_t(i)], want_y, tol * std::max(1.0, std::abs(want_y))) << dtype_name(dt) << " gelu(" << v << ")";
+      ASSERT_NEAR(gv[size_t(i)], want_g, tol * std::max(1.0, std::abs(want_g))) << dtype_name(dt) << " gelu'(" << v << ")";
+    }
+    Tensor nan = gelu(Tensor::full({17}, NAN, dt));
+    for (float v : nan.to_vector()) EXPECT_TRUE(std::isnan(v)) << dtype_name(dt);
+  }
+}
+
+// bf16 rounding in the one-pass GELU: AVX512-BF16's conversion and the integer rounding
+// of other AVX-512 CPUs give the same bits (ties, NaN, infinities, tails of every length).
+TEST(Gelu, Bf16RoundingIsTheSameEitherWay) {
+  if (!kernels::gelu_with_grad_supported()) GTEST_SKIP() << "no AVX-512 on this CPU: the one-pass GELU does not run";
+  std::vector<float> xs;
+  for (int i = -3000; i <= 3000; ++i) xs.push_back(float(i) * 0.00371f);
+  for (float v : {NAN, INFINITY, -INFINITY, 1.0f + 1.0f / 256, 3.0f + 3.0f / 128}) xs.push_back(v);
+  for (int64_t n : {int64_t(xs.size()), int64_t(5), int64_t(16), int64_t(4097)}) {
+    Tensor x = Tensor::from_vector(std::vector<float>(xs.begin(), xs.begin() + std::min<int64_t>(n, xs.size())),
+                                   {std::min<int64_t>(n, xs.size())}).to(DType::bf16);
+    const int64_t m = x.numel();
+    Tensor y1 = Tensor::empty({m}, DType::bf16), d1 = Tensor::empty({m}, DType::bf16);
+    Tensor y2 = Tensor::empty({m}, DType::bf16), d2 = Tensor::empty({m}, DType::bf16);
+    kernels::gelu_with_grad(x.data<bf16_t>(), y1.data<bf16_t>(), d1.data<bf16_t>(), m, true);
+    kernels::gelu_with_grad(x.data<bf16_t>(), y2.data<bf16_t>(), d2.data<bf16_t>(), m, false);
+    EXPECT_EQ(std::memcmp(y1.raw_data(), y2.raw_data(), size_t(m) * 2), 0) << "y, " << m << " elements";
+    EXPECT_EQ(std::memcmp(d1.raw_data(), d2.raw_data(), size_t(m) * 2), 0) << "y', " << m << " elements";
+  }
 }
 
 // A weight gradient's product: the first one of a large shape times the ways and keeps one;
