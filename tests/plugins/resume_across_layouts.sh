@@ -18,7 +18,11 @@ for s, v in got:
     assert abs(a - b) <= 1e-5 * max(1.0, abs(b)), f"step {s}: {a} vs {b}"
 print("losses match:", sys.argv[2])
 PY
-  "$compare" --atol 1e-5 "$work/$1/final_full.ckpt" "$work/$1/final_$2.ckpt" | tail -1 || exit 1
+  # The attention key's bias has an exactly zero gradient (a constant added to every key's
+  # score leaves the softmax unchanged): what the backward computes for it is rounding noise,
+  # which differs between layouts, and Adam scales noise up to steps of at most lr. So its
+  # values agree only to the 5 steps x lr 5e-3 that Adam may move them.
+  "$compare" --atol 1e-5 --atol-for attention.key.bias=2.5e-2 "$work/$1/final_full.ckpt" "$work/$1/final_$2.ckpt" | tail -1 || exit 1
 }
 mkdir -p "$work/zero2" "$work/ddp"
 run 2 full "$work/zero2" zero2
