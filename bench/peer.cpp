@@ -50,7 +50,9 @@ std::vector<std::string> split_list(const std::string& s) {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
+  if (v.empty()) return 0.0;
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
 std::string profile_step(const std::function<void()>& step) {

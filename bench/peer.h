@@ -22,7 +22,8 @@ std::optional<PeerResult> run_peer(const std::string& script, const std::string&
                                    bool bf16, int steps);
 /// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
 std::vector<std::string> split_list(const std::string& s);
-/// The median (the upper one for an even count); 0 for none.
+/// The median (the mean of the two middle values for an even count: with two rounds the
+/// upper one reported a round whose ceiling had been measured low as 121 %); 0 for none.
 double median(std::vector<double> v);
 /// Runs `step` once with the per-op profiler on and returns its report (forward ops by
 /// name, backward as '<op> bwd').
