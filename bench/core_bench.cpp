@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <functional>
 
 #include "core/autograd/engine.h"
 #include "core/kernels/dnnl_util.h"
@@ -24,103 +25,16 @@ Tensor random_tensor(const Shape& s, DType dt, uint64_t seed) {
   return t.to(dt);
 }
 
-void BM_LinearFwdBwd(benchmark::State& state, DType dt) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  bench::RawMatmul ceiling(m, k, n, dt);
+// Runs `run` and the ceiling alternately in every iteration (a noisy shared machine slows
+// both alike; one warm-up call of each first) and reports GFLOPs (`flop` per run),
+// ceiling_GFLOPs (`ceiling_flop` per ceiling run) and their ratio. Skips the benchmark
+// where oneDNN has no matmul kernel for dt.
+void time_beside_ceiling(benchmark::State& state, bench::RawMatmul& ceiling, DType dt, double flop, double ceiling_flop,
+                         const std::function<void()>& run) {
   if (!ceiling.ok()) {
     state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
     return;
   }
-  Tensor x = random_tensor({m, k}, dt, 3).requires_grad_();
-  Tensor w = random_tensor({n, k}, dt, 4).requires_grad_();
-  Tensor b = random_tensor({n}, dt, 5).requires_grad_();
-  Tensor dy = random_tensor({m, n}, dt, 6);
-  auto step = [&] {
-    x.set_grad({});
-    w.set_grad({});
-    b.set_grad({});
-    linear(x, w, b).backward(dy);
-  };
-  step();  // warm the primitive cache
-  ceiling.run_seconds();
-  double op_s = 0, ceil_s = 0;
-  for (auto _ : state) {
-    ceil_s += ceiling.run_seconds();
-    auto t0 = Clock::now();
-    step();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    op_s += s;
-    state.SetIterationTime(s);
-  }
-  const double flop = 2.0 * double(m) * double(k) * double(n);
-  const double iters = double(state.iterations());
-  const double op_gflops = 3 * flop * iters / op_s / 1e9, ceil_gflops = flop * iters / ceil_s / 1e9;
-  state.counters["GFLOPs"] = op_gflops;
-  state.counters["ceiling_GFLOPs"] = ceil_gflops;
-  state.counters["ratio"] = op_gflops / ceil_gflops;
-  state.SetLabel(ceiling.impl());
-}
-
-// One of a linear's three matmuls alone (0: y = x W^T + b, 1: dx = dy W, 2: dW = dy^T x), as
-// linear and its backward call them, against the ceiling of the same size: where a linear's
-// time goes beyond the matmul it is.
-void BM_LinearPart(benchmark::State& state, DType dt) {
-  const int64_t m = state.range(0), k = state.range(1), n = state.range(2), part = state.range(3);
-  bench::RawMatmul ceiling(m, k, n, dt);
-  if (!ceiling.ok()) {
-    state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
-    return;
-  }
-  Tensor x = random_tensor({m, k}, dt, 3), w = random_tensor({n, k}, dt, 4), b = random_tensor({1, n}, dt, 5);
-  Tensor dy = random_tensor({m, n}, dt, 6);
-  auto run = [&] {
-    if (part == 0) return kernels::mm(x, w.transpose(0, 1), b, {m, n});
-    if (part == 1) return kernels::mm(dy, w, Tensor(), {m, k});
-    return kernels::mm_tn(dy, x);  // the way linear runs it (its first call times the ways)
-  };
-  run();
-  ceiling.run_seconds();
-  double op_s = 0, ceil_s = 0;
-  for (auto _ : state) {
-    ceil_s += ceiling.run_seconds();
-    auto t0 = Clock::now();
-    benchmark::DoNotOptimize(run());
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    op_s += s;
-    state.SetIterationTime(s);
-  }
-  const double flop = 2.0 * double(m) * double(k) * double(n), iters = double(state.iterations());
-  state.counters["GFLOPs"] = flop * iters / op_s / 1e9;
-  state.counters["ceiling_GFLOPs"] = flop * iters / ceil_s / 1e9;
-  state.counters["ratio"] = ceil_s / op_s;
-  static const char* names[] = {"fwd x W^T + b", "dx = dy W", "dW = dy^T x"};
-  state.SetLabel(names[part]);
-}
-
-// Attention at ViT-B/16 shapes (batch 8, 12 heads of 64, 197 tokens; q, k, v permuted views of
-// [B, T, h*d] projections, as the ViT makes them): forward (arg 0) or backward (arg 1) of
-// scaled_dot_product_attention beside the ceiling of the MLP's first matmul.
-void BM_Attention(benchmark::State& state, DType dt) {
-  const int64_t b = 8, h = 12, t = 197, d = 64, bwd = state.range(0);
-  bench::RawMatmul ceiling(b * t, h * d, 4 * h * d, dt);
-  if (!ceiling.ok()) {
-    state.SkipWithError((std::string("oneDNN has no ") + dtype_name(dt) + " matmul kernel on this CPU").c_str());
-    return;
-  }
-  auto leaf = [&](uint64_t seed) {
-    Tensor x = random_tensor({b, t, h * d}, dt, seed);
-    x.requires_grad_();
-    return x;
-  };
-  auto heads = [&](const Tensor& x) { return x.view({b, t, h, d}).permute({0, 2, 1, 3}); };
-  Tensor qx = leaf(1), kx = leaf(2), vx = leaf(3);
-  Tensor dout = random_tensor({b, h, t, d}, dt, 4);
-  auto run = [&] {
-    Tensor out = scaled_dot_product_attention(heads(qx), heads(kx), heads(vx));
-    if (!bwd) return;
-    for (Tensor* x : {&qx, &kx, &vx}) x->set_grad(Tensor());
-    autograd::backward({out}, {dout});
-  };
   run();
   ceiling.run_seconds();
   double op_s = 0, ceil_s = 0;
@@ -132,12 +46,72 @@ void BM_Attention(benchmark::State& state, DType dt) {
     op_s += s;
     state.SetIterationTime(s);
   }
+  const double iters = double(state.iterations());
+  const double op_gflops = flop * iters / op_s / 1e9, ceil_gflops = ceiling_flop * iters / ceil_s / 1e9;
+  state.counters["GFLOPs"] = op_gflops;
+  state.counters["ceiling_GFLOPs"] = ceil_gflops;
+  state.counters["ratio"] = op_gflops / ceil_gflops;
+}
+
+void BM_LinearFwdBwd(benchmark::State& state, DType dt) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  bench::RawMatmul ceiling(m, k, n, dt);
+  Tensor x = random_tensor({m, k}, dt, 3).requires_grad_();
+  Tensor w = random_tensor({n, k}, dt, 4).requires_grad_();
+  Tensor b = random_tensor({n}, dt, 5).requires_grad_();
+  Tensor dy = random_tensor({m, n}, dt, 6);
+  const double flop = 2.0 * double(m) * double(k) * double(n);
+  time_beside_ceiling(state, ceiling, dt, 3 * flop, flop, [&] {
+    x.set_grad({});
+    w.set_grad({});
+    b.set_grad({});
+    linear(x, w, b).backward(dy);
+  });
+  state.SetLabel(ceiling.impl());
+}
+
+// One of a linear's three matmuls alone (0: y = x W^T + b, 1: dx = dy W, 2: dW = dy^T x), as
+// linear and its backward call them, against the ceiling of the same size: where a linear's
+// time goes beyond the matmul it is.
+void BM_LinearPart(benchmark::State& state, DType dt) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2), part = state.range(3);
+  bench::RawMatmul ceiling(m, k, n, dt);
+  Tensor x = random_tensor({m, k}, dt, 3), w = random_tensor({n, k}, dt, 4), b = random_tensor({1, n}, dt, 5);
+  Tensor dy = random_tensor({m, n}, dt, 6);
+  auto product = [&] {
+    if (part == 0) return kernels::mm(x, w.transpose(0, 1), b, {m, n});
+    if (part == 1) return kernels::mm(dy, w, Tensor(), {m, k});
+    return kernels::mm_tn(dy, x);  // the way linear runs it (its first call times the ways)
+  };
+  const double flop = 2.0 * double(m) * double(k) * double(n);
+  time_beside_ceiling(state, ceiling, dt, flop, flop, [&] { benchmark::DoNotOptimize(product()); });
+  static const char* names[] = {"fwd x W^T + b", "dx = dy W", "dW = dy^T x"};
+  state.SetLabel(names[part]);
+}
+
+// Attention at ViT-B/16 shapes (batch 8, 12 heads of 64, 197 tokens; q, k, v permuted views of
+// [B, T, h*d] projections, as the ViT makes them): forward (arg 0) or backward (arg 1) of
+// scaled_dot_product_attention beside the ceiling of the MLP's first matmul.
+void BM_Attention(benchmark::State& state, DType dt) {
+  const int64_t b = 8, h = 12, t = 197, d = 64, bwd = state.range(0);
+  bench::RawMatmul ceiling(b * t, h * d, 4 * h * d, dt);
+  auto leaf = [&](uint64_t seed) {
+    Tensor x = random_tensor({b, t, h * d}, dt, seed);
+    x.requires_grad_();
+    return x;
+  };
+  auto heads = [&](const Tensor& x) { return x.view({b, t, h, d}).permute({0, 2, 1, 3}); };
+  Tensor qx = leaf(1), kx = leaf(2), vx = leaf(3);
+  Tensor dout = random_tensor({b, h, t, d}, dt, 4);
   // forward: two products of 2 b h t t d; backward: four more
-  const double flop = (bwd ? 6.0 : 2.0) * 2.0 * double(b * h * t * t * d), iters = double(state.iterations());
-  const double ceil_flop = 2.0 * double(b * t) * double(h * d) * double(4 * h * d);
-  state.counters["GFLOPs"] = flop * iters / op_s / 1e9;
-  state.counters["ceiling_GFLOPs"] = ceil_flop * iters / ceil_s / 1e9;
-  state.counters["ratio"] = state.counters["GFLOPs"] / state.counters["ceiling_GFLOPs"];
+  const double flop = (bwd ? 6.0 : 2.0) * 2.0 * double(b * h * t * t * d);
+  const double ceiling_flop = 2.0 * double(b * t) * double(h * d) * double(4 * h * d);
+  time_beside_ceiling(state, ceiling, dt, flop, ceiling_flop, [&] {
+    Tensor out = scaled_dot_product_attention(heads(qx), heads(kx), heads(vx));
+    if (!bwd) return;
+    for (Tensor* x : {&qx, &kx, &vx}) x->set_grad(Tensor());
+    autograd::backward({out}, {dout});
+  });
   state.SetLabel(bwd ? "forward + backward" : "forward");
 }
 

@@ -22,7 +22,8 @@ AdamBase::AdamBase(std::string type, std::vector<ParamGroup> groups, const AdamO
                 o.beta1, ", ", o.beta2, ")");
 }
 
-void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) {
+void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                      const Tensor& working) {
   Tensor& m = st.buffers["exp_avg"];
   Tensor& v = st.buffers["exp_avg_sq"];
   if (!m.defined()) m = Tensor::zeros(p.shape());
@@ -43,9 +44,9 @@ void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, Param
   float* __restrict pv = v.data<float>();
   // One pass over memory: a low-precision gradient is widened and the compute copy written
   // block by block, while the block is in cache (no f32 gradient, no second pass).
-  const DType gdt = g.dtype(), wdt = working_.defined() ? working_.dtype() : DType::f32;
+  const DType gdt = g.dtype(), wdt = working.defined() ? working.dtype() : DType::f32;
   const char* graw = static_cast<const char*>(g.raw_data());
-  char* wraw = working_.defined() ? static_cast<char*>(working_.raw_data()) : nullptr;
+  char* wraw = working.defined() ? static_cast<char*>(working.raw_data()) : nullptr;
   const size_t gsz = dtype_size(gdt), wsz = dtype_size(wdt);
   parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 2048;

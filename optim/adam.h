@@ -23,7 +23,8 @@ class AdamBase : public Optimizer {
   int state_buffers() const override { return 2; }
 
  protected:
-  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+              const Tensor& working) override;
   bool fuses_io() const override { return true; }
   bool decoupled_;
 };

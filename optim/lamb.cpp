@@ -19,7 +19,8 @@ Lamb::Lamb(std::vector<ParamGroup> groups, const LambOptions& o)
   BOOSTER_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Lamb: betas must be in [0, 1)");
 }
 
-void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) {
+void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                  const Tensor& /*working: not fused*/) {
   Tensor& m = st.buffers["exp_avg"];
   Tensor& v = st.buffers["exp_avg_sq"];
   if (!m.defined()) m = Tensor::zeros(p.shape());

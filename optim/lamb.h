@@ -26,7 +26,8 @@ class Lamb : public Optimizer {
   int state_buffers() const override { return 2; }
 
  protected:
-  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+              const Tensor& working) override;
 };
 
 }  // namespace booster::optim

@@ -58,12 +58,7 @@ void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& gra
   Tensor g = fused || (grad.dtype() == DType::f32 && grad.is_contiguous()) ? grad : grad.to(DType::f32).contiguous();
   ParamState& st = state_[name];
   ++st.step;
-  struct Reset {
-    Tensor& w;
-    ~Reset() { w = Tensor(); }
-  } reset{working_};
-  if (fused) working_ = working;
-  update(name, p, g, st, group);
+  update(name, p, g, st, group, fused ? working : Tensor());
   if (working.defined() && !fused) {
     Tensor w = working;
     w.view({-1}).copy_(p.view({-1}));

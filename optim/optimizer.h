@@ -103,14 +103,16 @@ class Optimizer {
 
  protected:
   /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32
-  /// gradient, to be divided by grad_divisor_.
-  virtual void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group) = 0;
+  /// gradient, to be divided by grad_divisor_. An optimizer that fuses_io() gets `g` in any
+  /// floating dtype (contiguous) and writes `working`, the compute copy, when it is defined;
+  /// the others get an undefined `working` (the copy is written after them).
+  virtual void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group,
+                      const Tensor& working) = 0;
   /// True when update() reads a contiguous gradient of any floating dtype and writes
-  /// working_ itself (one pass over memory instead of three).
+  /// `working` itself (one pass over memory instead of three).
   virtual bool fuses_io() const { return false; }
 
   double grad_divisor_ = 1.0;
-  Tensor working_;  // during a fused update: the compute copy to write (undefined: none)
 
  private:
   void fill_defaults(ParamGroup& g) const;

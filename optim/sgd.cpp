@@ -18,7 +18,8 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
                 "SGD: nesterov needs a momentum > 0 and zero dampening (as PyTorch)");
 }
 
-void SGD::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) {
+void SGD::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                 const Tensor& /*working: not fused*/) {
   const float lr = float(group.get("lr")), mom = float(group.get("momentum")), damp = float(group.get("dampening"));
   const float wd = float(group.get("weight_decay")), inv_div = float(1.0 / grad_divisor_);
   const bool nesterov = group.get("nesterov") != 0.0;

@@ -25,7 +25,8 @@ class SGD : public Optimizer {
   }
 
  protected:
-  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group) override;
+  void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+              const Tensor& working) override;
 };
 
 }  // namespace booster::optim

@@ -90,6 +90,21 @@ const CachedPrimitive& softmax_prim(const Tensor& x2) {
   });
 }
 
+// Whether softmax computes x2 [rows, C] in its own dtype: where oneDNN has a kernel for it
+// (bf16: it sums in f32 inside); else, and on the reference loops, in f32.
+bool softmax_in_own_dtype(const Tensor& x2) {
+  return x2.dtype() == DType::f32 || (!use_reference() && softmax_prim(x2).native());
+}
+
+// y = softmax(x2) over the rows of [rows, C] contiguous tensors of one dtype that
+// softmax_in_own_dtype accepts; y may be x2 (oneDNN's softmax runs in place).
+void softmax_rows(const Tensor& x2, const Tensor& y) {
+  if (use_reference())
+    ref::softmax_fwd(x2.data<float>(), y.data<float>(), x2.size(0), x2.size(1));
+  else
+    execute(*softmax_prim(x2).prim, {{DNNL_ARG_SRC, mem_of(md_of(x2), x2)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
+}
+
 float to_float(float v) { return v; }
 float to_float(bf16_t v) { return from_bf16(v); }
 float to_float(f16_t v) { return from_f16(v); }
@@ -174,16 +189,10 @@ Tensor softmax(const Tensor& x) {
   ProfileScope prof_("softmax");
   kernels::check_floating("softmax", x);
   const int64_t c = x.size(-1), rows = x.numel() / std::max<int64_t>(c, 1);
-  const bool ref = kernels::use_reference();
-  // In x's own dtype where oneDNN has a kernel (bf16: it sums in f32 inside), else f32.
-  Tensor x2 = kernels::contig_as(x, ref ? DType::f32 : x.dtype()).view({rows, c});
-  if (!ref && x2.dtype() != DType::f32 && !kernels::softmax_prim(x2).native()) x2 = kernels::f32_contig(x).view({rows, c});
+  Tensor x2 = kernels::contig_as(x, x.dtype()).view({rows, c});
+  if (!kernels::softmax_in_own_dtype(x2)) x2 = kernels::f32_contig(x).view({rows, c});
   Tensor y = Tensor::empty({rows, c}, x2.dtype());
-  if (ref)
-    kernels::ref::softmax_fwd(x2.data<float>(), y.data<float>(), rows, c);
-  else
-    kernels::execute(*kernels::softmax_prim(x2).prim, {{DNNL_ARG_SRC, kernels::mem_of(kernels::md_of(x2), x2)},
-                                                      {DNNL_ARG_DST, kernels::mem_of(kernels::md_of(y), y)}});
+  kernels::softmax_rows(x2, y);
   const DType dt = x.dtype();
   const Shape shape = x.shape();
   return autograd::record("softmax", {x}, y.view(shape).to(dt), [y, dt, shape](const std::vector<Tensor>& g) {
@@ -223,15 +232,13 @@ void softmax_(const Tensor& x_in) {
   BOOSTER_CHECK(x_in.is_contiguous(), "softmax_: x must be contiguous");
   const int64_t c = x_in.size(-1), rows = x_in.numel() / std::max<int64_t>(c, 1);
   Tensor x = x_in.view({rows, c});
-  if (use_reference() || (x.dtype() != DType::f32 && !softmax_prim(x).native())) {
-    Tensor x32 = f32_contig(x), y32 = Tensor::empty({rows, c});
-    if (use_reference()) ref::softmax_fwd(x32.data<float>(), y32.data<float>(), rows, c);
-    else execute(*softmax_prim(x32).prim, {{DNNL_ARG_SRC, mem_of(md_of(x32), x32)}, {DNNL_ARG_DST, mem_of(md_of(y32), y32)}});
-    strided_copy(x, y32.to(x.dtype()));
+  if (softmax_in_own_dtype(x)) {
+    softmax_rows(x, x);
     return;
   }
-  const dnnl::memory m = mem_of(md_of(x), x);  // oneDNN's softmax runs in place
-  execute(*softmax_prim(x).prim, {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}});
+  Tensor x32 = f32_copy(x);
+  softmax_rows(x32, x32);
+  strided_copy(x, x32.to(x.dtype()));
 }
 
 }  // namespace kernels

@@ -1,7 +1,6 @@
 // Sum and mean over all or some dims. Reduced dims that form one block [outer, R, inner]
 // are summed in place with the inner dim vectorized; other patterns permute first.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <type_traits>
 
@@ -30,14 +29,8 @@ const float* widened(const T* p, float* buf, int64_t n) {
 template <typename T>
 void add_row(float* acc, const T* row, float* buf, int64_t n) {
   if constexpr (std::is_same_v<T, bf16_t>) {
-    const uint16_t* bits = reinterpret_cast<const uint16_t*>(row);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t u = uint32_t(bits[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      acc[i] += f;
-    }
+    for (int64_t i = 0; i < n; ++i) acc[i] += from_bf16(row[i]);
   } else {
     const float* v = widened(row, buf, n);
 #pragma omp simd
