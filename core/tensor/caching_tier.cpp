@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cstdint>
 #include <cstdlib>
+#include <string>
 
 #include "core/common/check.h"
 
@@ -20,10 +22,40 @@ namespace {
 // Cached size classes are mapped from the OS directly, so a block given back leaves the
 // process at once: from malloc's heap it could stay resident (glibc raises its mmap
 // threshold as large blocks are freed), and a memory cap (Gemini's) could not hold.
-void* map_block(size_t cls) {
-  void* p = ::mmap(nullptr, cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
+// Blocks of 2 MB and more start on a 2 MB boundary and are marked for transparent huge
+// pages (the kernel's "madvise" mode grants them only on request): fewer TLB misses in
+// matmuls that stride across large operands. ViT-B b8 fp32 step, 2 threads, alternated
+// runs: +2.5 % img/s, big matmuls 3-4 % faster by oneDNN's own timings; bf16 unchanged.
+// BOOSTER_THP=0 maps them with small pages.
+constexpr size_t kHugePage = size_t(1) << 21;
+
+bool huge_pages_wanted() {
+  static const bool on = [] {
+    const char* e = std::getenv("BOOSTER_THP");
+    return !e || std::string(e) != "0";
+  }();
+  return on;
 }
+
+void* map_block(size_t cls) {
+  const bool huge = huge_pages_wanted() && cls >= kHugePage;
+  const size_t len = huge ? cls + kHugePage : cls;  // room to slide to a 2 MB boundary
+  void* raw = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  if (!huge) return raw;
+  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t a = (r + kHugePage - 1) & ~(kHugePage - 1);
+  if (a > r) ::munmap(raw, a - r);                                          // head before the boundary
+  ::munmap(reinterpret_cast<void*>(a + cls), r + kHugePage - a);            // tail past the block
+  ::madvise(reinterpret_cast<void*>(a), cls, MADV_HUGEPAGE);  // advice only: refused, it stays small pages
+  return reinterpret_cast<void*>(a);
+}
+
+}  // namespace
+
+bool CachingHostTier::huge_pages() { return huge_pages_wanted(); }
+
+namespace {
 void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }
 }  // namespace
 

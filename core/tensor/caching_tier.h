@@ -26,6 +26,9 @@ class CachingHostTier : public MemoryTier {
   void empty_cache() override;
   void set_footprint_limit(size_t nbytes) override;
 
+  /// True unless BOOSTER_THP=0: blocks of 2 MB and more are then 2 MB aligned and marked for
+  /// transparent huge pages.
+  static bool huge_pages();
   /// Blocks at least this large are cached.
   static constexpr size_t kMinCached = size_t(1) << 18;
   /// The size class a request of nbytes is served from: multiples of 1/16 of its power

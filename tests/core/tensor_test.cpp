@@ -185,6 +185,22 @@ TEST(Allocator, HostTierReusesFreedLargeBlocks) {
   EXPECT_EQ(tight.bytes_cached(), 0u);
 }
 
+TEST(Allocator, LargeBlocksStartOnHugePageBoundaries) {
+  CachingHostTier tier("test_huge", size_t(64) << 20);
+  for (size_t n : {size_t(2) << 20, size_t(9437184) + 12345, size_t(19) << 20}) {
+    auto* p = static_cast<unsigned char*>(tier.allocate(n));
+    if (CachingHostTier::huge_pages()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20), 0u) << n;
+    }
+    p[0] = 1;  // the whole block is mapped, first byte to last
+    p[n - 1] = 2;
+    EXPECT_EQ(p[0] + p[n - 1], 3);
+    tier.deallocate(p, n);
+  }
+  tier.empty_cache();
+  EXPECT_EQ(tier.bytes_cached(), 0u);
+}
+
 TEST(Allocator, SizeClassesBoundTheSlack) {
   for (size_t n : {size_t(1) << 18, (size_t(1) << 18) + 1, size_t(3152) * 3072 * 4, size_t(1) << 30}) {
     const size_t c = CachingHostTier::size_class(n);
