@@ -5,6 +5,8 @@
 
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
+#include "core/kernels/attention_avx512.h"
+#include "core/kernels/dispatch.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -13,7 +15,7 @@
 namespace booster {
 namespace {
 
-// Bytes of scores one pass holds. At ViT-B shapes (12 heads, 197 tokens, batch 8; 2 threads,
+// Bytes of scores one pass of the batched (oneDNN) path holds. At ViT-B shapes (12 heads, 197 tokens, batch 8; 2 threads,
 // Zen-5 class, forward and backward alternated in one process, 40 rounds' medians): passes
 // of at most 4-8 MB took 15.3 ms in f32 against 16.0 for the whole batch at once (15 MB of
 // scores) and 16.1 for 2 MB; in bf16 the whole batch's 7.5 MB in one pass was fastest (9.4
@@ -54,7 +56,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor probs = Tensor::empty({b, h, tq, tk}, q.dtype());
   // The context in [B, Tq, h, dv] memory, seen as [B, h, Tq, dv].
   Tensor out = Tensor::empty({b, tq, h, dv}, q.dtype()).permute({0, 2, 1, 3});
-  for (int64_t b0 = 0; b0 < b; b0 += step) {
+  // f32 on AVX-512: a head at a time on the own kernels (attention_avx512.h).
+  const bool own = !kernels::use_reference() && kernels::attention_avx512_fits(qd, kd, vd);
+  if (own) kernels::attention_forward_avx512(qd, kd, vd, probs, out, alpha);
+  for (int64_t b0 = 0; b0 < b && !own; b0 += step) {
     const int64_t n = std::min(step, b - b0);
     Tensor p = probs.narrow(0, b0, n);
     kernels::mm_into(qd.narrow(0, b0, n), kd.narrow(0, b0, n).transpose(-1, -2), Tensor(), p, RightOperand::activation,
@@ -63,12 +68,17 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     kernels::mm_into(p, vd.narrow(0, b0, n), Tensor(), out.narrow(0, b0, n), RightOperand::activation);
   }
   const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
-  return autograd::record("attention", {q, k, v}, out, [qd, kd, vd, probs, alpha, gq, gk, gv, step](const std::vector<Tensor>& g) {
+  return autograd::record("attention", {q, k, v}, out, [qd, kd, vd, probs, alpha, gq, gk, gv, step, own](const std::vector<Tensor>& g) {
     Tensor gout = g[0].detach();
     const int64_t b = probs.size(0);
     Tensor dq = gq ? empty_same_layout(qd, qd.dtype()) : Tensor();
     Tensor dk = gk ? empty_same_layout(kd, kd.dtype()) : Tensor();
     Tensor dv = gv ? empty_same_layout(vd, vd.dtype()) : Tensor();
+    if (own) {
+      if (gout.strides()[3] != 1 || gout.dtype() != DType::f32) gout = gout.to(DType::f32).contiguous();
+      kernels::attention_backward_avx512(qd, kd, vd, probs, gout, dq, dk, dv, alpha);
+      return std::vector<Tensor>{dq, dk, dv};
+    }
     // One pass's score gradients, reused by every pass (in cache from product to product).
     Tensor ds_pass = gq || gk ? Tensor::empty({std::min(step, b), probs.size(1), probs.size(2), probs.size(3)}, probs.dtype())
                               : Tensor();

@@ -8,8 +8,6 @@
 // y and y' together; oneDNN's eltwise took 2.0 ms for y and 3.4 ms for its backward.
 #include "core/kernels/gelu_avx512.h"
 
-#include <immintrin.h>
-
 // GCC 12 reports its own intrinsics' undefined pass-through vectors (_mm512_undefined_*) as
 // maybe uninitialized once they are inlined into a function with a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -18,30 +16,14 @@
 #include <type_traits>
 
 #include "core/common/parallel.h"
-
-#define BOOSTER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#include "core/kernels/avx512_math.h"
 
 namespace booster::kernels {
 namespace {
 
-// exp(a) for a <= 0; 0 below -87 (where f32's normal range ends).
-BOOSTER_AVX512 inline __m512 exp_nonpositive(__m512 a) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  a = _mm512_max_ps(a, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);  // a - n ln2, ln2 in two parts
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(__mmask16(~tiny), p, _mm512_castsi512_ps(scale));
-}
+using avx512::exp_nonpositive;
+using avx512::load16;
+using avx512::narrow16;
 
 // y = x Phi(x), d = Phi(x) + x phi(x) for 16 lanes.
 BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
@@ -61,25 +43,6 @@ BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
   d = _mm512_fmadd_ps(_mm512_mul_ps(x, e), _mm512_set1_ps(0.39894228040143268f), cdf);  // 1 / sqrt(2 pi)
 }
 
-// f32 -> bf16 rounded to nearest even as to_bf16 does (a NaN stays a quiet NaN).
-BOOSTER_AVX512 inline __m256i narrow16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-  return _mm512_cvtepi32_epi16(r);
-}
-BOOSTER_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-BOOSTER_AVX512 inline __m512 load16(const bf16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-BOOSTER_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-BOOSTER_AVX512 inline __m512 load16(const bf16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 BOOSTER_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, narrow16(v)); }
 // The pass over n elements, stamped out once per instruction set: NARROW turns 16 f32 lanes
@@ -118,15 +81,9 @@ BOOSTER_AVX512 void gelu_block(const T* x, T* y, T* d, int64_t n) { BOOSTER_GELU
 // bf16 on CPUs with AVX512-BF16: vcvtneps2bf16 rounds to nearest even and keeps NaNs quiet,
 // as narrow16 does, in one instruction (narrow16's shifts and vpmovdw cost the bf16 pass 70 %
 // over the f32 one).
-#define BOOSTER_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 BOOSTER_AVX512_BF16 inline __m256i narrow16_native(const bf16_t*, __m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 BOOSTER_AVX512_BF16 void gelu_block_native(const bf16_t* x, bf16_t* y, bf16_t* d, int64_t n) {
   BOOSTER_GELU_PASS(narrow16_native)
-}
-
-bool has_avx512_bf16() {
-  static const bool ok = __builtin_cpu_supports("avx512bf16");
-  return ok;
 }
 
 template <typename T>
@@ -136,7 +93,7 @@ void gelu_all(const T* x, T* y, T* d, int64_t n, bool native_bf16 = true) {
     for (int64_t blk = b; blk < e; ++blk) {
       const int64_t i = blk * kBlock;
       if constexpr (std::is_same_v<T, bf16_t>) {
-        if (native_bf16 && has_avx512_bf16()) {
+        if (native_bf16 && avx512::cpu_bf16_ok()) {
           gelu_block_native(x + i, y + i, d + i, std::min(kBlock, n - i));
           continue;
         }
@@ -148,11 +105,7 @@ void gelu_all(const T* x, T* y, T* d, int64_t n, bool native_bf16 = true) {
 
 }  // namespace
 
-bool gelu_with_grad_supported() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return ok;
-}
+bool gelu_with_grad_supported() { return avx512::cpu_ok(); }
 
 void gelu_with_grad(const float* x, float* y, float* d, int64_t n) { gelu_all(x, y, d, n); }
 void gelu_with_grad(const bf16_t* x, bf16_t* y, bf16_t* d, int64_t n, bool native_bf16) {

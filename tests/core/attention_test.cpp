@@ -61,6 +61,51 @@ TEST(Attention, MatchesItsCompositeWithGradients) {
     }
 }
 
+// Queries and keys of different lengths, head widths that are not whole vectors (24, 40)
+// and a value width unlike the key's: what the head-at-a-time kernels meet at the edges of
+// their tiles and panels.
+TEST(Attention, CrossAttentionAndRaggedWidthsMatchTheComposite) {
+  const int64_t b = 2, h = 3, tq = 29, tk = 45, d = 24, dv = 40;
+  Generator g(21);
+  auto leaf = [&](int64_t t, int64_t w) {
+    Tensor x = Tensor::empty({b, t, h, w});
+    g.normal_(x);
+    return x.requires_grad_();
+  };
+  Tensor q = leaf(tq, d), k = leaf(tk, d), v = leaf(tk, dv);
+  Tensor q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
+         v2 = v.detach().clone().requires_grad_();
+  Tensor fused = scaled_dot_product_attention(Heads::view(q), Heads::view(k), Heads::view(v), 0.0, 0.3);
+  Tensor composite = matmul(softmax(scale(matmul(Heads::view(q2), Heads::view(k2).transpose(-1, -2)), 0.3)), Heads::view(v2));
+  expect_close(fused, composite, 2e-5, "context");
+  Tensor w = Tensor::empty(fused.shape());
+  Generator(9).uniform_(w, -1, 1);
+  sum(mul(fused, w)).backward();
+  sum(mul(composite, w)).backward();
+  expect_close(q.grad(), q2.grad(), 4e-5, "dq");
+  expect_close(k.grad(), k2.grad(), 4e-5, "dk");
+  expect_close(v.grad(), v2.grad(), 4e-5, "dv");
+}
+
+// A non-finite score makes its row's probabilities NaN (as exp(x - max) does), and only
+// that row's: an inf in one query leaves every other query's context finite.
+TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
+  for (float bad : {INFINITY, NAN}) {
+    Heads x(DType::f32);
+    Tensor q = x.q.detach().clone();
+    q.slice(0, 1, 2).slice(1, 5, 6).slice(2, 2, 3).fill_(bad);  // image 1, token 5, head 2
+    Tensor out = scaled_dot_product_attention(Heads::view(q), Heads::view(x.k.detach()), Heads::view(x.v.detach()));
+    Tensor ctx = out.permute({0, 2, 1, 3}).contiguous();  // [B, T, h, d]
+    const std::vector<float> c = ctx.to_vector();
+    const int64_t t = ctx.size(1), h = ctx.size(2), d = ctx.size(3);
+    for (int64_t i = 0; i < int64_t(c.size()); ++i) {
+      const int64_t bi = i / (t * h * d), ti = i / (h * d) % t, hi = i / d % h;
+      const bool poisoned = bi == 1 && ti == 5 && hi == 2;
+      ASSERT_EQ(std::isnan(c[size_t(i)]), poisoned) << "value " << bad << " element " << i;
+    }
+  }
+}
+
 TEST(Attention, ContextAndGradientsKeepTheHeadLayout) {
   Heads h(DType::f32);
   Tensor q = Heads::view(h.q), k = Heads::view(h.k), v = Heads::view(h.v);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/autograd/engine.h"
+#include "core/common/parallel.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/gelu_avx512.h"
 #include "core/kernels/ops.h"
@@ -131,6 +132,34 @@ TEST(Reduce, LowPrecisionSumsEqualTheirF32Values) {
       EXPECT_EQ(got.dtype(), dt);
       EXPECT_EQ(got.to_vector(), want.to(dt).to_vector()) << dtype_name(dt) << " dim " << dim;
     }
+}
+
+// The gradient statistics read each dtype where it lies: an inf or NaN at any position is
+// found (also in a non-contiguous view), and the sum of squares is the f32 values' in double.
+TEST(RawStats, NonFiniteFoundAnywhereAndSquaresSummedInDouble) {
+  const int64_t n = 3 * kGrain + 77;  // several parallel blocks and a ragged tail
+  Tensor x = Tensor::empty({n});
+  Generator(12).uniform_(x, -3, 3);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    Tensor t = x.to(dt);
+    EXPECT_TRUE(kernels::all_finite(t)) << dtype_name(dt);
+    const std::vector<float> v = t.to_vector();
+    double want = 0;
+    for (float f : v) want += double(f) * f;
+    EXPECT_NEAR(kernels::sum_squares(t), want, 1e-12 * want) << dtype_name(dt);
+    for (int64_t at : {int64_t(0), kGrain - 1, kGrain, n - 1})
+      for (float bad : {INFINITY, -INFINITY, NAN}) {
+        Tensor u = t.clone();
+        u.slice(0, at, at + 1).fill_(bad);
+        EXPECT_FALSE(kernels::all_finite(u)) << dtype_name(dt) << " at " << at << " value " << bad;
+      }
+    Tensor m = t.slice(0, 0, 240 * 400).view({240, 400}).clone();
+    m.slice(0, 123, 124).slice(1, 321, 322).fill_(NAN);
+    EXPECT_FALSE(kernels::all_finite(m.transpose(0, 1))) << dtype_name(dt) << " transposed view";
+    // The largest finite values are finite.
+    Tensor big = Tensor::full({5}, dt == DType::f16 ? 65504.f : 3.0e38f).to(dt);
+    EXPECT_TRUE(kernels::all_finite(big)) << dtype_name(dt);
+  }
 }
 
 // bf16 and f16 element-wise ops run where they lie and round once: the same bits as the op

@@ -1,0 +1,24 @@
+// Attention a head at a time on AVX-512 (attention_avx512.cpp): the scores of one head stay
+// in the core's cache from the product that makes them, through the softmax, to the product
+// that reads them, in the forward and in the backward.
+#pragma once
+
+#include "core/tensor/tensor.h"
+
+namespace booster::kernels {
+
+/// True when the AVX-512 attention kernels run q, k, v of this dtype on this CPU and layout:
+/// f32, AVX-512 F/BW/DQ/VL (checked at run time), every operand's last stride 1.
+bool attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
+
+/// Forward of softmax(alpha q k^T) v for q [B, h, Tq, d], k [B, h, Tk, d], v [B, h, Tk, dv]:
+/// writes probs (contiguous [B, h, Tq, Tk]) and out (a [B, h, Tq, dv] view, last stride 1).
+void attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                              const Tensor& out, double alpha);
+
+/// Backward: from probs and dout ([B, h, Tq, dv], last stride 1) into dq, dk, dv (views like
+/// q, k, v; each may be undefined when not wanted).
+void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                               const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, double alpha);
+
+}  // namespace booster::kernels

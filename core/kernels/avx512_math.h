@@ -1,0 +1,69 @@
+// AVX-512 building blocks shared by the hand-written kernels (GELU, attention): exp on
+// non-positive arguments, bf16 widening and rounding, masked loads. Only for translation
+// units whose callers check the CPU at run time; every function carries its target.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/common/dtype.h"
+
+#define BOOSTER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
+#define BOOSTER_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
+
+namespace booster::kernels::avx512 {
+
+/// True when this CPU has what BOOSTER_AVX512 code needs (F, BW, DQ, VL).
+inline bool cpu_ok() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return ok;
+}
+/// True when it also has AVX512-BF16 (BOOSTER_AVX512_BF16 code).
+inline bool cpu_bf16_ok() {
+  static const bool ok = cpu_ok() && __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
+// exp(a) for a <= 0 (exp is a degree-6 polynomial after range reduction by ln 2, Cephes'
+// coefficients); 0 below -87 (where f32's normal range ends).
+BOOSTER_AVX512 inline __m512 exp_nonpositive(__m512 a) {
+  const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  a = _mm512_max_ps(a, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);  // a - n ln2, ln2 in two parts
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(__mmask16(~tiny), p, _mm512_castsi512_ps(scale));
+}
+
+// f32 -> bf16 rounded to nearest even as to_bf16 does (a NaN stays a quiet NaN).
+BOOSTER_AVX512 inline __m256i narrow16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+BOOSTER_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+BOOSTER_AVX512 inline __m512 load16(const bf16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+BOOSTER_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+BOOSTER_AVX512 inline __m512 load16(const bf16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+}  // namespace booster::kernels::avx512
