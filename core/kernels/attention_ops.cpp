@@ -56,7 +56,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   Tensor probs = Tensor::empty({b, h, tq, tk}, q.dtype());
   // The context in [B, Tq, h, dv] memory, seen as [B, h, Tq, dv].
   Tensor out = Tensor::empty({b, tq, h, dv}, q.dtype()).permute({0, 2, 1, 3});
-  // f32 on AVX-512: a head at a time on the own kernels (attention_avx512.h).
+  // f32 and bf16 on AVX-512: a head at a time on the own kernels (attention_avx512.h).
   const bool own = !kernels::use_reference() && kernels::attention_avx512_fits(qd, kd, vd);
   if (own) kernels::attention_forward_avx512(qd, kd, vd, probs, out, alpha);
   for (int64_t b0 = 0; b0 < b && !own; b0 += step) {
@@ -75,7 +75,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor dk = gk ? empty_same_layout(kd, kd.dtype()) : Tensor();
     Tensor dv = gv ? empty_same_layout(vd, vd.dtype()) : Tensor();
     if (own) {
-      if (gout.strides()[3] != 1 || gout.dtype() != DType::f32) gout = gout.to(DType::f32).contiguous();
+      if (!kernels::attention_avx512_dout_fits(gout, qd.dtype())) gout = gout.to(qd.dtype()).contiguous();
       kernels::attention_backward_avx512(qd, kd, vd, probs, gout, dq, dk, dv, alpha);
       return std::vector<Tensor>{dq, dk, dv};
     }

@@ -26,13 +26,13 @@ inline bool cpu_bf16_ok() {
   return ok;
 }
 
-// exp(a) for a <= 0 (exp is a degree-6 polynomial after range reduction by ln 2, Cephes'
-// coefficients); 0 below -87 (where f32's normal range ends).
+// exp(a) for a <= 0: a degree-6 polynomial after range reduction by ln 2 (Cephes'
+// coefficients), scaled by 2^n with vscalefps; 0 below -87 (where f32's normal range ends).
 BOOSTER_AVX512 inline __m512 exp_nonpositive(__m512 a) {
   const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
   a = _mm512_max_ps(a, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);  // a - n ln2, ln2 in two parts
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -42,8 +42,7 @@ BOOSTER_AVX512 inline __m512 exp_nonpositive(__m512 a) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(__mmask16(~tiny), p, _mm512_castsi512_ps(scale));
+  return _mm512_maskz_scalef_ps(__mmask16(~tiny), p, n);  // p 2^n
 }
 
 // f32 -> bf16 rounded to nearest even as to_bf16 does (a NaN stays a quiet NaN).

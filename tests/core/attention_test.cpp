@@ -66,32 +66,38 @@ TEST(Attention, MatchesItsCompositeWithGradients) {
 // their tiles and panels.
 TEST(Attention, CrossAttentionAndRaggedWidthsMatchTheComposite) {
   const int64_t b = 2, h = 3, tq = 29, tk = 45, d = 24, dv = 40;
-  Generator g(21);
-  auto leaf = [&](int64_t t, int64_t w) {
-    Tensor x = Tensor::empty({b, t, h, w});
-    g.normal_(x);
-    return x.requires_grad_();
-  };
-  Tensor q = leaf(tq, d), k = leaf(tk, d), v = leaf(tk, dv);
-  Tensor q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
-         v2 = v.detach().clone().requires_grad_();
-  Tensor fused = scaled_dot_product_attention(Heads::view(q), Heads::view(k), Heads::view(v), 0.0, 0.3);
-  Tensor composite = matmul(softmax(scale(matmul(Heads::view(q2), Heads::view(k2).transpose(-1, -2)), 0.3)), Heads::view(v2));
-  expect_close(fused, composite, 2e-5, "context");
-  Tensor w = Tensor::empty(fused.shape());
-  Generator(9).uniform_(w, -1, 1);
-  sum(mul(fused, w)).backward();
-  sum(mul(composite, w)).backward();
-  expect_close(q.grad(), q2.grad(), 4e-5, "dq");
-  expect_close(k.grad(), k2.grad(), 4e-5, "dk");
-  expect_close(v.grad(), v2.grad(), 4e-5, "dv");
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 2e-5 : 3e-2;
+    const std::string tag = dtype_name(dt);
+    Generator g(21);
+    auto leaf = [&](int64_t t, int64_t w) {
+      Tensor x = Tensor::empty({b, t, h, w});
+      g.normal_(x);
+      return x.to(dt).requires_grad_();
+    };
+    Tensor q = leaf(tq, d), k = leaf(tk, d), v = leaf(tk, dv);
+    Tensor q2 = q.detach().clone().requires_grad_(), k2 = k.detach().clone().requires_grad_(),
+           v2 = v.detach().clone().requires_grad_();
+    Tensor fused = scaled_dot_product_attention(Heads::view(q), Heads::view(k), Heads::view(v), 0.0, 0.3);
+    Tensor composite =
+        matmul(softmax(scale(matmul(Heads::view(q2), Heads::view(k2).transpose(-1, -2)), 0.3)), Heads::view(v2));
+    expect_close(fused, composite, tol, tag + " context");
+    Tensor w = Tensor::empty(fused.shape());
+    Generator(9).uniform_(w, -1, 1);
+    sum(mul(fused, w.to(dt))).backward();
+    sum(mul(composite, w.to(dt))).backward();
+    expect_close(q.grad(), q2.grad(), 2 * tol, tag + " dq");
+    expect_close(k.grad(), k2.grad(), 2 * tol, tag + " dk");
+    expect_close(v.grad(), v2.grad(), 2 * tol, tag + " dv");
+  }
 }
 
 // A non-finite score makes its row's probabilities NaN (as exp(x - max) does), and only
 // that row's: an inf in one query leaves every other query's context finite.
 TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
+  for (DType dt : {DType::f32, DType::bf16})
   for (float bad : {INFINITY, NAN}) {
-    Heads x(DType::f32);
+    Heads x(dt);
     Tensor q = x.q.detach().clone();
     q.slice(0, 1, 2).slice(1, 5, 6).slice(2, 2, 3).fill_(bad);  // image 1, token 5, head 2
     Tensor out = scaled_dot_product_attention(Heads::view(q), Heads::view(x.k.detach()), Heads::view(x.v.detach()));
@@ -101,7 +107,7 @@ TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
     for (int64_t i = 0; i < int64_t(c.size()); ++i) {
       const int64_t bi = i / (t * h * d), ti = i / (h * d) % t, hi = i / d % h;
       const bool poisoned = bi == 1 && ti == 5 && hi == 2;
-      ASSERT_EQ(std::isnan(c[size_t(i)]), poisoned) << "value " << bad << " element " << i;
+      ASSERT_EQ(std::isnan(c[size_t(i)]), poisoned) << dtype_name(dt) << " value " << bad << " element " << i;
     }
   }
 }
