@@ -1,8 +1,10 @@
-// layer_norm and softmax on oneDNN (f32 compute, statistics in f32), reference loops as
+// layer_norm (own AVX-512 rows for f32 and bf16, see layer_norm_avx512.h) and softmax on
+// oneDNN (f32 compute, statistics in f32), reference loops as
 // the oracle. Inputs are viewed as [rows, C] with C the last dim.
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
+#include "core/kernels/layer_norm_avx512.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -147,17 +149,25 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
                     shape_str(w.shape()), " and bias ", shape_str(b.shape()), " must be [", c, "] for input ",
                     shape_str(x.shape()));
   const bool ref = kernels::use_reference(), affine = w.defined();
-  // In x's own dtype where oneDNN has a kernel (bf16: statistics still in f32 inside),
-  // else staged through f32.
+  // f32 and bf16 on the own AVX-512 rows (layer_norm_avx512.h); else oneDNN, in x's own dtype
+  // where it has a kernel (bf16: statistics still in f32 inside), else staged through f32.
+  const bool own = !ref && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && kernels::layer_norm_avx512_supported();
   Tensor x2 = kernels::contig_as(x, ref ? DType::f32 : x.dtype()).view({rows, c});
-  if (!ref && x2.dtype() != DType::f32 && !kernels::ln_fwd_prim(x2, eps, affine).native())
+  if (!ref && !own && x2.dtype() != DType::f32 && !kernels::ln_fwd_prim(x2, eps, affine).native())
     x2 = kernels::f32_contig(x).view({rows, c});
   Tensor w32 = affine ? kernels::f32_contig(w) : Tensor(), b32 = affine ? kernels::f32_contig(b) : Tensor();
   Tensor y = Tensor::empty({rows, c}, x2.dtype()), mean = Tensor::empty({rows}), stat = Tensor::empty({rows});
+  const float* wp = affine ? w32.data<float>() : nullptr;
+  const float* bp = affine ? b32.data<float>() : nullptr;
   if (ref)  // stat = 1 / sqrt(var + eps)
-    kernels::ref::layer_norm_fwd(x2.data<float>(), affine ? w32.data<float>() : nullptr,
-                                 affine ? b32.data<float>() : nullptr, y.data<float>(), mean.data<float>(),
-                                 stat.data<float>(), rows, c, eps);
+    kernels::ref::layer_norm_fwd(x2.data<float>(), wp, bp, y.data<float>(), mean.data<float>(), stat.data<float>(), rows,
+                                 c, eps);
+  else if (own && x2.dtype() == DType::f32)  // stat = 1 / sqrt(var + eps)
+    kernels::layer_norm_fwd_avx512(x2.data<float>(), wp, bp, y.data<float>(), mean.data<float>(), stat.data<float>(),
+                                   rows, c, float(eps));
+  else if (own)
+    kernels::layer_norm_fwd_avx512(x2.data<bf16_t>(), wp, bp, y.data<bf16_t>(), mean.data<float>(), stat.data<float>(),
+                                   rows, c, float(eps));
   else  // stat = var
     kernels::ln_forward(x2, w32, b32, eps, y, mean, stat);
   const DType dt = x.dtype();
@@ -165,11 +175,20 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   const bool gw = affine && (w.requires_grad() || b.requires_grad());
   return autograd::record(
       "layer_norm", {x, w, b}, y.view(shape).to(dt),
-      [x2, w32, b32, mean, stat, eps, ref, affine, gw, dt, shape, rows, c](const std::vector<Tensor>& g) {
+      [x2, w32, b32, mean, stat, eps, ref, own, affine, gw, dt, shape, rows, c](const std::vector<Tensor>& g) {
         Tensor dy = kernels::contig_as(g[0], x2.dtype()).view({rows, c});
         Tensor dx = Tensor::empty({rows, c}, x2.dtype());
         Tensor dw = affine ? Tensor::empty({c}) : Tensor(), db = affine ? Tensor::empty({c}) : Tensor();
-        if (ref) {
+        const float* wp = affine ? w32.data<float>() : nullptr;
+        float* dwp = gw ? dw.data<float>() : nullptr;
+        float* dbp = gw ? db.data<float>() : nullptr;
+        if (own && x2.dtype() == DType::f32) {
+          kernels::layer_norm_bwd_avx512(x2.data<float>(), wp, mean.data<float>(), stat.data<float>(), dy.data<float>(),
+                                         dx.data<float>(), dwp, dbp, rows, c);
+        } else if (own) {
+          kernels::layer_norm_bwd_avx512(x2.data<bf16_t>(), wp, mean.data<float>(), stat.data<float>(),
+                                         dy.data<bf16_t>(), dx.data<bf16_t>(), dwp, dbp, rows, c);
+        } else if (ref) {
           kernels::ref::layer_norm_bwd(x2.data<float>(), affine ? w32.data<float>() : nullptr, mean.data<float>(),
                                        stat.data<float>(), dy.data<float>(), dx.data<float>(),
                                        affine ? dw.data<float>() : nullptr, affine ? db.data<float>() : nullptr, rows, c);

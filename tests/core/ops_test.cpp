@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/autograd/engine.h"
 #include "core/common/parallel.h"
@@ -159,6 +160,37 @@ TEST(RawStats, NonFiniteFoundAnywhereAndSquaresSummedInDouble) {
     // The largest finite values are finite.
     Tensor big = Tensor::full({5}, dt == DType::f16 ? 65504.f : 3.0e38f).to(dt);
     EXPECT_TRUE(kernels::all_finite(big)) << dtype_name(dt);
+  }
+}
+
+// LayerNorm on the fast path against the reference loops at a width with a ragged last
+// vector (200 = 12 x 16 + 8) and enough rows for several threads' partial dw and db sums.
+TEST(LayerNorm, FastRowsMatchTheReferenceWithGradients) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 2e-5 : 2e-2;
+    Tensor x0 = Tensor::empty({300, 200}), w0 = Tensor::empty({200}), b0 = Tensor::empty({200}), g = Tensor::empty({300, 200});
+    Generator(31).normal_(x0);
+    Generator(32).uniform_(w0, 0.5, 1.5);
+    Generator(33).uniform_(b0, -0.5, 0.5);
+    Generator(34).normal_(g);
+    auto run = [&](bool reference) {
+      std::optional<kernels::ReferenceGuard> guard;
+      if (reference) guard.emplace();
+      Tensor x = x0.to(dt).clone().requires_grad_(), w = w0.to(dt).clone().requires_grad_(),
+             b = b0.to(dt).clone().requires_grad_();  // fresh leaves (to() of the same dtype is the tensor itself)
+      Tensor y = layer_norm(add(x, Tensor::full({1}, 3.0).to(dt)), w, b, 1e-5);  // a mean far from 0
+      autograd::backward({y}, {g.to(dt)});
+      return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+    };
+    const auto fast = run(false), ref = run(true);
+    const char* what[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; ++i) {
+      const auto a = fast[size_t(i)].to_vector(), r = ref[size_t(i)].to_vector();
+      ASSERT_EQ(a.size(), r.size());
+      const double scale = i >= 2 ? 30.0 : 1.0;  // dw, db sum 300 rows
+      for (size_t k = 0; k < a.size(); ++k)
+        ASSERT_NEAR(a[k], r[k], tol * scale * (1 + std::abs(r[k]))) << dtype_name(dt) << " " << what[i] << " " << k;
+    }
   }
 }
 

@@ -1,0 +1,165 @@
+// LayerNorm on AVX-512 (layer_norm_avx512.h).
+//
+// oneDNN 2.6 runs LayerNorm here on its "simple" implementation: at ViT-Ti's [1576, 192] its
+// backward took 0.34 ms in f32, 3.5 GB/s. Each row here is read once into L1 and worked on
+// there: the forward's mean, variance and output, the backward's two row sums and dx; dw and
+// db accumulate per thread and are summed in thread order (the same bits for the same thread
+// count).
+#include "core/kernels/layer_norm_avx512.h"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/common/parallel.h"
+#include "core/kernels/avx512_math.h"
+
+namespace booster::kernels {
+namespace {
+
+using avx512::load16;
+
+BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), avx512::narrow16(v));
+}
+BOOSTER_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) {
+  _mm256_mask_storeu_epi16(p, m, avx512::narrow16(v));
+}
+BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
+  return p ? _mm512_mask_loadu_ps(_mm512_set1_ps(dflt), m, p) : _mm512_set1_ps(dflt);
+}
+
+// Runs the statements over a row of c in vectors of 16: j the offset, m its lanes (the last
+// vector masked). A macro: a lambda would not inherit the AVX-512 target.
+#define BOOSTER_OVER_ROW(c, ...)                                                 \
+  {                                                                              \
+    int64_t j = 0;                                                               \
+    for (; j + 16 <= (c); j += 16) {                                             \
+      const __mmask16 m = 0xffff;                                                \
+      __VA_ARGS__                                                                \
+    }                                                                            \
+    if (j < (c)) {                                                               \
+      const __mmask16 m = __mmask16((1u << ((c) - j)) - 1);                      \
+      __VA_ARGS__                                                                \
+    }                                                                            \
+  }
+
+template <typename T>
+BOOSTER_AVX512 void fwd_rows(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t r0,
+                             int64_t r1, int64_t c, float eps) {
+  const float inv_c = 1.0f / float(c);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * c;
+    __m512 s = _mm512_setzero_ps();
+    BOOSTER_OVER_ROW(c, s = _mm512_add_ps(s, load16(xr + j, m));)
+    const float mu = _mm512_reduce_add_ps(s) * inv_c;
+    const __m512 vmu = _mm512_set1_ps(mu);
+    __m512 q = _mm512_setzero_ps();
+    BOOSTER_OVER_ROW(c,
+      const __m512 d = _mm512_maskz_sub_ps(m, load16(xr + j, m), vmu);
+      q = _mm512_fmadd_ps(d, d, q);
+    )
+    const float rs = 1.0f / std::sqrt(_mm512_reduce_add_ps(q) * inv_c + eps);
+    const __m512 vrs = _mm512_set1_ps(rs);
+    T* yr = y + r * c;
+    BOOSTER_OVER_ROW(c,
+      const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(load16(xr + j, m), vmu), vrs);
+      const __m512 v = _mm512_fmadd_ps(xh, load_or(w ? w + j : nullptr, m, 1.0f), load_or(b ? b + j : nullptr, m, 0.0f));
+      if (m == 0xffff) store16(yr + j, v);
+      else store16(yr + j, m, v);
+    )
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+template <typename T>
+BOOSTER_AVX512 void bwd_rows(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx,
+                             float* dw, float* db, int64_t r0, int64_t r1, int64_t c) {
+  const float inv_c = 1.0f / float(c);
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *xr = x + r * c, *gr = dy + r * c;
+    const __m512 vmu = _mm512_set1_ps(mean[r]), vrs = _mm512_set1_ps(rstd[r]);
+    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();
+    BOOSTER_OVER_ROW(c,
+      const __m512 xh = _mm512_maskz_mul_ps(m, _mm512_sub_ps(load16(xr + j, m), vmu), vrs);
+      const __m512 g = load16(gr + j, m);
+      const __m512 gi = _mm512_mul_ps(g, load_or(w ? w + j : nullptr, m, 1.0f));
+      sg = _mm512_add_ps(sg, gi);
+      sgx = _mm512_fmadd_ps(gi, xh, sgx);
+      if (dw) {
+        _mm512_mask_storeu_ps(dw + j, m, _mm512_fmadd_ps(g, xh, _mm512_maskz_loadu_ps(m, dw + j)));
+        _mm512_mask_storeu_ps(db + j, m, _mm512_add_ps(g, _mm512_maskz_loadu_ps(m, db + j)));
+      }
+    )
+    const __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(sg) * inv_c), mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) * inv_c);
+    T* dr = dx + r * c;
+    BOOSTER_OVER_ROW(c,
+      const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(load16(xr + j, m), vmu), vrs);
+      const __m512 gi = _mm512_mul_ps(load16(gr + j, m), load_or(w ? w + j : nullptr, m, 1.0f));
+      const __m512 v = _mm512_mul_ps(vrs, _mm512_sub_ps(_mm512_sub_ps(gi, mg), _mm512_mul_ps(xh, mgx)));
+      if (m == 0xffff) store16(dr + j, v);
+      else store16(dr + j, m, v);
+    )
+  }
+}
+
+// Rows split across threads in contiguous runs (below ~32K elements, one thread).
+int threads_for(int64_t rows, int64_t c) {
+  return rows * c <= kGrain || omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), rows));
+}
+
+}  // namespace
+
+bool layer_norm_avx512_supported() { return avx512::cpu_ok(); }
+
+template <typename T>
+void layer_norm_fwd_avx512(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t rows,
+                           int64_t c, float eps) {
+  parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(c, 1)),
+               [&](int64_t r0, int64_t r1) { fwd_rows(x, w, b, y, mean, rstd, r0, r1, c, eps); });
+}
+
+template <typename T>
+void layer_norm_bwd_avx512(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx,
+                           float* dw, float* db, int64_t rows, int64_t c) {
+  const int nt = threads_for(rows, c);
+  // Per-thread dw and db (zeroed), summed in thread order after.
+  std::vector<float> part(dw ? size_t(2 * nt * c) : 0, 0.0f);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int64_t t = omp_get_thread_num(), n = omp_get_num_threads(), chunk = (rows + n - 1) / n;
+    const int64_t r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
+    float* pw = dw ? part.data() + 2 * t * c : nullptr;
+    float* pb = dw ? pw + c : nullptr;
+    if (r0 < r1) bwd_rows(x, w, mean, rstd, dy, dx, pw, pb, r0, r1, c);
+  }
+  if (!dw) return;
+  for (int64_t i = 0; i < c; ++i) {
+    float sw = 0, sb = 0;
+    for (int t = 0; t < nt; ++t) {
+      sw += part[size_t(2 * t * c + i)];
+      sb += part[size_t(2 * t * c + c + i)];
+    }
+    dw[i] = sw;
+    db[i] = sb;
+  }
+}
+
+template void layer_norm_fwd_avx512<float>(const float*, const float*, const float*, float*, float*, float*, int64_t,
+                                           int64_t, float);
+template void layer_norm_fwd_avx512<bf16_t>(const bf16_t*, const float*, const float*, bf16_t*, float*, float*,
+                                            int64_t, int64_t, float);
+template void layer_norm_bwd_avx512<float>(const float*, const float*, const float*, const float*, const float*, float*,
+                                           float*, float*, int64_t, int64_t);
+template void layer_norm_bwd_avx512<bf16_t>(const bf16_t*, const float*, const float*, const float*, const bf16_t*,
+                                            bf16_t*, float*, float*, int64_t, int64_t);
+
+}  // namespace booster::kernels
