@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/autograd/node.h"
+#include "core/kernels/attention_avx512.h"
 #include "core/kernels/ops.h"
 
 using namespace booster;
@@ -110,6 +111,24 @@ TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
       ASSERT_EQ(std::isnan(c[size_t(i)]), poisoned) << dtype_name(dt) << " value " << bad << " element " << i;
     }
   }
+}
+
+// Which path runs: the head-at-a-time kernels for f32 on AVX-512 CPUs and bf16 on AVX512-BF16
+// ones (without AMX); odd bf16 head widths (a pair would straddle two heads) and f16 take
+// oneDNN's batched products, and give the composite's values there too.
+TEST(Attention, HeadKernelsWhereTheyFitAndOneDnnElsewhere) {
+  Heads f(DType::f32), h(DType::f16);
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  EXPECT_EQ(kernels::attention_avx512_fits(Heads::view(f.q), Heads::view(f.k), Heads::view(f.v)), avx512);
+  EXPECT_FALSE(kernels::attention_avx512_fits(Heads::view(h.q), Heads::view(h.k), Heads::view(h.v)));
+  Heads odd(DType::bf16, 5, 2, 19, 3, 15);
+  EXPECT_FALSE(kernels::attention_avx512_fits(Heads::view(odd.q), Heads::view(odd.k), Heads::view(odd.v)));
+  Tensor fused = scaled_dot_product_attention(Heads::view(odd.q), Heads::view(odd.k), Heads::view(odd.v));
+  Tensor composite = matmul(softmax(scale(matmul(Heads::view(odd.q), Heads::view(odd.k).transpose(-1, -2)),
+                                          1.0 / std::sqrt(15.0))),
+                            Heads::view(odd.v));
+  expect_close(fused, composite, 3e-2, "bf16 d 15");
 }
 
 TEST(Attention, ContextAndGradientsKeepTheHeadLayout) {
