@@ -43,9 +43,9 @@ constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulato
 // R rows and V vectors (with Masked, the last vector only under `tail`): R x V accumulators;
 // per k, V vectors of B's row k and R broadcasts of A(r, k). VEC is the operands' vector type,
 // LOAD(p) / LOAD_MASKED(p) read a B vector, BCAST(p) an A element, STEP(acc, a, b) adds one
-// product, STORE(p, x, last) writes alpha times an accumulator. A macro, not a template: each
-// kernel's body needs its own target.
-#define BOOSTER_ATTENTION_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP, STORE)                   \
+// product; store_tile (defined before the tiles) writes alpha times an accumulator. A macro,
+// not a template: each kernel's body needs its own target.
+#define BOOSTER_ATTENTION_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP)                   \
   __m512 acc[R][V];                                                                          \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();  \
@@ -63,11 +63,17 @@ constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulato
   const __m512 s = _mm512_set1_ps(alpha);                                                    \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v)                                    \
-          STORE(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s), Masked && v == V - 1);
+          store_tile(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s), Masked && v == V - 1, tail);
 
-BOOSTER_AVX512 inline void store_f32(float* p, __m512 x, bool masked, __mmask16 tail) {
-  if (masked) _mm512_mask_storeu_ps(p, tail, x);
-  else _mm512_storeu_ps(p, x);
+// A tile's output vector: all 16 lanes, or (masked) only tail's.
+BOOSTER_AVX512 inline void store_tile(float* p, __m512 x, bool masked, __mmask16 tail) {
+  if (masked) avx512::store16(p, tail, x);
+  else avx512::store16(p, x);
+}
+BOOSTER_AVX512_BF16 inline void store_tile(bf16_t* p, __m512 x, bool masked, __mmask16 tail) {
+  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);  // one instruction where narrow16 takes seven
+  if (masked) _mm256_mask_storeu_epi16(p, tail, h);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
 }
 
 // f32: one FMA per product.
@@ -78,23 +84,11 @@ BOOSTER_AVX512 void tile(int64_t K, const float* a, int64_t a_rs, int64_t a_cs, 
 #define LOAD_MASKED(p) _mm512_maskz_loadu_ps(tail, p)
 #define BCAST(p) _mm512_set1_ps(*(p))
 #define STEP(acc, x, y) _mm512_fmadd_ps(x, y, acc)
-#define STORE(p, x, last) store_f32(p, x, last, tail)
-  BOOSTER_ATTENTION_TILE(__m512, LOAD, LOAD_MASKED, BCAST, STEP, STORE)
+  BOOSTER_ATTENTION_TILE(__m512, LOAD, LOAD_MASKED, BCAST, STEP)
 #undef LOAD
 #undef LOAD_MASKED
 #undef BCAST
 #undef STEP
-#undef STORE
-}
-
-BOOSTER_AVX512_BF16 inline void store_out(float* p, __m512 x, bool masked, __mmask16 tail) {
-  if (masked) _mm512_mask_storeu_ps(p, tail, x);
-  else _mm512_storeu_ps(p, x);
-}
-BOOSTER_AVX512_BF16 inline void store_out(bf16_t* p, __m512 x, bool masked, __mmask16 tail) {
-  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-  if (masked) _mm256_mask_storeu_epi16(p, tail, h);
-  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
 }
 
 // bf16: A(r, k) and B's elements are 32-bit words holding two bf16 of consecutive k (the lower
@@ -107,13 +101,11 @@ BOOSTER_AVX512_BF16 void tile_bf16(int64_t K, const uint32_t* a, int64_t a_rs, i
 #define LOAD_MASKED(p) _mm512_maskz_loadu_epi32(tail, p)
 #define BCAST(p) _mm512_set1_epi32(int(*(p)))
 #define STEP(acc, x, y) _mm512_dpbf16_ps(acc, (__m512bh)(x), (__m512bh)(y))
-#define STORE(p, x, last) store_out(p, x, last, tail)
-  BOOSTER_ATTENTION_TILE(__m512i, LOAD, LOAD_MASKED, BCAST, STEP, STORE)
+  BOOSTER_ATTENTION_TILE(__m512i, LOAD, LOAD_MASKED, BCAST, STEP)
 #undef LOAD
 #undef LOAD_MASKED
 #undef BCAST
 #undef STEP
-#undef STORE
 }
 #undef BOOSTER_ATTENTION_TILE
 

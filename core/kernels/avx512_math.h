@@ -64,5 +64,12 @@ BOOSTER_AVX512 inline __m512 load16(const bf16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+// 16 lanes stored as f32, or rounded to bf16 (narrow16); the masked forms store only m's lanes.
+BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow16(v));
+}
+BOOSTER_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, narrow16(v)); }
 
 }  // namespace booster::kernels::avx512

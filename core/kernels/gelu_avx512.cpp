@@ -24,6 +24,7 @@ namespace {
 using avx512::exp_nonpositive;
 using avx512::load16;
 using avx512::narrow16;
+using avx512::store16;
 
 // y = x Phi(x), d = Phi(x) + x phi(x) for 16 lanes.
 BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
@@ -43,8 +44,6 @@ BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
   d = _mm512_fmadd_ps(_mm512_mul_ps(x, e), _mm512_set1_ps(0.39894228040143268f), cdf);  // 1 / sqrt(2 pi)
 }
 
-BOOSTER_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, narrow16(v)); }
 // The pass over n elements, stamped out once per instruction set: NARROW turns 16 f32 lanes
 // into bf16 (unused for f32). Full vectors load and store unmasked (masked stores are slow
 // on AMD's AVX-512: the masked form took twice as long on a Zen-5 class CPU); the tail is

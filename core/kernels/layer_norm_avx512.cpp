@@ -23,15 +23,8 @@ namespace booster::kernels {
 namespace {
 
 using avx512::load16;
+using avx512::store16;
 
-BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), avx512::narrow16(v));
-}
-BOOSTER_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) {
-  _mm256_mask_storeu_epi16(p, m, avx512::narrow16(v));
-}
 BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
   return p ? _mm512_mask_loadu_ps(_mm512_set1_ps(dflt), m, p) : _mm512_set1_ps(dflt);
 }
