@@ -4,6 +4,7 @@
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
+#include "core/kernels/avx512_cpu.h"
 #include "core/kernels/gelu_avx512.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -63,7 +64,7 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
                 approximate, "\"");
   const bool tanh_approx = approximate == "tanh", ref = kernels::use_reference();
   const DType dt = x.dtype();
-  if (!ref && !tanh_approx && (dt == DType::f32 || dt == DType::bf16) && kernels::gelu_with_grad_supported()) {
+  if (!ref && !tanh_approx && (dt == DType::f32 || dt == DType::bf16) && kernels::avx512::cpu_ok()) {
     // y and y' in one pass; the backward multiplies by y' (kept in x's dtype, in place of x).
     Tensor xs = x.detach().contiguous();
     Tensor y = Tensor::empty(x.shape(), dt), d = Tensor::empty(x.shape(), dt);

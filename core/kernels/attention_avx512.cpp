@@ -143,7 +143,7 @@ void gemm(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, const
     const int64_t nn = std::min<int64_t>(16 * kVecs, N - n0);
     const int v = int((nn + 15) / 16);
     const bool masked = nn % 16 != 0;
-    const __mmask16 tail = masked ? __mmask16((1u << (nn % 16)) - 1) : __mmask16(0xffff);
+    const __mmask16 tail = masked ? avx512::lanes(nn % 16) : __mmask16(0xffff);
     for (int64_t m0 = 0; m0 < M; m0 += kRows) {
       const int r = int(std::min<int64_t>(kRows, M - m0));
       tiles[r - 1][v - 1][masked](K, a + m0 * a_rs, a_rs, a_cs, b + n0, ldb, c + m0 * ldc + n0, ldc, alpha, tail);
@@ -184,7 +184,7 @@ BOOSTER_AVX512 inline void transpose16(__m512 r[16]) {
 BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
   for (int64_t c0 = 0; c0 < cols; c0 += 16) {
     const int64_t nc = std::min<int64_t>(16, cols - c0);
-    const __mmask16 cm = __mmask16((1u << nc) - 1);
+    const __mmask16 cm = avx512::lanes(nc);
     for (int64_t r0 = 0; r0 < ldd; r0 += 16) {
       __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
@@ -194,8 +194,6 @@ BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols
     }
   }
 }
-
-BOOSTER_AVX512 inline __mmask16 lanes(int64_t n) { return __mmask16((1u << n) - 1); }
 
 // dst[p][c] = the word (src[2 p][c], src[2 p + 1][c]) for p < ceil(rows / 2), c < cols: bf16
 // rows [rows, cols] (rows at ld) paired down their columns as vdpbf16ps reads a B operand, or
@@ -223,7 +221,7 @@ BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, in
 // exp(x - max) would.
 BOOSTER_AVX512 void softmax_row(float* s, int64_t n) {
   const int64_t full = n / 16 * 16;
-  const __mmask16 tail = lanes(n - full);
+  const __mmask16 tail = avx512::lanes(n - full);
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
   if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_loadu_ps(s + full));
@@ -255,7 +253,7 @@ BOOSTER_AVX512 void softmax_row(float* s, int64_t n) {
 template <typename T>
 BOOSTER_AVX512 void softmax_grad_row(float* ds, const T* p, int64_t n, float alpha) {
   const int64_t full = n / 16 * 16;
-  const __mmask16 tail = lanes(n - full);
+  const __mmask16 tail = avx512::lanes(n - full);
   __m512 dot = _mm512_setzero_ps();
   for (int64_t j = 0; j < full; j += 16) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);
   if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);
@@ -442,21 +440,18 @@ bool pairs_fit(const Tensor& t) {
 
 }  // namespace
 
+bool attention_avx512_operand_fits(const Tensor& t, DType dt) {
+  return t.dtype() == dt && t.dim() == 4 && t.strides()[3] == 1 && (dt == DType::f32 || pairs_fit(t));
+}
+
 bool attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   const DType dt = q.dtype();
   // bf16 only where measured: on AMX CPUs oneDNN's batched products run on AMX tiles, which
   // these kernels were never timed against.
   static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
   if (dt == DType::f32 ? !avx512::cpu_ok() : dt != DType::bf16 || !avx512::cpu_bf16_ok() || amx) return false;
-  for (const Tensor* t : {&q, &k, &v}) {
-    if (t->dtype() != dt || t->dim() != 4 || t->strides()[3] != 1) return false;
-    if (dt == DType::bf16 && !pairs_fit(*t)) return false;
-  }
-  return true;
-}
-
-bool attention_avx512_dout_fits(const Tensor& dout, DType dt) {
-  return dout.dtype() == dt && dout.dim() == 4 && dout.strides()[3] == 1 && (dt == DType::f32 || pairs_fit(dout));
+  return attention_avx512_operand_fits(q, dt) && attention_avx512_operand_fits(k, dt) &&
+         attention_avx512_operand_fits(v, dt);
 }
 
 void attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,

@@ -11,8 +11,9 @@ namespace booster::kernels {
 /// (checked at run time): f32 on AVX-512 F/BW/DQ/VL, bf16 also with AVX512-BF16 but no AMX
 /// and even widths and strides; every operand's last stride 1.
 bool attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
-/// True when the backward reads this output gradient as it is (else pass a contiguous copy).
-bool attention_avx512_dout_fits(const Tensor& dout, DType dt);
+/// True when the kernels read t as it is at dtype dt (q, k, v, and the backward's output
+/// gradient: else pass a contiguous copy).
+bool attention_avx512_operand_fits(const Tensor& t, DType dt);
 
 /// Forward of softmax(alpha q k^T) v for q [B, h, Tq, d], k [B, h, Tk, d], v [B, h, Tk, dv]:
 /// writes probs (contiguous [B, h, Tq, Tk]) and out (a [B, h, Tq, dv] view, last stride 1).

@@ -15,11 +15,11 @@
 namespace booster {
 namespace {
 
-// Bytes of scores one pass of the batched (oneDNN) path holds. At ViT-B shapes (12 heads, 197 tokens, batch 8; 2 threads,
-// Zen-5 class, forward and backward alternated in one process, 40 rounds' medians): passes
-// of at most 4-8 MB took 15.3 ms in f32 against 16.0 for the whole batch at once (15 MB of
-// scores) and 16.1 for 2 MB; in bf16 the whole batch's 7.5 MB in one pass was fastest (9.4
-// ms; 4 MB passes 9.8). Past the L2s the shared L3 still holds a pass.
+// Bytes of scores one pass of the batched (oneDNN) path holds. At ViT-B shapes (12 heads, 197
+// tokens, batch 8; 2 threads, Zen-5 class, forward and backward alternated in one process, 40
+// rounds' medians): passes of at most 4-8 MB took 15.3 ms in f32 against 16.0 for the whole
+// batch at once (15 MB of scores) and 16.1 for 2 MB; in bf16 the whole batch's 7.5 MB in one
+// pass was fastest (9.4 ms; 4 MB passes 9.8). Past the L2s the shared L3 still holds a pass.
 constexpr int64_t kScoresPassBytes = int64_t(1) << 23;
 
 // Images whose scores [h, Tq, Tk] fit one pass (at least one).
@@ -75,7 +75,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
     Tensor dk = gk ? empty_same_layout(kd, kd.dtype()) : Tensor();
     Tensor dv = gv ? empty_same_layout(vd, vd.dtype()) : Tensor();
     if (own) {
-      if (!kernels::attention_avx512_dout_fits(gout, qd.dtype())) gout = gout.to(qd.dtype()).contiguous();
+      if (!kernels::attention_avx512_operand_fits(gout, qd.dtype())) gout = gout.to(qd.dtype()).contiguous();
       kernels::attention_backward_avx512(qd, kd, vd, probs, gout, dq, dk, dv, alpha);
       return std::vector<Tensor>{dq, dk, dv};
     }

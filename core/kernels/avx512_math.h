@@ -1,5 +1,5 @@
-// AVX-512 building blocks shared by the hand-written kernels (GELU, attention): exp on
-// non-positive arguments, bf16 widening and rounding, masked loads. Only for translation
+// AVX-512 building blocks shared by the hand-written kernels (GELU, attention, LayerNorm):
+// exp on non-positive arguments, bf16 widening and rounding, loads and stores of 16 lanes. Only for translation
 // units whose callers check the CPU at run time; every function carries its target.
 #pragma once
 
@@ -8,23 +8,15 @@
 #include <cstdint>
 
 #include "core/common/dtype.h"
+#include "core/kernels/avx512_cpu.h"
 
 #define BOOSTER_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma")))
 #define BOOSTER_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 
 namespace booster::kernels::avx512 {
 
-/// True when this CPU has what BOOSTER_AVX512 code needs (F, BW, DQ, VL).
-inline bool cpu_ok() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return ok;
-}
-/// True when it also has AVX512-BF16 (BOOSTER_AVX512_BF16 code).
-inline bool cpu_bf16_ok() {
-  static const bool ok = cpu_ok() && __builtin_cpu_supports("avx512bf16");
-  return ok;
-}
+/// The lowest n of 16 lanes (n <= 16): the mask of a row's last, partial vector.
+inline __mmask16 lanes(int64_t n) { return __mmask16((1u << n) - 1); }
 
 // exp(a) for a <= 0: a degree-6 polynomial after range reduction by ln 2 (Cephes'
 // coefficients), scaled by 2^n with vscalefps; 0 below -87 (where f32's normal range ends).

@@ -59,7 +59,7 @@ BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
     else put(d + i, CONVERT(d, dv));                                                              \
   }                                                                                               \
   if (i < n) {                                                                                    \
-    const __mmask16 m = __mmask16((1u << (n - i)) - 1);                                           \
+    const __mmask16 m = avx512::lanes(n - i);                                                     \
     __m512 yv, dv;                                                                                \
     gelu16(load16(x + i, m), yv, dv);                                                             \
     store16(y + i, m, yv);                                                                        \
@@ -103,8 +103,6 @@ void gelu_all(const T* x, T* y, T* d, int64_t n, bool native_bf16 = true) {
 }
 
 }  // namespace
-
-bool gelu_with_grad_supported() { return avx512::cpu_ok(); }
 
 void gelu_with_grad(const float* x, float* y, float* d, int64_t n) { gelu_all(x, y, d, n); }
 void gelu_with_grad(const bf16_t* x, bf16_t* y, bf16_t* d, int64_t n, bool native_bf16) {

@@ -8,10 +8,8 @@
 
 namespace booster::kernels {
 
-/// True when this CPU runs gelu_with_grad (AVX-512 F, BW, DQ, VL); checked at run time.
-bool gelu_with_grad_supported();
 /// y = x Phi(x) and d = Phi(x) + x phi(x) for n contiguous elements (computed in f32; bf16
-/// rounded to nearest even). Only where gelu_with_grad_supported().
+/// rounded to nearest even). Only where avx512::cpu_ok() (avx512_cpu.h).
 void gelu_with_grad(const float* x, float* y, float* d, int64_t n);
 /// bf16 rounds with AVX512-BF16's conversion where the CPU has it; native_bf16 = false takes
 /// the integer rounding every AVX-512 CPU runs (the same bits; tests compare the two).

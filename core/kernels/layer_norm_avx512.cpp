@@ -39,7 +39,7 @@ BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
       __VA_ARGS__                                                                \
     }                                                                            \
     if (j < (c)) {                                                               \
-      const __mmask16 m = __mmask16((1u << ((c) - j)) - 1);                      \
+      const __mmask16 m = avx512::lanes((c) - j);                                \
       __VA_ARGS__                                                                \
     }                                                                            \
   }
@@ -109,20 +109,16 @@ int threads_for(int64_t rows, int64_t c) {
   return rows * c <= kGrain || omp_in_parallel() ? 1 : int(std::min<int64_t>(omp_get_max_threads(), rows));
 }
 
-}  // namespace
-
-bool layer_norm_avx512_supported() { return avx512::cpu_ok(); }
-
 template <typename T>
-void layer_norm_fwd_avx512(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t rows,
-                           int64_t c, float eps) {
+void fwd_all(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t rows, int64_t c,
+             float eps) {
   parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(c, 1)),
                [&](int64_t r0, int64_t r1) { fwd_rows(x, w, b, y, mean, rstd, r0, r1, c, eps); });
 }
 
 template <typename T>
-void layer_norm_bwd_avx512(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx,
-                           float* dw, float* db, int64_t rows, int64_t c) {
+void bwd_all(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx, float* dw, float* db,
+             int64_t rows, int64_t c) {
   const int nt = threads_for(rows, c);
   // Per-thread dw and db (zeroed), summed in thread order after.
   std::vector<float> part(dw ? size_t(2 * nt * c) : 0, 0.0f);
@@ -146,13 +142,21 @@ void layer_norm_bwd_avx512(const T* x, const float* w, const float* mean, const 
   }
 }
 
-template void layer_norm_fwd_avx512<float>(const float*, const float*, const float*, float*, float*, float*, int64_t,
-                                           int64_t, float);
-template void layer_norm_fwd_avx512<bf16_t>(const bf16_t*, const float*, const float*, bf16_t*, float*, float*,
-                                            int64_t, int64_t, float);
-template void layer_norm_bwd_avx512<float>(const float*, const float*, const float*, const float*, const float*, float*,
-                                           float*, float*, int64_t, int64_t);
-template void layer_norm_bwd_avx512<bf16_t>(const bf16_t*, const float*, const float*, const float*, const bf16_t*,
-                                            bf16_t*, float*, float*, int64_t, int64_t);
+}  // namespace
+
+void layer_norm_fwd_avx512(const Tensor& x2, const float* w, const float* b, const Tensor& y, float* mean, float* rstd,
+                           float eps) {
+  const int64_t rows = x2.size(0), c = x2.size(1);
+  if (x2.dtype() == DType::f32) fwd_all(x2.data<float>(), w, b, y.data<float>(), mean, rstd, rows, c, eps);
+  else fwd_all(x2.data<bf16_t>(), w, b, y.data<bf16_t>(), mean, rstd, rows, c, eps);
+}
+
+void layer_norm_bwd_avx512(const Tensor& x2, const float* w, const float* mean, const float* rstd, const Tensor& dy,
+                           const Tensor& dx, float* dw, float* db) {
+  const int64_t rows = x2.size(0), c = x2.size(1);
+  if (x2.dtype() == DType::f32)
+    bwd_all(x2.data<float>(), w, mean, rstd, dy.data<float>(), dx.data<float>(), dw, db, rows, c);
+  else bwd_all(x2.data<bf16_t>(), w, mean, rstd, dy.data<bf16_t>(), dx.data<bf16_t>(), dw, db, rows, c);
+}
 
 }  // namespace booster::kernels

@@ -3,6 +3,7 @@
 // the oracle. Inputs are viewed as [rows, C] with C the last dim.
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
+#include "core/kernels/avx512_cpu.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/layer_norm_avx512.h"
 #include "core/kernels/op_util.h"
@@ -151,7 +152,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   const bool ref = kernels::use_reference(), affine = w.defined();
   // f32 and bf16 on the own AVX-512 rows (layer_norm_avx512.h); else oneDNN, in x's own dtype
   // where it has a kernel (bf16: statistics still in f32 inside), else staged through f32.
-  const bool own = !ref && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && kernels::layer_norm_avx512_supported();
+  const bool own = !ref && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && kernels::avx512::cpu_ok();
   Tensor x2 = kernels::contig_as(x, ref ? DType::f32 : x.dtype()).view({rows, c});
   if (!ref && !own && x2.dtype() != DType::f32 && !kernels::ln_fwd_prim(x2, eps, affine).native())
     x2 = kernels::f32_contig(x).view({rows, c});
@@ -162,12 +163,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   if (ref)  // stat = 1 / sqrt(var + eps)
     kernels::ref::layer_norm_fwd(x2.data<float>(), wp, bp, y.data<float>(), mean.data<float>(), stat.data<float>(), rows,
                                  c, eps);
-  else if (own && x2.dtype() == DType::f32)  // stat = 1 / sqrt(var + eps)
-    kernels::layer_norm_fwd_avx512(x2.data<float>(), wp, bp, y.data<float>(), mean.data<float>(), stat.data<float>(),
-                                   rows, c, float(eps));
-  else if (own)
-    kernels::layer_norm_fwd_avx512(x2.data<bf16_t>(), wp, bp, y.data<bf16_t>(), mean.data<float>(), stat.data<float>(),
-                                   rows, c, float(eps));
+  else if (own)  // stat = 1 / sqrt(var + eps)
+    kernels::layer_norm_fwd_avx512(x2, wp, bp, y, mean.data<float>(), stat.data<float>(), float(eps));
   else  // stat = var
     kernels::ln_forward(x2, w32, b32, eps, y, mean, stat);
   const DType dt = x.dtype();
@@ -182,16 +179,12 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
         const float* wp = affine ? w32.data<float>() : nullptr;
         float* dwp = gw ? dw.data<float>() : nullptr;
         float* dbp = gw ? db.data<float>() : nullptr;
-        if (own && x2.dtype() == DType::f32) {
-          kernels::layer_norm_bwd_avx512(x2.data<float>(), wp, mean.data<float>(), stat.data<float>(), dy.data<float>(),
-                                         dx.data<float>(), dwp, dbp, rows, c);
-        } else if (own) {
-          kernels::layer_norm_bwd_avx512(x2.data<bf16_t>(), wp, mean.data<float>(), stat.data<float>(),
-                                         dy.data<bf16_t>(), dx.data<bf16_t>(), dwp, dbp, rows, c);
+        if (own) {
+          kernels::layer_norm_bwd_avx512(x2, wp, mean.data<float>(), stat.data<float>(), dy, dx, dwp, dbp);
         } else if (ref) {
-          kernels::ref::layer_norm_bwd(x2.data<float>(), affine ? w32.data<float>() : nullptr, mean.data<float>(),
-                                       stat.data<float>(), dy.data<float>(), dx.data<float>(),
-                                       affine ? dw.data<float>() : nullptr, affine ? db.data<float>() : nullptr, rows, c);
+          kernels::ref::layer_norm_bwd(x2.data<float>(), wp, mean.data<float>(), stat.data<float>(), dy.data<float>(),
+                                       dx.data<float>(), affine ? dw.data<float>() : nullptr,
+                                       affine ? db.data<float>() : nullptr, rows, c);
         } else if (!kernels::ln_backward(x2, w32, b32, mean, stat, dy, eps, dx, dw, db)) {  // no low-precision kernel
           dx = Tensor::empty({rows, c});
           BOOSTER_CHECK_T(BackendError,

@@ -29,16 +29,8 @@ namespace {
 // BOOSTER_THP=0 maps them with small pages.
 constexpr size_t kHugePage = size_t(1) << 21;
 
-bool huge_pages_wanted() {
-  static const bool on = [] {
-    const char* e = std::getenv("BOOSTER_THP");
-    return !e || std::string(e) != "0";
-  }();
-  return on;
-}
-
 void* map_block(size_t cls) {
-  const bool huge = huge_pages_wanted() && cls >= kHugePage;
+  const bool huge = CachingHostTier::huge_pages() && cls >= kHugePage;
   const size_t len = huge ? cls + kHugePage : cls;  // room to slide to a 2 MB boundary
   void* raw = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
@@ -51,13 +43,16 @@ void* map_block(size_t cls) {
   return reinterpret_cast<void*>(a);
 }
 
-}  // namespace
-
-bool CachingHostTier::huge_pages() { return huge_pages_wanted(); }
-
-namespace {
 void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }
 }  // namespace
+
+bool CachingHostTier::huge_pages() {
+  static const bool on = [] {
+    const char* e = std::getenv("BOOSTER_THP");
+    return !e || std::string(e) != "0";
+  }();
+  return on;
+}
 
 size_t CachingHostTier::size_class(size_t nbytes) {
   if (nbytes < kMinCached) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;

@@ -8,6 +8,7 @@
 
 #include "core/autograd/node.h"
 #include "core/kernels/attention_avx512.h"
+#include "core/kernels/avx512_cpu.h"
 #include "core/kernels/ops.h"
 
 using namespace booster;
@@ -118,9 +119,8 @@ TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
 // oneDNN's batched products, and give the composite's values there too.
 TEST(Attention, HeadKernelsWhereTheyFitAndOneDnnElsewhere) {
   Heads f(DType::f32), h(DType::f16);
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  EXPECT_EQ(kernels::attention_avx512_fits(Heads::view(f.q), Heads::view(f.k), Heads::view(f.v)), avx512);
+  EXPECT_EQ(kernels::attention_avx512_fits(Heads::view(f.q), Heads::view(f.k), Heads::view(f.v)),
+            kernels::avx512::cpu_ok());
   EXPECT_FALSE(kernels::attention_avx512_fits(Heads::view(h.q), Heads::view(h.k), Heads::view(h.v)));
   Heads odd(DType::bf16, 5, 2, 19, 3, 15);
   EXPECT_FALSE(kernels::attention_avx512_fits(Heads::view(odd.q), Heads::view(odd.k), Heads::view(odd.v)));

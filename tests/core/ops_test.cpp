@@ -9,6 +9,7 @@
 #include "core/autograd/engine.h"
 #include "core/common/parallel.h"
 #include "core/kernels/dispatch.h"
+#include "core/kernels/avx512_cpu.h"
 #include "core/kernels/gelu_avx512.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -240,7 +241,7 @@ TEST(Gelu, ExactFormAndGradientAgainstDouble) {
 // bf16 rounding in the one-pass GELU: AVX512-BF16's conversion and the integer rounding
 // of other AVX-512 CPUs give the same bits (ties, NaN, infinities, tails of every length).
 TEST(Gelu, Bf16RoundingIsTheSameEitherWay) {
-  if (!kernels::gelu_with_grad_supported()) GTEST_SKIP() << "no AVX-512 on this CPU: the one-pass GELU does not run";
+  if (!kernels::avx512::cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU: the one-pass GELU does not run";
   std::vector<float> xs;
   for (int i = -3000; i <= 3000; ++i) xs.push_back(float(i) * 0.00371f);
   for (float v : {NAN, INFINITY, -INFINITY, 1.0f + 1.0f / 256, 3.0f + 3.0f / 128}) xs.push_back(v);
