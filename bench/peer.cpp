@@ -55,27 +55,59 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-std::string profile_step(const std::function<void()>& step) {
+std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups,
+                         double ceiling_gflops) {
   Profiler::reset();
   Profiler::enable();
   const auto t0 = std::chrono::steady_clock::now();
   step();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Profiler::enable(false);
+  const std::vector<ProfileEntry> entries = Profiler::entries();
   double ops = 0;
-  for (auto& e : Profiler::entries()) ops += e.seconds;
-  char head[160];
-  std::snprintf(head, sizeof head, "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
+  for (auto& e : entries) ops += e.seconds;
+  char line[256];
+  std::snprintf(line, sizeof line, "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
                 wall * 1e3, ops * 1e3, (wall - ops) * 1e3);
+  std::string out = line + Profiler::report();
+  if (!groups.empty() && ceiling_gflops > 0) {
+    std::snprintf(line, sizeof line, "rated against the ceiling (%.1f GFLOP/s):\n", ceiling_gflops);
+    out += line;
+    double rated_s = 0, rated_gflop = 0;
+    for (const FlopGroup& g : groups) {
+      double s = 0;
+      for (auto& e : entries)
+        if (std::find(g.ops.begin(), g.ops.end(), e.name) != g.ops.end()) s += e.seconds;
+      rated_s += s;
+      rated_gflop += g.gflop;
+      std::snprintf(line, sizeof line, "  %-22s %8.1f GFLOP in %8.2f ms = %7.1f GFLOP/s, %3.0f %% of the ceiling\n",
+                    g.name.c_str(), g.gflop, s * 1e3, s > 0 ? g.gflop / s : 0.0,
+                    s > 0 ? 100 * g.gflop / s / ceiling_gflops : 0.0);
+      out += line;
+    }
+    std::snprintf(line, sizeof line,
+                  "  everything else        %8.2f ms, %4.1f %% of the step; were it free, the step would run at "
+                  "%3.0f %% of the ceiling\n",
+                  (wall - rated_s) * 1e3, 100 * (wall - rated_s) / wall,
+                  rated_s > 0 ? 100 * rated_gflop / rated_s / ceiling_gflops : 0.0);
+    out += line;
+  }
   std::string tuned;
-  for (const auto& line : kernels::mm_tn_choices()) tuned += "  " + line + "\n";
-  return head + Profiler::report() + (tuned.empty() ? "" : "weight-gradient products, the way each shape runs:\n" + tuned);
+  for (const auto& l : kernels::mm_tn_choices()) tuned += "  " + l + "\n";
+  return out + (tuned.empty() ? "" : "weight-gradient products, the way each shape runs:\n" + tuned);
+}
+
+VitFlops vit_fwd_flop_parts(int64_t d, int64_t layers, int64_t image, int64_t patch) {
+  const double patches = double((image / patch) * (image / patch)), t = patches + 1;
+  VitFlops f;
+  f.linears = double(layers) * 2 * t * (3.0 * d * d + 1.0 * d * d + 8.0 * d * d);
+  f.attention = double(layers) * 2 * 2 * t * t * double(d);
+  f.patch_embedding = 2.0 * patches * 3 * patch * patch * double(d);
+  return f;
 }
 
 double vit_fwd_flops(int64_t d, int64_t layers, int64_t image, int64_t patch) {
-  const double t = double((image / patch) * (image / patch) + 1);
-  const double per_layer = 2 * t * (3.0 * d * d + 1.0 * d * d + 8.0 * d * d) + 2 * 2 * t * t * double(d);
-  return double(layers) * per_layer + 2.0 * double((image / patch) * (image / patch)) * 3 * patch * patch * double(d);
+  return vit_fwd_flop_parts(d, layers, image, patch).total();
 }
 
 }  // namespace booster::bench

@@ -25,10 +25,25 @@ std::vector<std::string> split_list(const std::string& s);
 /// The median (the mean of the two middle values for an even count: with two rounds the
 /// upper one reported a round whose ceiling had been measured low as 121 %); 0 for none.
 double median(std::vector<double> v);
+/// Ops of a profile that run a known number of FLOPs, rated against a ceiling.
+struct FlopGroup {
+  std::string name;              // "linears"
+  std::vector<std::string> ops;  // profile entries counted: {"linear", "linear bwd"}
+  double gflop = 0;              // what they compute in one step
+};
 /// Runs `step` once with the per-op profiler on and returns its report (forward ops by
-/// name, backward as '<op> bwd').
-std::string profile_step(const std::function<void()>& step);
-/// ViT forward FLOPs per image, with the peer's formula (fwd + bwd = 3x).
+/// name, backward as '<op> bwd'). With groups and a ceiling (GFLOP/s) it adds each group's
+/// rate against the ceiling, the time of everything else, and the share of the ceiling the
+/// step would reach were everything else free.
+std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups = {},
+                         double ceiling_gflops = 0);
+/// ViT forward FLOPs per image with the peer's formula (fwd + bwd = 3x), in its parts: the
+/// encoder's linears, its attention products (q k^T and P v), the patch embedding.
+struct VitFlops {
+  double linears = 0, attention = 0, patch_embedding = 0;
+  double total() const { return linears + attention + patch_embedding; }
+};
+VitFlops vit_fwd_flop_parts(int64_t hidden, int64_t layers, int64_t image = 224, int64_t patch = 16);
 double vit_fwd_flops(int64_t hidden, int64_t layers, int64_t image = 224, int64_t patch = 16);
 
 }  // namespace booster::bench

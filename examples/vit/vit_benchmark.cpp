@@ -78,8 +78,16 @@ class StepBench {
   /// backward (the slowest rank).
   double sync_wait_seconds() const { return sync_wait_s_; }
 
-  /// One more step, op by op.
-  std::string profile() { return bench::profile_step([this] { step(); }); }
+  /// One more step, op by op, with its linears and attention rated against the ceiling (this
+  /// rank's: the sum over ranks shared evenly, as is the work).
+  std::string profile(double ceiling_sum) {
+    const bench::VitFlops f = bench::vit_fwd_flop_parts(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size);
+    const double images = double(batch_) * dp_ / dist::world_size(), step_gflop = 3 * images / 1e9;
+    return bench::profile_step([this] { step(); },
+                               {{"linears", {"linear", "linear bwd"}, f.linears * step_gflop},
+                                {"attention products", {"attention", "attention bwd"}, f.attention * step_gflop}},
+                               ceiling_sum / dist::world_size());
+  }
 
   /// Bytes of this rank's parameters (its shards under tensor parallelism).
   size_t param_bytes() const { return param_bytes_; }
@@ -197,7 +205,7 @@ int main(int argc, char** argv) {
       const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
       const double param_mb = max_mb(sb.param_bytes()), act_mb = max_mb(sb.activation_bytes());
-      const std::string report = profile ? sb.profile() : "";
+      const std::string report = profile ? sb.profile(ceiling) : "";
       if (!master) continue;
       if (profile)
         std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
