@@ -19,8 +19,9 @@ class RawMatmul {
   std::string impl() const;
   /// Seconds of one execution.
   double run_seconds();
-  /// GFLOP/s over `reps` executions.
-  double gflops(int reps = 3);
+  /// GFLOP/s of the fastest of `reps` executions (after one to warm up): a ceiling is what
+  /// the machine can do, and a shared machine only ever slows an execution down.
+  double gflops(int reps = 5);
 
  private:
   bool ok_ = false;
