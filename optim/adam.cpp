@@ -9,6 +9,34 @@
 
 namespace booster::optim {
 
+namespace {
+
+struct Scalars {
+  float step_size, b1, b2, one_minus_b1, one_minus_b2, eps, bc2, l2_wd, decay, inv_div;
+};
+
+inline float widen(float x) { return x; }
+inline float widen(bf16_t x) { return from_bf16(x); }
+
+// The update of n elements in one vectorized loop, from gradients g (f32 or bf16); with Copy
+// it also writes the compute copy w (bf16) of each new value.
+template <bool Copy, typename G>
+__attribute__((target_clones("arch=x86-64-v4", "default"))) void fused_rows(const G* __restrict g, float* __restrict p, float* __restrict m, float* __restrict v,
+                bf16_t* __restrict w, int64_t n, const Scalars& k) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = widen(g[i]) * k.inv_div + k.l2_wd * p[i];
+    const float mi = m[i] * k.b1 + k.one_minus_b1 * gi;
+    const float vi = v[i] * k.b2 + k.one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * k.decay - k.step_size * (mi / (std::sqrt(vi) / k.bc2 + k.eps));
+    if constexpr (Copy) w[i] = to_bf16(p[i]);
+  }
+}
+
+}  // namespace
+
 AdamBase::AdamBase(std::string type, std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled)
     : Optimizer(std::move(type), std::move(groups), {{"lr", o.lr},
                                     {"beta1", o.beta1},
@@ -35,42 +63,44 @@ void AdamBase::update(const std::string& name, Tensor& p, const Tensor& g, Param
   const double bc2_sqrt = bc ? std::sqrt(1 - std::pow(b2, double(st.step))) : 1.0;
   // Branch-free body (so it vectorizes): L2 decay adds l2_wd * p to g (0 for AdamW), the
   // decoupled decay multiplies p by `decay` (1 for Adam).
-  const float step_size = float(lr / bc1), f_b1 = float(b1), f_b2 = float(b2), f_1mb1 = float(1 - b1),
-              f_1mb2 = float(1 - b2), f_eps = float(eps), f_bc2 = float(bc2_sqrt),
-              l2_wd = decoupled_ ? 0.f : float(wd), decay = decoupled_ ? float(1 - lr * wd) : 1.f,
-              inv_div = float(1.0 / grad_divisor_);
-  float* __restrict pp = p.data<float>();
-  float* __restrict pm = m.data<float>();
-  float* __restrict pv = v.data<float>();
+  const Scalars k{float(lr / bc1), float(b1), float(b2), float(1 - b1), float(1 - b2), float(eps), float(bc2_sqrt),
+                  decoupled_ ? 0.f : float(wd), decoupled_ ? float(1 - lr * wd) : 1.f, float(1.0 / grad_divisor_)};
+  float* pp = p.data<float>();
+  float* pm = m.data<float>();
+  float* pv = v.data<float>();
   // One pass over memory: a low-precision gradient is widened and the compute copy written
-  // block by block, while the block is in cache (no f32 gradient, no second pass).
+  // in the same loop (no f32 gradient, no second pass).
   const DType gdt = g.dtype(), wdt = working.defined() ? working.dtype() : DType::f32;
   const char* graw = static_cast<const char*>(g.raw_data());
   char* wraw = working.defined() ? static_cast<char*>(working.raw_data()) : nullptr;
+  auto* g32 = reinterpret_cast<const float*>(graw);
+  auto* g16 = reinterpret_cast<const bf16_t*>(graw);
+  auto* w16 = reinterpret_cast<bf16_t*>(wraw);
+  const bool bf16_in = gdt == DType::bf16, f32_in = gdt == DType::f32;
+  if ((f32_in || bf16_in) && (!wraw || wdt == DType::bf16)) {
+    parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      if (f32_in && !wraw) fused_rows<false>(g32 + b, pp + b, pm + b, pv + b, nullptr, e - b, k);
+      else if (f32_in) fused_rows<true>(g32 + b, pp + b, pm + b, pv + b, w16 + b, e - b, k);
+      else if (!wraw) fused_rows<false>(g16 + b, pp + b, pm + b, pv + b, nullptr, e - b, k);
+      else fused_rows<true>(g16 + b, pp + b, pm + b, pv + b, w16 + b, e - b, k);
+    });
+    return;
+  }
+  // Other dtypes (f16): the gradient widened and the copy narrowed a cache-sized block at a
+  // time, around the same element update.
   const size_t gsz = dtype_size(gdt), wsz = dtype_size(wdt);
   parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 2048;
     alignas(64) float gbuf[kBlock];
     for (int64_t o = b; o < e; o += kBlock) {
       const int64_t len = std::min(kBlock, e - o);
-      const float* __restrict pg = reinterpret_cast<const float*>(graw) + o;
+      const float* pg = g32 + o;
       if (gdt != DType::f32) {
         convert_serial(graw + size_t(o) * gsz, gdt, gbuf, DType::f32, len);
         pg = gbuf;
       }
-      float* __restrict bp = pp + o;
-      float* __restrict bm = pm + o;
-      float* __restrict bv = pv + o;
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) {
-        const float gi = pg[i] * inv_div + l2_wd * bp[i];
-        const float mi = bm[i] * f_b1 + f_1mb1 * gi;
-        const float vi = bv[i] * f_b2 + f_1mb2 * gi * gi;
-        bm[i] = mi;
-        bv[i] = vi;
-        bp[i] = bp[i] * decay - step_size * (mi / (std::sqrt(vi) / f_bc2 + f_eps));
-      }
-      if (wraw) convert_serial(bp, DType::f32, wraw + size_t(o) * wsz, wdt, len);
+      fused_rows<false>(pg, pp + o, pm + o, pv + o, nullptr, len, k);
+      if (wraw) convert_serial(pp + o, DType::f32, wraw + size_t(o) * wsz, wdt, len);
     }
   });
   (void)name;

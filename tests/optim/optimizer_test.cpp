@@ -117,9 +117,10 @@ TEST(Optimizer, Bf16ParametersUpdateInF32) {
 // The fused update (Adam family) reads a low-precision gradient as it goes and writes the
 // compute copy in the same pass: bit for bit what widening the gradient, updating and
 // converting the value after give. An optimizer without the fusion (SGD) refreshes the copy
-// after its update. Sizes span several blocks and a remainder.
+// after its update. The size spans several threads' ranges (the f16 path's blocks too) and a
+// remainder.
 TEST(Optimizer, FusedUpdateEqualsStagedPasses) {
-  const int64_t n = 5000 + 37;
+  const int64_t n = 3 * (1 << 14) + 37;
   auto filled = [&](uint64_t seed, DType dt) {
     Tensor t = Tensor::empty({n});
     Generator(seed).normal_(t);
