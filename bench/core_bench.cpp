@@ -174,6 +174,16 @@ void BM_Gelu(benchmark::State& state, DType dt) {
 BENCHMARK_CAPTURE(BM_Gelu, f32, DType::f32)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gelu, bf16, DType::bf16)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// A transposed copy: contiguous() of a [3072, 768] view of a [768, 3072] tensor, as mm_tn's
+// transposed way turns the fc2 weight gradient of ViT-B around.
+void BM_TransposedCopy(benchmark::State& state, DType dt) {
+  Tensor x = random_tensor({3072, 768}, dt, 1);
+  for (auto _ : state) benchmark::DoNotOptimize(x.transpose(0, 1).contiguous());
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * x.numel() * dtype_size(dt)));
+}
+BENCHMARK_CAPTURE(BM_TransposedCopy, f32, DType::f32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TransposedCopy, bf16, DType::bf16)->Unit(benchmark::kMillisecond);
+
 // A bias gradient: the column sums of dy [1576, N], read where it lies.
 void BM_BiasGrad(benchmark::State& state, DType dt) {
   Tensor dy = random_tensor({1576, state.range(0)}, dt, 1);

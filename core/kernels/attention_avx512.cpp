@@ -151,34 +151,6 @@ void gemm(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, const
   }
 }
 
-// 16 x 16 transpose in registers: r[i] holds row i on entry and column i on return.
-BOOSTER_AVX512 inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  // r[4 g + j] now holds, in 128-bit lane l, element j of rows 4 g .. 4 g + 3 at column 4 l + j.
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);       // lanes 0, 2 of rows 0-3 | 0, 2 of rows 4-7
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);   // lanes 1, 3
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);        // column j
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);    // column 8 + j
-    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);  // column 4 + j
-    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd); // column 12 + j
-  }
-}
-
 // dst[c][r] = src[r][c] for r < rows, c < cols (src rows at ld), and 0 for rows <= r < ldd
 // (ldd: rows rounded up to 16, the panel's row length).
 BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
@@ -189,7 +161,7 @@ BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols
       __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
         r[i] = r0 + i < rows ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * ld + c0) : _mm512_setzero_ps();
-      transpose16(r);
+      avx512::transpose16(r);
       for (int64_t j = 0; j < nc; ++j) _mm512_storeu_ps(dst + (c0 + j) * ldd + r0, r[j]);
     }
   }

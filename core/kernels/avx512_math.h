@@ -1,5 +1,6 @@
-// AVX-512 building blocks shared by the hand-written kernels (GELU, attention, LayerNorm):
-// exp on non-positive arguments, bf16 widening and rounding, loads and stores of 16 lanes. Only for translation
+// AVX-512 building blocks shared by the hand-written kernels (GELU, attention, LayerNorm,
+// transposed copies): exp on non-positive arguments, bf16 widening and rounding, a 16 x 16
+// transpose, loads and stores of 16 lanes. Only for translation
 // units whose callers check the CPU at run time; every function carries its target.
 #pragma once
 
@@ -56,6 +57,34 @@ BOOSTER_AVX512 inline __m512 load16(const bf16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
+/// 16 x 16 transpose in registers: r[i] holds row i on entry and column i on return.
+BOOSTER_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // r[4 g + j] now holds, in 128-bit lane l, element j of rows 4 g .. 4 g + 3 at column 4 l + j.
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);       // lanes 0, 2 of rows 0-3 | 0, 2 of rows 4-7
+    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);   // lanes 1, 3
+    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);        // column j
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);    // column 8 + j
+    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);  // column 4 + j
+    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xdd); // column 12 + j
+  }
+}
+
 // 16 lanes stored as f32, or rounded to bf16 (narrow16); the masked forms store only m's lanes.
 BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {

@@ -1,8 +1,15 @@
 // Strided row walking and the strided, converting copy behind contiguous() and copy_().
 #include "core/tensor/strided.h"
 
+// GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
+// once they are inlined into a function with a target attribute.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 #include <cstring>
+
+#include "core/kernels/avx512_math.h"
 
 namespace booster {
 
@@ -45,20 +52,45 @@ bool float_row(DType st, DType dt, const char* s, int64_t is, char* d, int64_t i
   return false;
 }
 
+// One 16 x 16 block through registers: dst[i][j] = src[j][i] for 4-byte elements, or 2-byte
+// ones widened to 4 on the way in and narrowed on the way out.
+BOOSTER_AVX512 void transpose_block16(const uint32_t* src, int64_t src_ld, uint32_t* dst, int64_t dst_ld) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_ld);
+  kernels::avx512::transpose16(r);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * dst_ld, r[i]);
+}
+BOOSTER_AVX512 void transpose_block16(const uint16_t* src, int64_t src_ld, uint16_t* dst, int64_t dst_ld) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm512_castsi512_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_ld))));
+  kernels::avx512::transpose16(r);
+  for (int i = 0; i < 16; ++i)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * dst_ld), _mm512_cvtepi32_epi16(_mm512_castps_si512(r[i])));
+}
+
 // dst[i][j] = src[j][i] for a rows x cols dst, in tiles that stay in L1 on both sides.
 // A row-at-a-time gather reads one element per cache line and, with power-of-two row
 // pitches, thrashes the cache sets: transposing a [1576, 3072] bf16 gradient took 23 ms
-// that way (and in oneDNN's reorder), 1-2 ms in tiles.
+// that way (and in oneDNN's reorder), 1-2 ms in tiles. On AVX-512 the tiles' whole 16 x 16
+// blocks go through registers: the [768, 3072] weight gradient of mm_tn's transposed way,
+// f32 0.54 -> 0.33 ms, bf16 0.43 -> 0.145 ms (core_bench BM_TransposedCopy, 2 threads, the
+// source in cache).
 template <typename T>
 void transpose_tiles(const T* src, int64_t src_ld, T* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;
+  const bool vec = kernels::avx512::cpu_ok();
   const int64_t tr = (rows + kTile - 1) / kTile, tc = (cols + kTile - 1) / kTile;
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 15))
   for (int64_t t = 0; t < tr * tc; ++t) {
     const int64_t i0 = (t / tc) * kTile, j0 = (t % tc) * kTile;
     const int64_t i1 = std::min(rows, i0 + kTile), j1 = std::min(cols, j0 + kTile);
+    // whole 16 x 16 blocks in registers, the rest (a tile's ragged edge) element by element
+    const int64_t iv = vec ? i0 + (i1 - i0) / 16 * 16 : i0, jv = vec ? j0 + (j1 - j0) / 16 * 16 : j0;
+    for (int64_t i = i0; i < iv; i += 16)
+      for (int64_t j = j0; j < jv; j += 16) transpose_block16(src + j * src_ld + i, src_ld, dst + i * dst_ld + j, dst_ld);
     for (int64_t i = i0; i < i1; ++i)
-      for (int64_t j = j0; j < j1; ++j) dst[i * dst_ld + j] = src[j * src_ld + i];
+      for (int64_t j = i < iv ? jv : j0; j < j1; ++j) dst[i * dst_ld + j] = src[j * src_ld + i];
   }
 }
 

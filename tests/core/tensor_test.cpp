@@ -100,10 +100,11 @@ TEST(Tensor, SoleOwnerSeesOtherHandlesAndViews) {
 }
 
 TEST(Tensor, TransposedCopiesInTiles) {
-  // Sizes that are not multiples of the 32-element tile, in both 2- and 4-byte dtypes,
+  // Sizes that are not multiples of the 32-element tile (or of the 16 x 16 blocks that go
+  // through registers on AVX-512) and sizes that are, in both 2- and 4-byte dtypes,
   // and a batched transpose that coalesces to 2D only per batch.
   for (DType dt : {DType::f32, DType::bf16}) {
-    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{37, 1000}, {300, 67}, {1, 5000}}) {
+    for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{37, 1000}, {300, 67}, {1, 5000}, {64, 96}}) {
       std::vector<float> v(size_t(r * c));
       for (size_t i = 0; i < v.size(); ++i) v[i] = float(int(i % 251) - 125);
       Tensor a = Tensor::from_vector(v, {r, c}, dt);
