@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "core/autograd/engine.h"
+#include "core/kernels/blocked_pack.h"
 #include "core/kernels/dnnl_util.h"
 #include "ceiling.h"
 #include "core/kernels/ops.h"
@@ -183,6 +184,36 @@ void BM_TransposedCopy(benchmark::State& state, DType dt) {
 }
 BENCHMARK_CAPTURE(BM_TransposedCopy, f32, DType::f32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TransposedCopy, bf16, DType::bf16)->Unit(benchmark::kMillisecond);
+
+// A weight packed for a matmul ([768, 3072] into BA16a64b / BA16a64b2a): as the forward
+// reads it (W^T, column-major, arg 1 = 1) or as the backward's dx does (W, row-major), by
+// oneDNN's reorder (arg 2 = 0) or by the own packing (1). The weight rotates through 8
+// copies (38-75 MB), so that it comes from memory as in a training step.
+void BM_WeightPack(benchmark::State& state, DType dt) {
+  using tag = dnnl::memory::format_tag;
+  const bool transposed = state.range(0) != 0, own = state.range(1) != 0;
+  std::vector<Tensor> ws;
+  for (uint64_t i = 0; i < 8; ++i) ws.push_back(random_tensor({3072, 768}, dt, 30 + i));
+  const int64_t k = transposed ? 768 : 3072, n = transposed ? 3072 : 768;
+  const dnnl::memory::desc md({k, n}, kernels::dnnl_type(dt), dt == DType::f32 ? tag::BA16a64b : tag::BA16a64b2a);
+  Tensor out = Tensor::empty({int64_t(md.get_size())}, DType::u8);
+  size_t i = 0;
+  for (auto _ : state) {
+    const Tensor src = transposed ? ws[i++ % ws.size()].transpose(0, 1) : ws[i++ % ws.size()];
+    if (own) {
+      kernels::pack_blocked(src, md, out.raw_data());
+    } else {
+      dnnl::memory from(kernels::md_of(src), kernels::cpu_engine(), src.raw_data());
+      dnnl::memory to(md, kernels::cpu_engine(), out.raw_data());
+      dnnl::reorder(from, to).execute(kernels::cpu_stream(), from, to);
+      kernels::cpu_stream().wait();
+    }
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * ws[0].numel() * dtype_size(dt)));
+  state.SetLabel(std::string(transposed ? "W^T (forward)" : "W (backward dx)") + (own ? ", own" : ", oneDNN"));
+}
+BENCHMARK_CAPTURE(BM_WeightPack, f32, DType::f32)->ArgsProduct({{1, 0}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_WeightPack, bf16, DType::bf16)->ArgsProduct({{1, 0}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 // A bias gradient: the column sums of dy [1576, N], read where it lies.
 void BM_BiasGrad(benchmark::State& state, DType dt) {

@@ -172,9 +172,6 @@ BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols
 // an A operand read down its columns; a missing last row pairs with 0. dst rows at ldd words
 // (a multiple of 16, >= cols: the last 16 words of a row are stored whole).
 BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd) {
-  alignas(64) static const uint16_t lo_idx[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i lo = _mm512_load_si512(lo_idx), hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
     const bf16_t* r0 = src + 2 * p * ld;
     const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
@@ -182,8 +179,8 @@ BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, in
       const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
       const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);
       const __m512i b = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c0) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + p * ldd + c0, _mm512_permutex2var_epi16(a, lo, b));
-      if (c0 + 16 < cols) _mm512_storeu_si512(dst + p * ldd + c0 + 16, _mm512_permutex2var_epi16(a, hi, b));
+      _mm512_storeu_si512(dst + p * ldd + c0, avx512::pair_words(a, b, false));
+      if (c0 + 16 < cols) _mm512_storeu_si512(dst + p * ldd + c0 + 16, avx512::pair_words(a, b, true));
     }
   }
 }

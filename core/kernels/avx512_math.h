@@ -1,6 +1,6 @@
 // AVX-512 building blocks shared by the hand-written kernels (GELU, attention, LayerNorm,
-// transposed copies): exp on non-positive arguments, bf16 widening and rounding, a 16 x 16
-// transpose, loads and stores of 16 lanes. Only for translation
+// transposed copies, blocked packing): exp on non-positive arguments, bf16 widening and
+// rounding, a 16 x 16 transpose, bf16 pairs, loads and stores of 16 lanes. Only for translation
 // units whose callers check the CPU at run time; every function carries its target.
 #pragma once
 
@@ -85,6 +85,14 @@ BOOSTER_AVX512 inline void transpose16(__m512 r[16]) {
   }
 }
 
+/// The 32-bit words (x[i], y[i]) of two rows of 32 bf16 each, lower one first, as vdpbf16ps
+/// reads pairs: i = 0..15 (high false) or 16..31 (high true).
+BOOSTER_AVX512 inline __m512i pair_words(__m512i x, __m512i y, bool high) {
+  alignas(64) static const uint16_t lo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                              8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i idx = _mm512_load_si512(lo);
+  return _mm512_permutex2var_epi16(x, high ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, y);
+}
 // 16 lanes stored as f32, or rounded to bf16 (narrow16); the masked forms store only m's lanes.
 BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "core/kernels/blocked_pack.h"
 #include "core/kernels/dispatch.h"
 
 namespace booster::kernels {
@@ -95,6 +96,7 @@ size_t primitive_cache_size() {
 }
 
 void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std::string& dst_key, void* dst) {
+  if (pack_blocked(src, dst_md, dst)) return;  // the AVX-512 matmuls' weight layouts, packed faster
   const dnnl::memory::desc src_md = md_of(src);
   KeyBuilder key("reorder");
   key.add(src);

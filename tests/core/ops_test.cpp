@@ -10,6 +10,8 @@
 #include "core/common/parallel.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/avx512_cpu.h"
+#include "core/kernels/blocked_pack.h"
+#include "core/kernels/dnnl_util.h"
 #include "core/kernels/gelu_avx512.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -282,6 +284,35 @@ TEST(MatmulTN, EveryWayGivesThePlainProductsBits) {
   EXPECT_EQ(kernels::mm_tn(small_a, small_b).to_vector(), std::vector<float>(32, 16.f));
   for (const auto& line : kernels::mm_tn_choices()) EXPECT_EQ(line.find("[16,8]"), std::string::npos) << line;
   EXPECT_THROW(kernels::mm_tn(Tensor::ones({3, 2}), Tensor::ones({4, 2})), ShapeError);
+}
+
+// The own packing into oneDNN's blocked weight layouts gives oneDNN's reorder's bytes: f32
+// and bf16, row- and column-major sources (a weight's transpose is column-major), whole
+// blocks and padded ones (K, N not multiples of the blocks), an odd bf16 row count.
+TEST(BlockedPack, GivesOneDnnsReorderBytes) {
+  using tag = dnnl::memory::format_tag;
+  if (!kernels::avx512::cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU: oneDNN reorders";
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [k, n] : std::vector<std::pair<int64_t, int64_t>>{{64, 128}, {96, 192}, {70, 100}, {33, 64}, {768, 192}})
+      for (bool column_major : {false, true}) {
+        Tensor x = Tensor::empty(column_major ? Shape{n, k} : Shape{k, n});
+        Generator(3).uniform_(x, -1, 1);
+        x = x.to(dt);
+        const Tensor src = column_major ? x.transpose(0, 1) : x;
+        const dnnl::memory::desc md({k, n}, kernels::dnnl_type(dt), dt == DType::f32 ? tag::BA16a64b : tag::BA16a64b2a);
+        std::vector<uint8_t> ours(md.get_size(), 0xab), theirs(md.get_size(), 0xcd);
+        ASSERT_TRUE(kernels::pack_blocked(src, md, ours.data()));
+        dnnl::memory from(kernels::md_of(src), kernels::cpu_engine(), src.raw_data());
+        dnnl::memory to(md, kernels::cpu_engine(), theirs.data());
+        dnnl::reorder(from, to).execute(kernels::cpu_stream(), from, to);
+        kernels::cpu_stream().wait();
+        EXPECT_EQ(ours, theirs) << dtype_name(dt) << " [" << k << ", " << n << "]" << (column_major ? " column-major" : "");
+      }
+  // Any other layout is left to oneDNN.
+  Tensor w = Tensor::ones({64, 64});
+  std::vector<uint8_t> buf(64 * 64 * 4);
+  EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, tag::ab), buf.data()));
+  EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, tag::BA16a48b), buf.data()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
