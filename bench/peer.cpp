@@ -67,7 +67,8 @@ std::string profile_step(const std::function<void()>& step, const std::vector<Fl
   double ops = 0;
   for (auto& e : entries) ops += e.seconds;
   char line[256];
-  std::snprintf(line, sizeof line, "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
+  std::snprintf(line, sizeof line,
+                "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
                 wall * 1e3, ops * 1e3, (wall - ops) * 1e3);
   std::string out = line + Profiler::report();
   if (!groups.empty() && ceiling_gflops > 0) {

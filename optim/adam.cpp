@@ -20,9 +20,12 @@ inline float widen(bf16_t x) { return from_bf16(x); }
 
 // The update of n elements in one vectorized loop, from gradients g (f32 or bf16); with Copy
 // it also writes the compute copy w (bf16) of each new value.
+// Built for the AVX2 floor and for AVX-512, picked at load time: the same IEEE operations
+// (FMA in both), so the same bits.
 template <bool Copy, typename G>
-__attribute__((target_clones("arch=x86-64-v4", "default"))) void fused_rows(const G* __restrict g, float* __restrict p, float* __restrict m, float* __restrict v,
-                bf16_t* __restrict w, int64_t n, const Scalars& k) {
+__attribute__((target_clones("arch=x86-64-v4", "default"))) void fused_rows(
+    const G* __restrict g, float* __restrict p, float* __restrict m, float* __restrict v, bf16_t* __restrict w,
+    int64_t n, const Scalars& k) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float gi = widen(g[i]) * k.inv_div + k.l2_wd * p[i];

@@ -59,7 +59,8 @@ BOOSTER_AVX512 void block_rows(const Source& s, int64_t kb, int64_t nb, uint32_t
   if (!s.bf16) {
     const float* src = reinterpret_cast<const float*>(s.base) + kb * kRows * s.sk + nb * kCols;
     for (int64_t r = 0; r < kRows; ++r)
-      for (int v = 0; v < 4; ++v) _mm512_storeu_si512(dst + r * kCols + 16 * v, _mm512_loadu_si512(src + r * s.sk + 16 * v));
+      for (int v = 0; v < 4; ++v)
+        _mm512_storeu_si512(dst + r * kCols + 16 * v, _mm512_loadu_si512(src + r * s.sk + 16 * v));
     return;
   }
   const bf16_t* src = reinterpret_cast<const bf16_t*>(s.base) + kb * 32 * s.sk + nb * kCols;

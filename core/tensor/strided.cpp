@@ -63,7 +63,8 @@ BOOSTER_AVX512 void transpose_block16(const uint32_t* src, int64_t src_ld, uint3
 BOOSTER_AVX512 void transpose_block16(const uint16_t* src, int64_t src_ld, uint16_t* dst, int64_t dst_ld) {
   __m512 r[16];
   for (int i = 0; i < 16; ++i)
-    r[i] = _mm512_castsi512_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_ld))));
+    r[i] = _mm512_castsi512_ps(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_ld))));
   kernels::avx512::transpose16(r);
   for (int i = 0; i < 16; ++i)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i * dst_ld), _mm512_cvtepi32_epi16(_mm512_castps_si512(r[i])));
@@ -88,7 +89,8 @@ void transpose_tiles(const T* src, int64_t src_ld, T* dst, int64_t dst_ld, int64
     // whole 16 x 16 blocks in registers, the rest (a tile's ragged edge) element by element
     const int64_t iv = vec ? i0 + (i1 - i0) / 16 * 16 : i0, jv = vec ? j0 + (j1 - j0) / 16 * 16 : j0;
     for (int64_t i = i0; i < iv; i += 16)
-      for (int64_t j = j0; j < jv; j += 16) transpose_block16(src + j * src_ld + i, src_ld, dst + i * dst_ld + j, dst_ld);
+      for (int64_t j = j0; j < jv; j += 16)
+        transpose_block16(src + j * src_ld + i, src_ld, dst + i * dst_ld + j, dst_ld);
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t j = i < iv ? jv : j0; j < j1; ++j) dst[i * dst_ld + j] = src[j * src_ld + i];
   }

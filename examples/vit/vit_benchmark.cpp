@@ -82,7 +82,8 @@ class StepBench {
   /// One more step, op by op, with its linears and attention rated against the ceiling (this
   /// rank's: the sum over ranks shared evenly, as is the work).
   std::string profile(double ceiling_sum) {
-    const bench::VitFlops f = bench::vit_fwd_flop_parts(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size);
+    const bench::VitFlops f =
+        bench::vit_fwd_flop_parts(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size);
     const double images = double(batch_) * dp_ / dist::world_size(), step_gflop = 3 * images / 1e9;
     return bench::profile_step([this] { step(); },
                                {{"linears", {"linear", "linear bwd"}, f.linears * step_gflop},

@@ -306,13 +306,14 @@ TEST(BlockedPack, GivesOneDnnsReorderBytes) {
         dnnl::memory to(md, kernels::cpu_engine(), theirs.data());
         dnnl::reorder(from, to).execute(kernels::cpu_stream(), from, to);
         kernels::cpu_stream().wait();
-        EXPECT_EQ(ours, theirs) << dtype_name(dt) << " [" << k << ", " << n << "]" << (column_major ? " column-major" : "");
+        EXPECT_EQ(ours, theirs) << dtype_name(dt) << " [" << k << ", " << n << "]"
+                                << (column_major ? " column-major" : "");
       }
   // Any other layout is left to oneDNN.
   Tensor w = Tensor::ones({64, 64});
   std::vector<uint8_t> buf(64 * 64 * 4);
-  EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, tag::ab), buf.data()));
-  EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, tag::BA16a48b), buf.data()));
+  for (tag other : {tag::ab, tag::BA16a48b})
+    EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, other), buf.data()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
