@@ -160,6 +160,8 @@ class Module : public std::enable_shared_from_this<Module> {
   /// Runs `f`, a forward of this module, with its hooks around it.
   template <typename F>
   auto call_forward(F&& f);
+  /// True when any hook is registered on this module (not counting its children's).
+  bool has_hooks() const { return hooks_ && !hooks_->empty(); }
 
   // ---- modes ----
   /// Sets training mode on this module and every descendant.

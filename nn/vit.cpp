@@ -67,7 +67,9 @@ Tensor ViTSelfAttention::forward(const Tensor& hidden) {
                     "and all_head_size per rank");
     return x.view({b, t, h, d}).permute({0, 2, 1, 3});
   };
-  Tensor q = heads(query(hidden), "query"), k = heads(key(hidden), "key"), v = heads(value(hidden), "value");
+  std::vector<Tensor> qkv = stacked_projections(hidden);
+  if (qkv.empty()) qkv = {query(hidden), key(hidden), value(hidden)};
+  Tensor q = heads(qkv[0], "query"), k = heads(qkv[1], "key"), v = heads(qkv[2], "value");
   Tensor ctx;
   auto* stock = dynamic_cast<Dropout*>(dropout.get());
   if (stock && typeid(*stock) == typeid(Dropout)) {
@@ -80,6 +82,18 @@ Tensor ViTSelfAttention::forward(const Tensor& hidden) {
   }
   ctx = ctx.permute({0, 2, 1, 3});  // [B, T, h, d]
   return ctx.reshape({b, t, all_head_size});
+}
+
+std::vector<Tensor> ViTSelfAttention::stacked_projections(const Tensor& hidden) {
+  std::vector<Tensor> ws, bs;
+  for (UnaryModule* m : {query.get(), key.get(), value.get()}) {
+    auto* lin = dynamic_cast<Linear*>(m);
+    if (!lin || typeid(*lin) != typeid(Linear) || lin->has_hooks()) return {};
+    ws.push_back(lin->weight.get());
+    if (lin->bias.defined()) bs.push_back(lin->bias.get());
+  }
+  if (!bs.empty() && bs.size() != ws.size()) return {};
+  return stacked_linear(hidden, ws, bs);
 }
 
 ViTSelfOutput::ViTSelfOutput(const ViTConfig& c) : c_(c) {

@@ -40,6 +40,11 @@ class ViTEmbeddings : public UnaryModule {
 };
 
 /// Multi-head self-attention with separate query/key/value: [B, T, H] -> [B, T, H'].
+/// When query, key and value are stock Linears without hooks, all with a bias or none, they
+/// run as one product over their stacked weights (stacked_linear: one product three times
+/// as wide, one transposed copy of the input for the weight gradients, and the input's
+/// gradient from one product instead of three and two sums); any replaced or hooked
+/// projection (a tensor-parallel policy's, ZeRO-3's gathering hooks) runs through its slot.
 /// The probabilities' dropout is the `dropout` slot: the fused attention kernel applies
 /// the stock Dropout itself; any other module there runs on the probabilities as HF's
 /// eager attention does.
@@ -54,6 +59,8 @@ class ViTSelfAttention : public UnaryModule {
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTSelfAttention>(c_); }
+  /// q, k and v from one stacked_linear when the three projections allow it, else empty.
+  std::vector<Tensor> stacked_projections(const Tensor& hidden);
   ViTConfig c_;
 };
 

@@ -71,9 +71,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   return autograd::record("attention", {q, k, v}, out, [qd, kd, vd, probs, alpha, gq, gk, gv, step, own](const std::vector<Tensor>& g) {
     Tensor gout = g[0].detach();
     const int64_t b = probs.size(0);
-    Tensor dq = gq ? empty_same_layout(qd, qd.dtype()) : Tensor();
-    Tensor dk = gk ? empty_same_layout(kd, kd.dtype()) : Tensor();
-    Tensor dv = gv ? empty_same_layout(vd, vd.dtype()) : Tensor();
+    // Laid out as q, k and v are: split from one stacked projection (stacked_linear), their
+    // gradients are again the pieces of one, which that projection's backward reads in place.
+    std::vector<Tensor> grads =
+        empty_same_layouts({gq ? qd : Tensor(), gk ? kd : Tensor(), gv ? vd : Tensor()}, qd.dtype());
+    Tensor dq = grads[0], dk = grads[1], dv = grads[2];
     if (own) {
       if (!kernels::attention_avx512_operand_fits(gout, qd.dtype())) gout = gout.to(qd.dtype()).contiguous();
       kernels::attention_backward_avx512(qd, kd, vd, probs, gout, dq, dk, dv, alpha);

@@ -1,6 +1,8 @@
 // matmul and linear: oneDNN matmul on strided views (transposes cost no copy), with the
 // gradients as two more matmuls. bf16/f16 run natively where oneDNN has kernels for the
 // CPU (AMX, AVX512-BF16/FP16) and in f32 on low-precision storage elsewhere.
+#include <algorithm>
+
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
@@ -257,6 +259,105 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor db = gb ? kernels::sum_dims(g2, {0}, false) : Tensor();
     return std::vector<Tensor>{dx, dw, db};
   });
+}
+
+namespace {
+
+// The output gradients of stacked_linear as one [m, n] matrix: read in place when they are
+// the pieces of one already (each with its output's strides, at its output's offset from
+// the first), otherwise copied side by side, zeros for an output that received none.
+Tensor joined_gradient(const std::vector<Tensor>& g, const std::vector<int64_t>& offs, const Shape& strides,
+                       int64_t m, int64_t n, DType dtype) {
+  bool in_place = true;
+  for (size_t i = 0; i < g.size() && in_place; ++i)
+    in_place = g[i].defined() && g[i].dtype() == dtype && g[i].shares_storage(g[0]) && g[i].strides() == strides &&
+               g[i].offset() == g[0].offset() + offs[i];
+  if (in_place) return make_view(g[0], {m, n}, {n, 1}, g[0].offset());
+  Tensor joined = Tensor::empty({m, n}, dtype);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const int64_t width = (i + 1 < g.size() ? offs[i + 1] : n) - offs[i];
+    Tensor piece = joined.narrow(1, offs[i], width);
+    if (g[i].defined()) strided_copy(piece, g[i].detach().reshape({m, width}));
+    else piece.zero_();
+  }
+  return joined;
+}
+
+// The matrices [N_i, K] one above the other: [n = sum N_i, K], without history.
+Tensor stacked_rows(const std::vector<Tensor>& ms, int64_t n) {
+  Tensor out = Tensor::empty({n, ms[0].size(1)}, ms[0].dtype());
+  for (size_t i = 0, row = 0; i < ms.size(); row += size_t(ms[i++].size(0)))
+    strided_copy(out.narrow(0, int64_t(row), ms[i].size(0)), ms[i].detach());
+  return out;
+}
+
+}  // namespace
+
+// x: [*, K], w_i: [N_i, K], b_i: [N_i] -> [*, N_i] each, as one product with the stacked weights
+std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs) {
+  ProfileScope prof_("linear");
+  BOOSTER_CHECK(!ws.empty() && (bs.empty() || bs.size() == ws.size()), "stacked_linear: ", ws.size(),
+                " weights and ", bs.size(), " biases (need one or more weights and a bias for each or none)");
+  std::vector<const Tensor*> all{&x};
+  for (const Tensor& w : ws) all.push_back(&w);
+  for (const Tensor& b : bs) all.push_back(&b);
+  kernels::check_same_dtype("stacked_linear", all);
+  kernels::check_floating("stacked_linear", x);
+  const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
+  std::vector<int64_t> offs;
+  int64_t n = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    BOOSTER_CHECK_T(ShapeError, ws[i].dim() == 2 && ws[i].size(1) == k, "stacked_linear: input ", shape_str(x.shape()),
+                    " does not fit weight ", i, " ", shape_str(ws[i].shape()), " (need [*, K] and [N, K])");
+    if (!bs.empty())
+      BOOSTER_CHECK_T(ShapeError, bs[i].defined() && bs[i].dim() == 1 && bs[i].size(0) == ws[i].size(0),
+                      "stacked_linear: bias ", i, " ", bs[i].defined() ? shape_str(bs[i].shape()) : "undefined",
+                      " does not fit weight ", shape_str(ws[i].shape()));
+    offs.push_back(n);
+    n += ws[i].size(0);
+  }
+  Tensor w = stacked_rows(ws, n), b = bs.empty() ? Tensor() : Tensor::empty({1, n}, x.dtype());
+  for (size_t i = 0; i < bs.size(); ++i)
+    strided_copy(b.narrow(1, offs[i], bs[i].size(0)), bs[i].detach().view({1, bs[i].size(0)}));
+  Tensor x2 = x.detach().contiguous().view({m, k});
+  Tensor y = kernels::mm(x2, w.transpose(0, 1), b, {m, n});
+  // Each output a [*, N_i] view of its columns of y.
+  Shape strides(size_t(x.dim()), 1);
+  for (int64_t d = x.dim() - 2, st = n; d >= 0; st *= x.size(d--)) strides[size_t(d)] = st;
+  std::vector<Tensor> outs;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    Shape shape = x.shape();
+    shape.back() = ws[i].size(0);
+    outs.push_back(make_view(y, shape, strides, y.offset() + offs[i]));
+  }
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), ws.begin(), ws.end());
+  inputs.insert(inputs.end(), bs.begin(), bs.end());
+  std::vector<bool> need;
+  for (const Tensor& t : inputs) need.push_back(t.requires_grad());
+  // As linear's, the closure keeps the weights' handles (not the stacked copy, which would
+  // hold another copy of the weights per layer until the backward): dx stacks them again.
+  autograd::record_multi("linear", inputs, outs, [x2, ws, offs, strides, need, m, n, k, x_shape = x.shape(),
+                                                  count = ws.size()](const std::vector<Tensor>& g) {
+    Tensor gy = joined_gradient(g, offs, strides, m, n, x2.dtype());
+    std::vector<Tensor> grads(need.size());
+    // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
+    if (need[0]) grads[0] = kernels::mm(gy, stacked_rows(ws, n), Tensor(), {m, k}).view(x_shape);
+    const auto any = [&](size_t from) {  // any of the count inputs from `from` on needs a gradient
+      for (size_t i = from; i < std::min(from + count, need.size()); ++i)
+        if (need[i]) return true;
+      return false;
+    };
+    Tensor dw = any(1) ? kernels::mm_tn(gy, x2) : Tensor();
+    Tensor db = any(1 + count) ? kernels::sum_dims(gy, {0}, false) : Tensor();
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t rows = (i + 1 < count ? offs[i + 1] : n) - offs[i];
+      if (need[1 + i]) grads[1 + i] = dw.narrow(0, offs[i], rows);
+      if (db.defined() && need[1 + count + i]) grads[1 + count + i] = db.narrow(0, offs[i], rows);
+    }
+    return grads;
+  });
+  return outs;
 }
 
 }  // namespace booster

@@ -3,7 +3,7 @@
 
 namespace booster::kernels {
 
-void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+void check_same_dtype(const char* op, const std::vector<const Tensor*>& ts) {
   const Tensor* first = nullptr;
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;

@@ -1,7 +1,7 @@
 // Small helpers shared by the op files: argument checks and f32 staging.
 #pragma once
 
-#include <initializer_list>
+#include <vector>
 
 #include "core/common/parallel.h"
 #include "core/kernels/dispatch.h"
@@ -10,7 +10,7 @@
 namespace booster::kernels {
 
 /// Throws DTypeError unless every defined tensor has the dtype of the first.
-void check_same_dtype(const char* op, std::initializer_list<const Tensor*> ts);
+void check_same_dtype(const char* op, const std::vector<const Tensor*>& ts);
 /// Throws DTypeError unless t is f32, bf16 or f16.
 void check_floating(const char* op, const Tensor& t);
 /// A contiguous copy of t in `dtype` without history (t itself when already so).

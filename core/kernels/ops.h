@@ -18,6 +18,12 @@ namespace booster {
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x: [*, K], w: [N, K], b: [N] (optional) -> [*, N].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+/// linear() with several weights on one input, as one product: x: [*, K], w_i: [N_i, K],
+/// b_i: [N_i] (a bias for each weight or none) -> [*, N_i] each, the outputs views of the
+/// columns of one [*, sum N_i] result (attention's q, k and v from one product; the
+/// gradients the attention backward gives them are read in place as one). A stacked copy of
+/// the weights is made per call and kept for the backward.
+std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs = {});
 
 // ---- attention (attention_ops.cpp) ----
 /// softmax(q k^T * scale) v over [B, h, T, d] views (PyTorch's scaled_dot_product_attention

@@ -164,6 +164,51 @@ Tensor empty_same_layout(const Tensor& t, DType dtype) {
   return make_view(Tensor::empty({t.numel()}, dtype), t.shape(), t.strides(), 0);
 }
 
+namespace {
+// True when the views (two or more, of one storage, one shape and one set of strides) tile
+// a dense block side by side: each is rows of `run` contiguous elements (its innermost dims
+// packed densely), their offsets step by `run`, and the rows' other dims pack count x run
+// elements densely. Their union is then exactly [first offset, + count x numel).
+bool tile_densely(std::vector<const Tensor*> vs) {
+  if (vs.size() < 2) return false;
+  const Tensor& f = *vs[0];
+  for (const Tensor* v : vs)
+    if (!v->shares_storage(f) || v->shape() != f.shape() || v->strides() != f.strides() || v->numel() == 0)
+      return false;
+  std::vector<size_t> order;
+  for (size_t d = 0; d < size_t(f.dim()); ++d)
+    if (f.shape()[d] != 1) order.push_back(d);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return f.strides()[a] < f.strides()[b]; });
+  int64_t run = 1;
+  size_t k = 0;
+  for (; k < order.size() && f.strides()[order[k]] == run; ++k) run *= f.shape()[order[k]];
+  std::sort(vs.begin(), vs.end(), [](const Tensor* a, const Tensor* b) { return a->offset() < b->offset(); });
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (vs[i]->offset() != vs[0]->offset() + int64_t(i) * run) return false;
+  for (int64_t expect = run * int64_t(vs.size()); k < order.size(); expect *= f.shape()[order[k++]])
+    if (f.strides()[order[k]] != expect) return false;
+  return true;
+}
+}  // namespace
+
+std::vector<Tensor> empty_same_layouts(const std::vector<Tensor>& views, DType dtype) {
+  std::vector<const Tensor*> defined;
+  for (const Tensor& v : views)
+    if (v.defined()) defined.push_back(&v);
+  std::vector<Tensor> out;
+  out.reserve(views.size());
+  if (!tile_densely(defined)) {
+    for (const Tensor& v : views) out.push_back(v.defined() ? empty_same_layout(v, dtype) : Tensor());
+    return out;
+  }
+  int64_t lo = INT64_MAX;
+  for (const Tensor* v : defined) lo = std::min(lo, v->offset());
+  Tensor base = Tensor::empty({int64_t(defined.size()) * defined[0]->numel()}, dtype);
+  for (const Tensor& v : views)
+    out.push_back(v.defined() ? make_view(base, v.shape(), v.strides(), v.offset() - lo) : Tensor());
+  return out;
+}
+
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype) {
   Tensor out = empty_same_layout(t, dtype);
   // A dense permuted view converts as the block it covers, in memory order.

@@ -23,6 +23,12 @@ bool dense_permuted(const Tensor& t);
 /// permuted (a gradient laid out like its input, so permuting it back copies nothing),
 /// contiguous otherwise.
 Tensor empty_same_layout(const Tensor& t, DType dtype);
+/// empty_same_layout for each of `views` (undefined ones stay undefined); when the defined
+/// ones are views of one storage that together cover their span densely (the pieces of
+/// one tensor, such as q, k and v split from one projection), they come back as views of
+/// one new storage at the same relative offsets and strides: gradients of the pieces are
+/// again the pieces of one gradient.
+std::vector<Tensor> empty_same_layouts(const std::vector<Tensor>& views, DType dtype);
 /// t converted to dtype; a dense permuted view keeps its strides (a transposed weight
 /// converts as one block, no transposing copy).
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype);

@@ -145,6 +145,48 @@ TEST(Attention, ContextAndGradientsKeepTheHeadLayout) {
   EXPECT_EQ(grads[2].strides(), v.strides());
 }
 
+// q, k and v from one stacked product (as ViT's self-attention runs them): the same values
+// and gradients as three linears, and the attention's gradients come back as the pieces of
+// one [B, T, 3 x h x d] gradient, which the stacked product's backward reads without a copy.
+TEST(Attention, StackedProjectionsMatchThreeLinearsAndShareOneGradient) {
+  const int64_t b = 2, t = 33, h = 3, d = 16, c = h * d;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const double tol = dt == DType::f32 ? 2e-5 : 4e-2;
+    Generator g(11);
+    auto leaf = [&](const Shape& s) {
+      Tensor f = Tensor::empty(s);
+      g.uniform_(f, -0.5, 0.5);
+      return f.to(dt).requires_grad_();
+    };
+    std::vector<Tensor> in{leaf({b, t, c}), leaf({c, c}), leaf({c, c}), leaf({c, c}), leaf({c}), leaf({c}), leaf({c})};
+    std::vector<Tensor> in2;
+    for (const Tensor& x : in) in2.push_back(x.detach().clone().requires_grad_());
+    auto heads = [&](const Tensor& x) { return x.view({b, t, h, d}).permute({0, 2, 1, 3}); };
+    std::vector<Tensor> qkv = stacked_linear(in[0], {in[1], in[2], in[3]}, {in[4], in[5], in[6]});
+    Tensor stacked = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+    Tensor separate = scaled_dot_product_attention(heads(linear(in2[0], in2[1], in2[4])),
+                                                   heads(linear(in2[0], in2[2], in2[5])),
+                                                   heads(linear(in2[0], in2[3], in2[6])));
+    const std::string tag = std::string(dtype_name(dt)) + " ";
+    expect_close(stacked, separate, tol, tag + "context");
+    std::vector<Tensor> pieces = stacked.grad_fn()->apply({Tensor::ones(stacked.shape(), dt)});
+    ASSERT_EQ(pieces.size(), 3u);
+    EXPECT_TRUE(pieces[0].shares_storage(pieces[1]) && pieces[1].shares_storage(pieces[2])) << tag;
+    EXPECT_EQ(pieces[1].offset() - pieces[0].offset(), c) << tag;
+    Tensor w = Tensor::empty(stacked.shape());
+    Generator(9).uniform_(w, -1, 1);
+    sum(mul(stacked, w.to(dt))).backward();
+    sum(mul(separate, w.to(dt))).backward();
+    const char* names[] = {"dx", "dWq", "dWk", "dWv", "dbq", "dbk", "dbv"};
+    for (size_t i = 0; i < in.size(); ++i) expect_close(in[i].grad(), in2[i].grad(), 4 * tol, tag + names[i]);
+  }
+  // Mismatched inputs are refused by name.
+  EXPECT_THROW(stacked_linear(Tensor::ones({2, 8}), {Tensor::ones({4, 8}), Tensor::ones({4, 7})}), ShapeError);
+  EXPECT_THROW(stacked_linear(Tensor::ones({2, 8}), {Tensor::ones({4, 8})}, {Tensor::ones({5})}), ShapeError);
+  EXPECT_THROW(stacked_linear(Tensor::ones({2, 8}), {Tensor::ones({4, 8}), Tensor::ones({4, 8}, DType::bf16)}),
+               DTypeError);
+}
+
 TEST(Attention, DropoutFollowsTheDefaultGenerator) {
   Heads h(DType::f32);
   manual_seed(5);

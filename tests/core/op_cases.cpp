@@ -42,6 +42,19 @@ std::vector<OpCase> op_cases() {
                [](auto& x) { return matmul(x[0].transpose(1, 2), x[1].transpose(1, 2)); }, {}});
   c.push_back({"linear_large", {{3, 16, 24}, {20, 24}, {20}}, [](auto& x) { return linear(x[0], x[1], x[2]); }, {}});
   c.push_back({"linear_no_bias", {{4, 8}, {6, 8}}, [](auto& x) { return linear(x[0], x[1]); }, {}});
+  // q, k and v from one stacked product into attention (whose gradients come back as the
+  // pieces of one, read in place; scaled so the softmax does not saturate, and without
+  // biases: the key's has a zero gradient by construction), and uneven widths with biases
+  // and an unused output (its gradient zeros).
+  c.push_back({"stacked_linear_attention", {{2, 5, 8}, {8, 8}, {8, 8}, {8, 8}}, [](auto& x) {
+                 std::vector<Tensor> o = stacked_linear(x[0], {x[1], x[2], x[3]});
+                 auto heads = [](const Tensor& t) { return scale(t, 0.25).view({2, 5, 2, 4}).permute({0, 2, 1, 3}); };
+                 return scaled_dot_product_attention(heads(o[0]), heads(o[1]), heads(o[2]));
+               }, {}});
+  c.push_back({"stacked_linear_uneven", {{3, 16, 24}, {20, 24}, {12, 24}, {8, 24}, {20}, {12}, {8}}, [](auto& x) {
+                 std::vector<Tensor> o = stacked_linear(x[0], {x[1], x[2], x[3]}, {x[4], x[5], x[6]});
+                 return concat({scale(o[0], 2.0), o[2]}, -1);
+               }, {}});
   c.push_back({"conv2d_patch", {{2, 3, 8, 8}, {5, 3, 4, 4}, {5}},
                [](auto& x) { return conv2d(x[0], x[1], x[2], {4, 4}); }, {}});
   c.push_back({"conv2d_padded", {{2, 3, 7, 6}, {4, 3, 3, 3}, {4}},

@@ -6,6 +6,7 @@
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
 #include "core/tensor/caching_tier.h"
+#include "core/tensor/strided.h"
 #include "core/tensor/tensor.h"
 
 using namespace booster;
@@ -121,6 +122,40 @@ TEST(Tensor, TransposedCopiesInTiles) {
         for (int64_t j = 0; j < 40; ++j)
           ASSERT_EQ(t[size_t((k * 70 + i) * 40 + j)], v[size_t((k * 40 + j) * 70 + i)]);
   }
+}
+
+// Gradients laid out like the pieces of one tensor: q, k and v heads split from one
+// [B, T, 3 x h x d] projection come back as views of one new storage at the same offsets;
+// views that do not tile a block (one view thrice, pieces with a gap, a piece missing
+// from the middle) each get their own.
+TEST(Tensor, EmptySameLayoutsJoinOnlyPiecesThatTileABlock) {
+  const int64_t b = 2, t = 5, h = 3, d = 4, c = h * d;
+  Tensor y = Tensor::empty({b, t, 3 * c});
+  auto heads = [&](int64_t i) { return y.narrow(2, i * c, c).view({b, t, h, d}).permute({0, 2, 1, 3}); };
+  std::vector<Tensor> got = empty_same_layouts({heads(0), heads(1), heads(2)}, DType::bf16);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(got[size_t(i)].shares_storage(got[0]));
+    EXPECT_EQ(got[size_t(i)].strides(), heads(i).strides());
+    EXPECT_EQ(got[size_t(i)].offset(), i * c);
+    EXPECT_EQ(got[size_t(i)].dtype(), DType::bf16);
+  }
+  EXPECT_EQ(got[0].storage()->nbytes(), size_t(b * t * 3 * c * 2));
+  auto apart = [](const std::vector<Tensor>& v) {
+    for (size_t i = 0; i < v.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (v[i].defined() && v[j].defined() && v[i].shares_storage(v[j])) return false;
+    return true;
+  };
+  EXPECT_TRUE(apart(empty_same_layouts({heads(0), heads(0), heads(0)}, DType::f32)));
+  EXPECT_TRUE(apart(empty_same_layouts({heads(0), Tensor(), heads(2)}, DType::f32)));
+  Tensor wide = Tensor::empty({b, t, 4 * c});
+  EXPECT_TRUE(apart(empty_same_layouts({wide.narrow(2, 0, c), wide.narrow(2, c, c), wide.narrow(2, 2 * c, c)},
+                                       DType::f32)));
+  // Two pieces that are the whole of [b, t, 2c] do join; undefined entries stay undefined.
+  Tensor two = Tensor::empty({b, t, 2 * c});
+  got = empty_same_layouts({two.narrow(2, 0, c), Tensor(), two.narrow(2, c, c)}, DType::f32);
+  EXPECT_FALSE(got[1].defined());
+  EXPECT_TRUE(got[0].shares_storage(got[2]));
 }
 
 TEST(DType, Bf16RoundsToNearestEven) {

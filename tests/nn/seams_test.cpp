@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/autograd/grad_mode.h"
+#include "core/autograd/node.h"
 #include "nn/vit.h"
 #include "tests/support/fixtures.h"
 
@@ -169,6 +170,56 @@ TEST(Seams, ForwardAndBackwardHooksFireInOrderAndAreRemoved) {
   events.clear();
   m->forward(x, Tensor::from_ints({0, 1}, {2})).loss.backward();
   EXPECT_EQ(std::count(events.begin(), events.end(), "scoped"), 0);
+}
+
+namespace {
+// Nodes in the backward graph below t named "linear" with three outputs (stacked q, k, v).
+int stacked_projection_nodes(const Tensor& t) {
+  std::vector<autograd::Node*> todo{t.grad_fn().get()}, seen;
+  int n = 0;
+  while (!todo.empty()) {
+    autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (!node || std::find(seen.begin(), seen.end(), node) != seen.end()) continue;
+    seen.push_back(node);
+    n += node->name() == "linear" && node->num_outputs == 3;
+    for (const auto& e : node->next_edges) todo.push_back(e.fn.get());
+  }
+  return n;
+}
+}  // namespace
+
+// Stock query/key/value Linears run as one stacked product; a hook on one of them (ZeRO-3
+// gathers its parameters so) or a replaced one puts that layer back on the three slots,
+// which the hook sees. The loss and every gradient agree either way.
+TEST(Seams, StockProjectionsStackAndHookedOnesRunThroughTheirSlots) {
+  auto stock = model(), hooked = model();
+  int fired = 0;
+  auto h = hooked->get("vit.encoder.layer.0.attention.attention.key")->register_forward_pre_hook([&](Module&) {
+    ++fired;
+  });
+  const Tensor x = pixels(), labels = Tensor::from_ints({0, 1}, {2});
+  Tensor a = stock->forward(x, labels).loss, b = hooked->forward(x, labels).loss;
+  const int layers = int(small_config().num_hidden_layers);
+  EXPECT_EQ(stacked_projection_nodes(a), layers);
+  EXPECT_EQ(stacked_projection_nodes(b), layers - 1);  // all but layer 0
+  EXPECT_EQ(fired, 1);
+  EXPECT_NEAR(a.item(), b.item(), 1e-5);
+  a.backward();
+  b.backward();
+  auto pa = stock->named_parameters(), pb = hooked->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    auto ga = pa[i].second.grad().to_vector(), gb = pb[i].second.grad().to_vector();
+    ASSERT_EQ(ga.size(), gb.size()) << pa[i].first;
+    for (size_t j = 0; j < ga.size(); ++j) ASSERT_NEAR(ga[j], gb[j], 1e-5) << pa[i].first << " element " << j;
+  }
+  // A replaced projection: its layer runs the slots.
+  stock->replace("vit.encoder.layer.1.attention.attention.value",
+                 std::make_shared<Probe>(std::static_pointer_cast<UnaryModule>(
+                                             stock->get("vit.encoder.layer.1.attention.attention.value")),
+                                         1.0));
+  EXPECT_EQ(stacked_projection_nodes(stock->forward(x, labels).loss), layers - 1);
 }
 
 TEST(Seams, ViTRunsAsPipelineStages) {
