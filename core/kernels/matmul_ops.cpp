@@ -348,12 +348,16 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
         if (need[i]) return true;
       return false;
     };
-    Tensor dw = any(1) ? kernels::mm_tn(gy, x2) : Tensor();
-    Tensor db = any(1 + count) ? kernels::sum_dims(gy, {0}, false) : Tensor();
+    // Each weight's and bias's gradient its own block of the stacked one (adopted as .grad
+    // without a copy).
+    std::vector<int64_t> rows;
+    for (size_t i = 0; i < count; ++i) rows.push_back((i + 1 < count ? offs[i + 1] : n) - offs[i]);
+    std::vector<Tensor> dw = any(1) ? split_rows_owned(kernels::mm_tn(gy, x2), rows) : std::vector<Tensor>();
+    std::vector<Tensor> db = any(1 + count) ? split_rows_owned(kernels::sum_dims(gy, {0}, false), rows)
+                                            : std::vector<Tensor>();
     for (size_t i = 0; i < count; ++i) {
-      const int64_t rows = (i + 1 < count ? offs[i + 1] : n) - offs[i];
-      if (need[1 + i]) grads[1 + i] = dw.narrow(0, offs[i], rows);
-      if (db.defined() && need[1 + count + i]) grads[1 + count + i] = db.narrow(0, offs[i], rows);
+      if (need[1 + i]) grads[1 + i] = dw[i];
+      if (!db.empty() && need[1 + count + i]) grads[1 + count + i] = db[i];
     }
     return grads;
   });

@@ -209,6 +209,23 @@ std::vector<Tensor> empty_same_layouts(const std::vector<Tensor>& views, DType d
   return out;
 }
 
+std::vector<Tensor> split_rows_owned(const Tensor& t, const std::vector<int64_t>& rows) {
+  BOOSTER_CHECK(t.dim() >= 1 && t.is_contiguous(), "split_rows_owned: needs a contiguous tensor, got ", t.describe());
+  const int64_t row_elems = t.numel() / std::max<int64_t>(t.size(0), 1);
+  std::vector<Tensor> out;
+  int64_t start = 0;
+  for (int64_t n : rows) {
+    BOOSTER_CHECK(n >= 0 && start + n <= t.size(0), "split_rows_owned: blocks of ", n, " rows from row ", start,
+                  " overrun ", t.describe());
+    Shape shape = t.shape();
+    shape[0] = n;
+    char* at = static_cast<char*>(t.raw_data()) + size_t(start * row_elems) * dtype_size(t.dtype());
+    out.push_back(Tensor::from_blob(at, shape, t.dtype(), [keep = t.storage()](void*) {}));
+    start += n;
+  }
+  return out;
+}
+
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype) {
   Tensor out = empty_same_layout(t, dtype);
   // A dense permuted view converts as the block it covers, in memory order.

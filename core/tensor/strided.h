@@ -29,6 +29,11 @@ Tensor empty_same_layout(const Tensor& t, DType dtype);
 /// one new storage at the same relative offsets and strides: gradients of the pieces are
 /// again the pieces of one gradient.
 std::vector<Tensor> empty_same_layouts(const std::vector<Tensor>& views, DType dtype);
+/// The blocks of `rows[i]` rows of a contiguous tensor, one after another, each with its
+/// own storage handle over its part of t's memory (kept alive while any block is): each
+/// block is a sole owner, so the autograd engine adopts it as a gradient without a copy
+/// (the weight gradients of stacked_linear, computed as one product).
+std::vector<Tensor> split_rows_owned(const Tensor& t, const std::vector<int64_t>& rows);
 /// t converted to dtype; a dense permuted view keeps its strides (a transposed weight
 /// converts as one block, no transposing copy).
 Tensor to_dtype_same_layout(const Tensor& t, DType dtype);

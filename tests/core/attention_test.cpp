@@ -179,6 +179,10 @@ TEST(Attention, StackedProjectionsMatchThreeLinearsAndShareOneGradient) {
     sum(mul(separate, w.to(dt))).backward();
     const char* names[] = {"dx", "dWq", "dWk", "dWv", "dbq", "dbk", "dbv"};
     for (size_t i = 0; i < in.size(); ++i) expect_close(in[i].grad(), in2[i].grad(), 4 * tol, tag + names[i]);
+    // The weights' gradients are adopted as the blocks of the one product, not copied.
+    EXPECT_EQ(static_cast<char*>(in[2].grad().raw_data()) - static_cast<char*>(in[1].grad().raw_data()),
+              c * c * int64_t(dtype_size(dt)))
+        << tag;
   }
   // Mismatched inputs are refused by name.
   EXPECT_THROW(stacked_linear(Tensor::ones({2, 8}), {Tensor::ones({4, 8}), Tensor::ones({4, 7})}), ShapeError);

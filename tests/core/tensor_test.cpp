@@ -158,6 +158,23 @@ TEST(Tensor, EmptySameLayoutsJoinOnlyPiecesThatTileABlock) {
   EXPECT_TRUE(got[0].shares_storage(got[2]));
 }
 
+// Row blocks with their own storage handles: each a sole owner (the engine adopts it as a
+// gradient without a copy), reading the parent's memory, which outlives the parent handle.
+TEST(Tensor, SplitRowsOwnedGivesSoleOwnersOfTheParentsMemory) {
+  std::vector<Tensor> blocks;
+  {
+    Tensor t = iota({6, 4});
+    blocks = split_rows_owned(t, {1, 3, 2});
+    EXPECT_EQ(blocks[1].raw_data(), static_cast<void*>(t.data<float>() + 4));
+  }
+  ASSERT_EQ(blocks.size(), 3u);
+  EXPECT_EQ(blocks[1].shape(), (Shape{3, 4}));
+  for (const Tensor& b : blocks) EXPECT_TRUE(b.is_sole_owner());
+  EXPECT_EQ(blocks[2].to_vector(), (std::vector<float>{16, 17, 18, 19, 20, 21, 22, 23}));
+  EXPECT_THROW(split_rows_owned(iota({4, 2}), {3, 2}), Error);
+  EXPECT_THROW(split_rows_owned(iota({4, 2}).transpose(0, 1), {1}), Error);
+}
+
 TEST(DType, Bf16RoundsToNearestEven) {
   // 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1).
   EXPECT_EQ(from_bf16(to_bf16(1.0f + 1.0f / 256)), 1.0f);
