@@ -266,8 +266,8 @@ namespace {
 // The output gradients of stacked_linear as one [m, n] matrix: read in place when they are
 // the pieces of one already (each with its output's strides, at its output's offset from
 // the first), otherwise copied side by side, zeros for an output that received none.
-Tensor joined_gradient(const std::vector<Tensor>& g, const std::vector<int64_t>& offs, const Shape& strides,
-                       int64_t m, int64_t n, DType dtype) {
+Tensor joined_gradient(const std::vector<Tensor>& g, const std::vector<int64_t>& offs,
+                       const std::vector<int64_t>& widths, const Shape& strides, int64_t m, int64_t n, DType dtype) {
   bool in_place = true;
   for (size_t i = 0; i < g.size() && in_place; ++i)
     in_place = g[i].defined() && g[i].dtype() == dtype && g[i].shares_storage(g[0]) && g[i].strides() == strides &&
@@ -275,20 +275,23 @@ Tensor joined_gradient(const std::vector<Tensor>& g, const std::vector<int64_t>&
   if (in_place) return make_view(g[0], {m, n}, {n, 1}, g[0].offset());
   Tensor joined = Tensor::empty({m, n}, dtype);
   for (size_t i = 0; i < g.size(); ++i) {
-    const int64_t width = (i + 1 < g.size() ? offs[i + 1] : n) - offs[i];
-    Tensor piece = joined.narrow(1, offs[i], width);
-    if (g[i].defined()) strided_copy(piece, g[i].detach().reshape({m, width}));
+    Tensor piece = joined.narrow(1, offs[i], widths[i]);
+    if (g[i].defined()) strided_copy(piece, g[i].detach().reshape({m, widths[i]}));
     else piece.zero_();
   }
   return joined;
 }
 
-// The matrices [N_i, K] one above the other: [n = sum N_i, K], without history.
+// The matrices [N_i, C] one above the other: [n = sum N_i, C], without history.
 Tensor stacked_rows(const std::vector<Tensor>& ms, int64_t n) {
   Tensor out = Tensor::empty({n, ms[0].size(1)}, ms[0].dtype());
   for (size_t i = 0, row = 0; i < ms.size(); row += size_t(ms[i++].size(0)))
     strided_copy(out.narrow(0, int64_t(row), ms[i].size(0)), ms[i].detach());
   return out;
+}
+
+bool any_requires_grad(const std::vector<Tensor>& ts) {
+  return std::any_of(ts.begin(), ts.end(), [](const Tensor& t) { return t.requires_grad(); });
 }
 
 }  // namespace
@@ -298,69 +301,61 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
   ProfileScope prof_("linear");
   BOOSTER_CHECK(!ws.empty() && (bs.empty() || bs.size() == ws.size()), "stacked_linear: ", ws.size(),
                 " weights and ", bs.size(), " biases (need one or more weights and a bias for each or none)");
-  std::vector<const Tensor*> all{&x};
-  for (const Tensor& w : ws) all.push_back(&w);
-  for (const Tensor& b : bs) all.push_back(&b);
+  std::vector<Tensor> inputs{x};
+  inputs.insert(inputs.end(), ws.begin(), ws.end());
+  inputs.insert(inputs.end(), bs.begin(), bs.end());
+  std::vector<const Tensor*> all;
+  for (const Tensor& t : inputs) all.push_back(&t);
   kernels::check_same_dtype("stacked_linear", all);
   kernels::check_floating("stacked_linear", x);
   const int64_t k = x.size(-1), m = x.numel() / std::max<int64_t>(k, 1);
-  std::vector<int64_t> offs;
+  std::vector<int64_t> offs, widths;
+  std::vector<Tensor> bias_columns;  // each bias as [N_i, 1], stacked like the weights
   int64_t n = 0;
   for (size_t i = 0; i < ws.size(); ++i) {
     BOOSTER_CHECK_T(ShapeError, ws[i].dim() == 2 && ws[i].size(1) == k, "stacked_linear: input ", shape_str(x.shape()),
                     " does not fit weight ", i, " ", shape_str(ws[i].shape()), " (need [*, K] and [N, K])");
-    if (!bs.empty())
+    if (!bs.empty()) {
       BOOSTER_CHECK_T(ShapeError, bs[i].defined() && bs[i].dim() == 1 && bs[i].size(0) == ws[i].size(0),
                       "stacked_linear: bias ", i, " ", bs[i].defined() ? shape_str(bs[i].shape()) : "undefined",
                       " does not fit weight ", shape_str(ws[i].shape()));
+      bias_columns.push_back(bs[i].detach().view({bs[i].size(0), 1}));
+    }
     offs.push_back(n);
+    widths.push_back(ws[i].size(0));
     n += ws[i].size(0);
   }
-  Tensor w = stacked_rows(ws, n), b = bs.empty() ? Tensor() : Tensor::empty({1, n}, x.dtype());
-  for (size_t i = 0; i < bs.size(); ++i)
-    strided_copy(b.narrow(1, offs[i], bs[i].size(0)), bs[i].detach().view({1, bs[i].size(0)}));
+  Tensor b = bs.empty() ? Tensor() : stacked_rows(bias_columns, n).view({1, n});
   Tensor x2 = x.detach().contiguous().view({m, k});
-  Tensor y = kernels::mm(x2, w.transpose(0, 1), b, {m, n});
-  // Each output a [*, N_i] view of its columns of y.
-  Shape strides(size_t(x.dim()), 1);
-  for (int64_t d = x.dim() - 2, st = n; d >= 0; st *= x.size(d--)) strides[size_t(d)] = st;
+  Shape y_shape = x.shape();
+  y_shape.back() = n;
+  // Each output a [*, N_i] view of its columns of y (y has no history: the views record none).
+  Tensor y = kernels::mm(x2, stacked_rows(ws, n).transpose(0, 1), b, {m, n}).view(y_shape);
   std::vector<Tensor> outs;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    Shape shape = x.shape();
-    shape.back() = ws[i].size(0);
-    outs.push_back(make_view(y, shape, strides, y.offset() + offs[i]));
-  }
-  std::vector<Tensor> inputs{x};
-  inputs.insert(inputs.end(), ws.begin(), ws.end());
-  inputs.insert(inputs.end(), bs.begin(), bs.end());
-  std::vector<bool> need;
-  for (const Tensor& t : inputs) need.push_back(t.requires_grad());
+  for (size_t i = 0; i < ws.size(); ++i) outs.push_back(y.narrow(-1, offs[i], widths[i]));
   // As linear's, the closure keeps the weights' handles (not the stacked copy, which would
   // hold another copy of the weights per layer until the backward): dx stacks them again.
-  autograd::record_multi("linear", inputs, outs, [x2, ws, offs, strides, need, m, n, k, x_shape = x.shape(),
-                                                  count = ws.size()](const std::vector<Tensor>& g) {
-    Tensor gy = joined_gradient(g, offs, strides, m, n, x2.dtype());
-    std::vector<Tensor> grads(need.size());
-    // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
-    if (need[0]) grads[0] = kernels::mm(gy, stacked_rows(ws, n), Tensor(), {m, k}).view(x_shape);
-    const auto any = [&](size_t from) {  // any of the count inputs from `from` on needs a gradient
-      for (size_t i = from; i < std::min(from + count, need.size()); ++i)
-        if (need[i]) return true;
-      return false;
-    };
-    // Each weight's and bias's gradient its own block of the stacked one (adopted as .grad
-    // without a copy).
-    std::vector<int64_t> rows;
-    for (size_t i = 0; i < count; ++i) rows.push_back((i + 1 < count ? offs[i + 1] : n) - offs[i]);
-    std::vector<Tensor> dw = any(1) ? split_rows_owned(kernels::mm_tn(gy, x2), rows) : std::vector<Tensor>();
-    std::vector<Tensor> db = any(1 + count) ? split_rows_owned(kernels::sum_dims(gy, {0}, false), rows)
-                                            : std::vector<Tensor>();
-    for (size_t i = 0; i < count; ++i) {
-      if (need[1 + i]) grads[1 + i] = dw[i];
-      if (!db.empty() && need[1 + count + i]) grads[1 + count + i] = db[i];
+  const bool gx = x.requires_grad(), gw = any_requires_grad(ws), gb = any_requires_grad(bs);
+  const auto backward = [x2, ws, offs, widths, strides = outs[0].strides(), gx, gw, gb, m, n, x_shape = x.shape(),
+                         n_inputs = inputs.size()](const std::vector<Tensor>& g) {
+    Tensor gy = joined_gradient(g, offs, widths, strides, m, n, x2.dtype());
+    const size_t count = ws.size();
+    std::vector<Tensor> grads(n_inputs);
+    // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy.
+    // Each weight's and bias's gradient is its own block of the stacked one (adopted as
+    // .grad without a copy); a block for an input without requires_grad is dropped.
+    if (gx) grads[0] = kernels::mm(gy, stacked_rows(ws, n), Tensor(), {m, x2.size(1)}).view(x_shape);
+    if (gw) {
+      std::vector<Tensor> dw = split_rows_owned(kernels::mm_tn(gy, x2), widths);
+      std::copy(dw.begin(), dw.end(), grads.begin() + 1);
+    }
+    if (gb) {
+      std::vector<Tensor> db = split_rows_owned(kernels::sum_dims(gy, {0}, false), widths);
+      std::copy(db.begin(), db.end(), grads.begin() + 1 + long(count));
     }
     return grads;
-  });
+  };
+  autograd::record_multi("linear", inputs, outs, backward);
   return outs;
 }
 

@@ -21,8 +21,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 /// linear() with several weights on one input, as one product: x: [*, K], w_i: [N_i, K],
 /// b_i: [N_i] (a bias for each weight or none) -> [*, N_i] each, the outputs views of the
 /// columns of one [*, sum N_i] result (attention's q, k and v from one product; the
-/// gradients the attention backward gives them are read in place as one). A stacked copy of
-/// the weights is made per call and kept for the backward.
+/// gradients the attention backward gives them are read in place as one). The weights are
+/// stacked per call, in the forward and again in the backward (no copy is held between).
 std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& ws, const std::vector<Tensor>& bs = {});
 
 // ---- attention (attention_ops.cpp) ----
