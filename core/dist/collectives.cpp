@@ -141,6 +141,12 @@ void Work::complete() {
 WorkPtr all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g, bool async_op) {
   check_tensor("all_reduce", t);
   check_reduce("all_reduce", t, op);
+  // bf16/f16 sums go round a ring of point-to-point messages in their own dtype, f32 sums
+  // inside (ring_collectives.h), instead of an f32 staging copy through MPI: a 12.5 MB bf16
+  // bucket on 2 ranks took 3.3-3.7 ms instead of 15.8-16.7 (bench/allreduce_bench). f32
+  // stays on MPI's all-reduce, which the ring only matched.
+  if (needs_staging(t.dtype()) && (op == ReduceOp::sum || op == ReduceOp::avg))
+    return finish(ring_all_reduce(t, op, g), async_op);
   auto w = std::make_shared<Work>("all_reduce", g);
   const bool staged = needs_staging(t.dtype());
   Tensor buf = staged ? t.detach().to(DType::f32) : t.detach();

@@ -28,8 +28,55 @@ void combine(float* acc, const float* in, int64_t n, ReduceOp op) {
   });
 }
 
-void check(int rc, const ProcessGroup& g) {
-  if (rc != MPI_SUCCESS) BOOSTER_THROW(BackendError, "reduce_scatter on group '", g.name(), "' failed posting a message");
+void check(int rc, const ProcessGroup& g, const char* op = "reduce_scatter") {
+  if (rc != MPI_SUCCESS) BOOSTER_THROW(BackendError, op, " on group '", g.name(), "' failed posting a message");
+}
+
+// Pieces of at most this many elements are widened to f32 on the stack.
+constexpr int64_t kPiece = 512;
+
+// dst = (own + in) scale over n elements, each array of its own float dtype, computed in f32
+// a piece at a time and rounded once into dst's dtype; dst may be own.
+void sum_into(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n,
+              float scale) {
+  auto at = [](const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); };
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    alignas(64) float x[kPiece], y[kPiece];
+    for (int64_t i = b; i < e; i += kPiece) {
+      const int64_t len = std::min(kPiece, e - i);
+      convert_serial(at(own, own_t, i), own_t, x, DType::f32, len);
+      convert_serial(at(in, in_t, i), in_t, y, DType::f32, len);
+#pragma omp simd
+      for (int64_t j = 0; j < len; ++j) x[j] = (x[j] + y[j]) * scale;
+      convert_serial(x, DType::f32, const_cast<char*>(at(dst, dst_t, i)), dst_t, len);
+    }
+  });
+}
+
+MPI_Datatype wire_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+// Posts a send of send_len elements from `send` to `next` and a receive of recv_len into
+// `recv` from `prev`, both of dtype t, in messages of at most max_message_elements(), into w.
+void post_exchange(Work& w, const void* send, int64_t send_len, void* recv, int64_t recv_len, DType t, int next,
+                   int prev, int tag, const ProcessGroup& g) {
+  const int64_t es = int64_t(dtype_size(t));
+  auto messages = [](int64_t len, auto&& post) {
+    for (int64_t off = 0; off < len || (len == 0 && off == 0); off += max_message_elements()) {
+      post(off, int(std::min<int64_t>(max_message_elements(), len - off)));
+      if (len == 0) break;
+    }
+  };
+  messages(recv_len, [&](int64_t off, int cnt) {
+    MPI_Request q;
+    check(MPI_Irecv(static_cast<char*>(recv) + off * es, cnt, wire_type(t), prev, tag, g.comm(), &q), g, "all_reduce");
+    w.requests.push_back(q);
+  });
+  messages(send_len, [&](int64_t off, int cnt) {
+    MPI_Request q;
+    check(MPI_Isend(static_cast<const char*>(send) + off * es, cnt, wire_type(t), next, tag, g.comm(), &q), g,
+          "all_reduce");
+    w.requests.push_back(q);
+  });
 }
 
 }  // namespace
@@ -78,6 +125,71 @@ WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, co
     out.detach().view({-1}).copy_(mine);
   };
   w->keep_alive = {buf, tmp, input, output};
+  return w;
+}
+
+WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g) {
+  BOOSTER_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, "ring_all_reduce: sum or avg only");
+  BOOSTER_CHECK_T(DTypeError, is_floating(t.dtype()), "ring_all_reduce: needs a floating tensor, got ",
+                  dtype_name(t.dtype()));
+  NoGradGuard ng;
+  auto w = std::make_shared<Work>("all_reduce", g);
+  const int n = g.size();
+  if (n == 1) return w;  // completes at its first test or wait
+  const int r = g.rank(), next = (r + 1) % n, prev = (r - 1 + n) % n;
+  const DType dt = t.dtype();
+  const bool low = dt != DType::f32;
+  Tensor flat = t.detach().view({-1});
+  const int64_t c = flat.numel();
+  // Block i (taken mod n) is elements [c i / n, c (i + 1) / n).
+  auto begin = [c, n](int64_t i) { return c * ((i % n + n) % n) / n; };
+  auto length = [c, n, begin](int64_t i) {
+    const int64_t j = (i % n + n) % n;
+    return c * (j + 1) / n - begin(j);
+  };
+  const int64_t most = (c + n - 1) / n;
+  Tensor recv = Tensor::empty({std::max<int64_t>(most, 1)});  // f32 room; the first round reads it as dt
+  Tensor part = low && n > 2 ? Tensor::empty({most}) : Tensor();  // a bf16/f16 block's partial sum
+  char* base = static_cast<char*>(flat.raw_data());
+  const size_t es = dtype_size(dt);
+  const int tag = g.next_collective_tag();
+  const ProcessGroup* pg = &g;
+  Work* wp = w.get();  // the phases belong to the Work: no reference back to it
+  const int rounds = 2 * (n - 1);
+  // Round s < n - 1 (reduce-scatter): send block r - s (a rank's own values, then the partial
+  // sum it made last round), receive block r - s - 1 and add this rank's values to it. Round
+  // s >= n - 1 (all-gather, a = s - n + 1): send the whole block r + 1 - a, receive r - a.
+  auto post = [=](int s) {
+    const auto addr = [&](int64_t i) { return base + begin(i) * int64_t(es); };
+    if (s < n - 1) {
+      const int64_t sb = r - s, rb = r - s - 1;
+      const bool wide = low && s > 0;  // partial sums of a bf16/f16 tensor move as f32
+      const void* src = wide ? part.raw_data() : addr(sb);
+      post_exchange(*wp, src, length(sb), recv.raw_data(), length(rb), wide ? DType::f32 : dt, next, prev, tag, *pg);
+      return;
+    }
+    const int a = s - (n - 1);
+    post_exchange(*wp, addr(r + 1 - a), length(r + 1 - a), addr(r - a), length(r - a), dt, next, prev, tag, *pg);
+  };
+  auto step = std::make_shared<int>(0);
+  post(0);
+  w->next_phase = [=]() {
+    const int s = *step;
+    if (s < n - 1) {  // the received block gets this rank's values; the last round's is final
+      const int64_t rb = r - s - 1;
+      const bool final = s == n - 2;
+      void* own = base + begin(rb) * int64_t(es);
+      void* dst = final || !low ? own : part.raw_data();
+      const DType in_t = low && s > 0 ? DType::f32 : dt;
+      const DType dst_t = final || !low ? dt : DType::f32;
+      const float scale = final && op == ReduceOp::avg ? float(1.0 / n) : 1.0f;
+      sum_into(dst, dst_t, own, dt, recv.raw_data(), in_t, length(rb), scale);
+    }
+    if (++*step >= rounds) return false;
+    post(*step);
+    return true;
+  };
+  w->keep_alive = {t, flat, recv, part};
   return w;
 }
 

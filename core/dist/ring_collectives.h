@@ -13,4 +13,13 @@ namespace booster::dist {
 /// the last round it holds the reduction of block r; each rank moves (n - 1) / n of input.
 WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g);
 
+/// t = t summed (or averaged) over the group, in place, for floating tensors: a ring
+/// reduce-scatter then a ring all-gather over n blocks, 2 (n - 1) rounds that each rank
+/// advances whenever the Work is tested or waited on; each rank sends 2 (n - 1) / n of t.
+/// Sums accumulate in f32 and every rank ends with the same bits. A bf16/f16 tensor moves
+/// in its own dtype where that loses nothing: a rank's own values (the first round) and the
+/// results, rounded once (the all-gather); the partial sums of the rounds between (n > 2)
+/// move as f32. With 2 ranks the result is (a + b) / 2 rounded once, as through f32 staging.
+WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g);
+
 }  // namespace booster::dist

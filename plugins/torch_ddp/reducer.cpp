@@ -1,6 +1,8 @@
 // Reducer (see reducer.h).
 #include "plugins/torch_ddp/reducer.h"
 
+#include <map>
+
 #include "core/autograd/grad_mode.h"
 
 namespace booster::plugins {
@@ -9,33 +11,52 @@ Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& gro
     : group_(group), opts_(opts) {
   for (auto& np : params)
     if (np.second.requires_grad()) params_.push_back(np);
-  // The first bucket (the last layers, final first in backward) is capped at 1 MB, as
-  // PyTorch does, so communication starts early and overlaps the rest of backward.
-  const double cap_bytes = opts_.bucket_cap_mb * 1024 * 1024;
-  const double first_cap = std::min(cap_bytes, 1024.0 * 1024.0);
-  bucket_of_.resize(params_.size());
-  offset_of_.resize(params_.size());
   ready_.assign(params_.size(), false);
-  // Reverse registration order: the last layers' gradients are final first.
-  for (size_t k = params_.size(); k-- > 0;) {
-    const double bytes = double(params_[k].second.numel()) * 4;
-    const double cap = buckets_.size() <= 1 ? first_cap : cap_bytes;
-    if (buckets_.empty() || (!buckets_.back().params.empty() && double(buckets_.back().flat.numel()) * 4 + bytes > cap))
-      buckets_.emplace_back();
-    Bucket& b = buckets_.back();
-    bucket_of_[k] = buckets_.size() - 1;
-    offset_of_[k] = size_t(b.flat.defined() ? b.flat.numel() : 0);
-    b.params.push_back(k);
-    b.flat = Tensor::zeros({int64_t(offset_of_[k]) + params_[k].second.numel()});
-  }
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor p = params_[k].second;
     hooks_.push_back(p.register_post_accumulate_grad_hook([this, k](const Tensor&) { on_ready(k); }));
   }
 }
 
+void Reducer::assign_buckets() {
+  if (!buckets_.empty() || params_.empty()) return;
+  // At the first backward, not at construction: mixed precision turns the parameters into
+  // bf16/fp16 working copies after the plugin wrapped the model, and a bucket holds its
+  // parameters' dtype (as PyTorch's do): bf16 gradients are averaged as bf16 (f32 sums in
+  // the ring, ring_collectives.h), with half the bytes to copy and send of f32 buckets.
+  // The first bucket (the last layers, final first in backward) is capped at 1 MB, as
+  // PyTorch does, so communication starts early and overlaps the rest of backward.
+  const double cap_bytes = opts_.bucket_cap_mb * 1024 * 1024;
+  const double first_cap = std::min(cap_bytes, 1024.0 * 1024.0);
+  bucket_of_.assign(params_.size(), 0);
+  offset_of_.assign(params_.size(), 0);
+  std::map<DType, size_t> open;  // each dtype fills its own open bucket
+  std::vector<int64_t> sizes;    // elements per bucket
+  // Reverse registration order: the last layers' gradients are final first.
+  for (size_t k = params_.size(); k-- > 0;) {
+    const DType dt = params_[k].second.dtype();
+    const int64_t numel = params_[k].second.numel();
+    auto it = open.find(dt);
+    const double cap = it != open.end() && it->second == 0 ? first_cap : cap_bytes;
+    const bool full = it != open.end() && sizes[it->second] > 0 &&
+                      double(sizes[it->second] + numel) * double(dtype_size(dt)) > cap;
+    if (it == open.end() || full) {
+      buckets_.emplace_back();
+      sizes.push_back(0);
+      it = open.insert_or_assign(dt, buckets_.size() - 1).first;
+    }
+    bucket_of_[k] = it->second;
+    offset_of_[k] = size_t(sizes[it->second]);
+    buckets_[it->second].params.push_back(k);
+    sizes[it->second] += numel;
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    buckets_[i].flat = Tensor::zeros({sizes[i]}, params_[buckets_[i].params[0]].second.dtype());
+}
+
 void Reducer::on_ready(size_t k) {
   if (no_sync_ || defer_) return;
+  assign_buckets();
   started_ = true;
   if (ready_[k]) return;  // a second backward before finish(): gradients keep accumulating
   ready_[k] = true;
@@ -65,6 +86,7 @@ void Reducer::launch_ready_in_order() {
 
 void Reducer::sync_accumulated() {
   if (no_sync_) return;
+  assign_buckets();
   for (size_t k = 0; k < params_.size(); ++k)
     if (!ready_[k]) ready_[k] = true, ++buckets_[bucket_of_[k]].ready;
   started_ = true;
@@ -94,7 +116,7 @@ void Reducer::finish() {
     for (size_t k : b.params) {
       Tensor p = params_[k].second;
       Tensor avg = b.flat.narrow(0, int64_t(offset_of_[k]), p.numel()).view(p.shape());
-      if (opts_.gradient_as_bucket_view && p.dtype() == DType::f32) {
+      if (opts_.gradient_as_bucket_view && p.dtype() == b.flat.dtype()) {
         p.set_grad(avg);  // the gradient lives in the bucket: no copy, later backwards accumulate in place
       } else if (p.grad().defined()) {
         p.grad().copy_(avg);

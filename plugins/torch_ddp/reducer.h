@@ -1,8 +1,9 @@
 // DDP's gradient reducer: parameters grouped into buckets of at most bucket_cap_mb in
-// reverse registration order (the order backward finishes them); each parameter's
+// reverse registration order (the order backward finishes them), one dtype per bucket
+// (the parameters', as PyTorch's: bf16 working copies give bf16 buckets); each parameter's
 // post-accumulate hook marks it ready, and a bucket whose parameters are all ready is
-// copied into a flat f32 buffer and all-reduced (averaged) asynchronously, in bucket
-// order, while backward continues. finish() waits and writes the averages back.
+// copied into its flat buffer and all-reduced (averaged) asynchronously, in bucket order,
+// while backward continues. finish() waits and writes the averages back.
 #pragma once
 
 #include <chrono>
@@ -43,7 +44,10 @@ class Reducer {
   void sync_accumulated();
   /// True when a backward has launched communication that finish() has not collected.
   bool pending() const { return started_; }
+  /// Buckets, assigned at the first backward (0 before it).
   size_t num_buckets() const { return buckets_.size(); }
+  /// Bucket i's dtype: its parameters' at the first backward.
+  DType bucket_dtype(size_t i) const { return buckets_.at(i).flat.dtype(); }
   /// Seconds finish() spent waiting on all-reduce since the last reset.
   double wait_seconds() const { return wait_s_; }
   void reset_wait_seconds() { wait_s_ = 0; }
@@ -51,10 +55,11 @@ class Reducer {
  private:
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    Tensor flat;                 // f32
+    Tensor flat;                 // its parameters' gradients side by side, in their dtype
     size_t ready = 0;
     dist::WorkPtr work;
   };
+  void assign_buckets();
   void on_ready(size_t param_index);
   void launch(Bucket& b);
   void launch_ready_in_order();

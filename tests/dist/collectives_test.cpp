@@ -1,6 +1,7 @@
 // Every collective x dtype x blocking/async against values computed locally. Rank r
 // contributes value(r, i) = (r + 1) * (i % 7 + 1).
 #include <gtest/gtest.h>
+#include <chrono>
 #include <climits>
 
 #include "core/dist/collectives.h"
@@ -136,6 +137,55 @@ TEST(CollectivesSum, Bf16AccumulatesInF32) {
   all_reduce(t);
   const float expect = world_size() == 1 ? 256.f : from_bf16(to_bf16(256.f + float(world_size() - 1)));
   EXPECT_EQ(t.to_vector()[0], expect);
+}
+
+// Low-precision sums go round the ring with f32 partial sums and one rounding at the end:
+// rank r holds about k (1 + r 2^-7), whose sum over n ranks needs more bits than bf16 keeps,
+// so rounding a partial sum on the way (bf16 arithmetic) would lose them. Every rank must
+// end with the same bits: the exact sum of the inputs (as their dtype holds them), rounded once.
+TEST(CollectivesSum, LowPrecisionSumsRoundOnce) {
+  const int n = world_size(), me = world_rank();
+  const int64_t len = 1001;  // blocks of unequal length on 2, 3 and 4 ranks
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+      std::vector<float> v(static_cast<size_t>(len));
+      for (int64_t i = 0; i < len; ++i) v[size_t(i)] = float(i % 5 + 1) * (1.f + float(me) / 128.f);
+      Tensor t = Tensor::from_vector(v, {len}).to(dt);
+      Tensor inputs = Tensor::empty({n * len}, dt), outputs = Tensor::empty({n * len}, dt);
+      all_gather(inputs, t);
+      all_reduce(t, op);
+      all_gather(outputs, t);
+      auto in = inputs.to_vector(), got = outputs.to_vector();
+      for (int64_t i = 0; i < len; ++i) {
+        double exact = 0;
+        for (int r = 0; r < n; ++r) exact += double(in[size_t(r * len + i)]);
+        float sum = float(exact);  // exact in f32 here; avg scales by 1/n in f32, as all_reduce does
+        if (op == ReduceOp::avg) sum *= float(1.0 / n);
+        const float want = Tensor::from_vector({sum}, {1}).to(dt).to_vector()[0];
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(got[size_t(r * len + i)], want) << dtype_name(dt) << (op == ReduceOp::avg ? " avg" : " sum")
+                                                    << " element " << i << " on rank " << r;
+      }
+    }
+  }
+}
+
+// An asynchronous ring all-reduce completes under test() alone (DDP's reducer tests its
+// buckets between gradients and waits only at the end), also in messages split below MPI's limit.
+TEST(CollectivesAsync, RingAdvancesUnderTest) {
+  set_max_message_elements(100);
+  const int64_t len = 997;
+  Tensor t = make(world_rank(), len, DType::bf16);
+  auto w = all_reduce(t, ReduceOp::sum, ProcessGroup::world(), true);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!w->test()) ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "test() never completed the all-reduce";
+  set_max_message_elements(INT_MAX);
+  EXPECT_TRUE(w->is_completed());
+  expect_values(t, [&](int64_t i) {
+    double s = 0;
+    for (int r = 0; r < world_size(); ++r) s += value(r, i);
+    return s;
+  }, "all_reduce under test()");
 }
 
 }  // namespace

@@ -388,6 +388,43 @@ TEST(TorchDDP, BoostReturnsItsWrappersAndReboostingDropsOldHooks) {
   second.optimizer->step();
 }
 
+// Under bf16 mixed precision DDP's buckets hold bf16 (the working copies' dtype, as PyTorch's
+// buckets hold the parameters'), and each averaged gradient is the ranks' own bf16 gradients
+// summed in f32 and rounded once: bit for bit on 2 ranks (one f32 addition), within a bf16
+// step on 4 (the f32 sums may round in another order).
+TEST(TorchDDP, AveragesBf16GradientsInBf16Buckets) {
+  auto local = fresh_model();
+  Booster lb(nullptr, "bf16");
+  auto l = lb.boost(local, std::make_shared<optim::SGD>(local->named_parameters(), sgd()));
+  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\nbucket_cap_mb = 0.01\n")),
+                  "bf16");
+  auto model = fresh_model();
+  auto d = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  auto [x, y] = my_slice(global_batch(0, n_ranks() * 2), 2);
+  lb.backward((*l.model)(x, y).loss, *l.optimizer);
+  booster.backward((*d.model)(x, y).loss, *d.optimizer);
+  const auto& reducer = d.model->find<plugins::TorchDDPModel>()->reducer();
+  ASSERT_GT(reducer.num_buckets(), 1u);
+  for (size_t i = 0; i < reducer.num_buckets(); ++i) EXPECT_EQ(reducer.bucket_dtype(i), DType::bf16) << "bucket " << i;
+  const auto mine = local->named_parameters(), averaged = model->named_parameters();
+  ASSERT_EQ(mine.size(), averaged.size());
+  const int n = n_ranks();
+  for (size_t k = 0; k < mine.size(); ++k) {
+    Tensor g = mine[k].second.grad();
+    ASSERT_EQ(g.dtype(), DType::bf16) << mine[k].first;
+    Tensor all = Tensor::empty({n * g.numel()}, DType::bf16);
+    dist::all_gather(all, g.contiguous().view({-1}));
+    const auto every = all.to_vector(), got = averaged[k].second.grad().to_vector();
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      double exact = 0;
+      for (int r = 0; r < n; ++r) exact += double(every[size_t(r * g.numel() + i)]);
+      const float want = Tensor::from_vector({float(exact) * float(1.0 / n)}, {1}).to(DType::bf16).to_vector()[0];
+      if (n <= 2) ASSERT_EQ(got[size_t(i)], want) << mine[k].first << " element " << i;
+      else ASSERT_LE(std::abs(got[size_t(i)] - want), std::abs(want) / 128) << mine[k].first << " element " << i;
+    }
+  }
+}
+
 // DDP decorates the mixed-precision leaf: its reduction runs, then the leaf updates the fp32
 // masters. On N ranks it trains like one bf16 process on the N-times batch.
 TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
