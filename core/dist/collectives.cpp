@@ -1,6 +1,7 @@
 // Collectives (see collectives.h). Every call posts non-blocking MPI operations, one per
 // chunk of at most max_message_elements(), into a Work; blocking calls wait at once.
-// bf16/f16 reductions go through an f32 staging buffer; other transfers move raw bits.
+// bf16/f16 sums go round a ring in their own dtype with f32 sums (ring_collectives.h), their
+// max/min and reduce through an f32 staging buffer; other transfers move raw bits.
 #include "core/dist/collectives.h"
 
 #include <climits>

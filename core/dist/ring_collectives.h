@@ -1,6 +1,6 @@
-// Collectives built from point-to-point messages, for where Open MPI's non-blocking ones
-// are slow: a ring reduce-scatter whose rounds advance whenever its Work is tested or
-// waited on, so it overlaps the backward that tests it.
+// Collectives built from point-to-point messages, for where Open MPI's are slow: a ring
+// reduce-scatter and a ring all-reduce whose rounds advance whenever their Work is tested or
+// waited on, so they overlap the backward that tests them.
 #pragma once
 
 #include "core/dist/collectives.h"
