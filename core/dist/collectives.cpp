@@ -1,7 +1,8 @@
 // Collectives (see collectives.h). Every call posts non-blocking MPI operations, one per
 // chunk of at most max_message_elements(), into a Work; blocking calls wait at once.
-// bf16/f16 sums go round a ring in their own dtype with f32 sums (ring_collectives.h), their
-// max/min and reduce through an f32 staging buffer; other transfers move raw bits.
+// Floating sums (bf16/f16 always, f32 from 64 Ki elements) go round a ring with f32 sums
+// (ring_collectives.h); bf16/f16 max/min and reduce go through an f32 staging buffer; other
+// transfers move raw bits.
 #include "core/dist/collectives.h"
 
 #include <climits>
@@ -142,11 +143,17 @@ void Work::complete() {
 WorkPtr all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g, bool async_op) {
   check_tensor("all_reduce", t);
   check_reduce("all_reduce", t, op);
-  // bf16/f16 sums go round a ring of point-to-point messages in their own dtype, f32 sums
-  // inside (ring_collectives.h), instead of an f32 staging copy through MPI: a 12.5 MB bf16
-  // bucket on 2 ranks took 3.3-3.7 ms instead of 15.8-16.7 (bench/allreduce_bench). f32
-  // stays on MPI's all-reduce, which the ring only matched.
-  if (needs_staging(t.dtype()) && (op == ReduceOp::sum || op == ReduceOp::avg))
+  // Floating sums go round a ring of point-to-point messages (ring_collectives.h): bf16/f16
+  // in their own dtype with f32 sums, instead of an f32 staging copy through MPI, and f32 of
+  // 64 Ki elements or more, instead of MPI_Iallreduce (libnbc), which the ring outran while
+  // keeping the overlap. bench/allreduce_bench, 2 ranks of one thread, ring against
+  // MPI_Iallreduce + wait / blocking MPI_Allreduce: 25 MB bf16 5.3 ms against 262 / 163
+  // (staged); 1.2 MB bf16 0.44 against 1.36 / 0.70; 25 MB f32 5.0 against 16.2 / 4.6; 1.2 MB
+  // f32 0.35 against 0.65 / 0.34. At 0.25 MB f32 the ring and MPI were equal, so smaller f32
+  // tensors keep MPI's latency-bound algorithms.
+  constexpr int64_t kRingMinF32 = int64_t(1) << 16;
+  if ((op == ReduceOp::sum || op == ReduceOp::avg) &&
+      (needs_staging(t.dtype()) || (t.dtype() == DType::f32 && t.numel() >= kRingMinF32)))
     return finish(ring_all_reduce(t, op, g), async_op);
   auto w = std::make_shared<Work>("all_reduce", g);
   const bool staged = needs_staging(t.dtype());
