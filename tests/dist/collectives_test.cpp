@@ -170,6 +170,27 @@ TEST(CollectivesSum, LowPrecisionSumsRoundOnce) {
   }
 }
 
+// f32 tensors of 64 Ki elements and more go round the ring too (smaller ones stay on MPI):
+// sums and averages of values exact in f32, the same on every rank, in blocking and async
+// calls, whole and in messages split below MPI's limit.
+TEST(CollectivesSum, LargeF32GoesRoundTheRing) {
+  const int64_t len = (int64_t(1) << 16) + 37;
+  for (int64_t max_elems : {int64_t(INT_MAX), int64_t(5000)}) {
+    set_max_message_elements(max_elems);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
+      for (bool async : {false, true}) {
+        Tensor t = make(world_rank(), len, DType::f32);
+        all_reduce(t, op, ProcessGroup::world(), async)->wait();
+        expect_values(t, [&](int64_t i) {
+          double s = 0;
+          for (int r = 0; r < world_size(); ++r) s += value(r, i);
+          return op == ReduceOp::avg ? double(float(s) * float(1.0 / world_size())) : s;
+        }, std::string("f32 ring ") + (op == ReduceOp::avg ? "avg" : "sum") + (async ? " async" : " blocking"));
+      }
+  }
+  set_max_message_elements(INT_MAX);
+}
+
 // An asynchronous ring all-reduce completes under test() alone (DDP's reducer tests its
 // buckets between gradients and waits only at the end), also in messages split below MPI's limit.
 TEST(CollectivesAsync, RingAdvancesUnderTest) {
