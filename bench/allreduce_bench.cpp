@@ -20,16 +20,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Best of `rounds` of 5 calls each, in ms per call, the ranks starting each round together.
-double best_ms(int rounds, const std::function<void()>& f) {
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    dist::barrier();
-    const auto t0 = Clock::now();
-    for (int i = 0; i < 5; ++i) f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / 5 * 1e3);
-  }
-  return dist::all_reduce_scalar(best, dist::ReduceOp::max);
+// ms per call of 5 calls, the ranks starting together; the slowest rank's figure.
+double ms_per_call(const std::function<void()>& f) {
+  dist::barrier();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 5; ++i) f();
+  return dist::all_reduce_scalar(std::chrono::duration<double>(Clock::now() - t0).count() / 5 * 1e3,
+                                 dist::ReduceOp::max);
 }
 
 }  // namespace
@@ -62,9 +59,9 @@ int main(int argc, char** argv) {
     };
     double ours_ms = 1e30, blocking_ms = 1e30, nonblocking_ms = 1e30;
     for (int r = 0; r < rounds; ++r) {  // alternated: a noisy spell slows all three
-      ours_ms = std::min(ours_ms, best_ms(1, ours));
-      blocking_ms = std::min(blocking_ms, best_ms(1, [&] { mpi(true); }));
-      nonblocking_ms = std::min(nonblocking_ms, best_ms(1, [&] { mpi(false); }));
+      ours_ms = std::min(ours_ms, ms_per_call(ours));
+      blocking_ms = std::min(blocking_ms, ms_per_call([&] { mpi(true); }));
+      nonblocking_ms = std::min(nonblocking_ms, ms_per_call([&] { mpi(false); }));
     }
     if (dist::world_rank() == 0)
       std::printf("all_reduce %s %.1f MB, %d ranks: %.2f ms; peers%s: MPI_Allreduce %.2f ms (%.2fx ours), "

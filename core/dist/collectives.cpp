@@ -61,15 +61,6 @@ bool needs_staging(DType t) { return t == DType::bf16 || t == DType::f16; }
 
 void* at(const Tensor& t, int64_t off) { return static_cast<char*>(t.raw_data()) + off * int64_t(dtype_size(t.dtype())); }
 
-// Calls post(offset, count) for consecutive chunks of n elements.
-template <typename F>
-void chunks(int64_t n, F&& post) {
-  for (int64_t off = 0; off < n || (n == 0 && off == 0); off += g_max_elems) {
-    post(off, int(std::min<int64_t>(g_max_elems, n - off)));
-    if (n == 0) break;
-  }
-}
-
 // Elements [off, off + len) of a flat tensor, as a view.
 Tensor piece(const Tensor& t, int64_t off, int64_t len) { return t.detach().view({-1}).narrow(0, off, len); }
 
@@ -77,7 +68,7 @@ Tensor piece(const Tensor& t, int64_t off, int64_t len) { return t.detach().view
 // returns MPI's error code.
 template <typename Post>
 void post_chunks(Work& w, const Tensor& buf, const char* op, const ProcessGroup& g, Post&& post) {
-  chunks(buf.numel(), [&](int64_t off, int count) {
+  for_each_message(buf.numel(), [&](int64_t off, int count) {
     MPI_Request r;
     mpi_check(post(at(buf, off), count, &r), op, g);
     w.requests.push_back(r);
@@ -96,6 +87,13 @@ void set_max_message_elements(int64_t n) {
   g_max_elems = n;
 }
 int64_t max_message_elements() { return g_max_elems; }
+
+void for_each_message(int64_t n, const std::function<void(int64_t, int)>& post) {
+  for (int64_t off = 0; off < n || (n == 0 && off == 0); off += g_max_elems) {
+    post(off, int(std::min<int64_t>(g_max_elems, n - off)));
+    if (n == 0) break;
+  }
+}
 
 Work::Work(std::string op, const ProcessGroup& g) : op_(std::move(op)), group_(g.name()) {
   token_ = Watchdog::instance().enter(op_, group_);

@@ -88,5 +88,8 @@ WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g = 
 /// Largest element count of one MPI message (INT_MAX by default; tests lower it).
 void set_max_message_elements(int64_t n);
 int64_t max_message_elements();
+/// Calls post(offset, count) for the consecutive messages n elements take (one, of 0
+/// elements, when n is 0): how every collective splits its transfers.
+void for_each_message(int64_t n, const std::function<void(int64_t, int)>& post);
 
 }  // namespace booster::dist

@@ -11,12 +11,14 @@ namespace booster::dist {
 
 namespace {
 
-void combine(float* acc, const float* in, int64_t n, ReduceOp op) {
+// acc = op(acc, in) over n floats; sums are also scaled (acc = (acc + in) scale).
+void combine(float* acc, const float* in, int64_t n, ReduceOp op, float scale = 1.0f) {
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     switch (op) {
       case ReduceOp::sum:
       case ReduceOp::avg:
-        for (int64_t i = b; i < e; ++i) acc[i] += in[i];
+#pragma omp simd
+        for (int64_t i = b; i < e; ++i) acc[i] = (acc[i] + in[i]) * scale;
         break;
       case ReduceOp::max:
         for (int64_t i = b; i < e; ++i) acc[i] = std::max(acc[i], in[i]);
@@ -28,7 +30,7 @@ void combine(float* acc, const float* in, int64_t n, ReduceOp op) {
   });
 }
 
-void check(int rc, const ProcessGroup& g, const char* op = "reduce_scatter") {
+void check(int rc, const ProcessGroup& g, const char* op) {
   if (rc != MPI_SUCCESS) BOOSTER_THROW(BackendError, op, " on group '", g.name(), "' failed posting a message");
 }
 
@@ -36,9 +38,14 @@ void check(int rc, const ProcessGroup& g, const char* op = "reduce_scatter") {
 constexpr int64_t kPiece = 512;
 
 // dst = (own + in) scale over n elements, each array of its own float dtype, computed in f32
-// a piece at a time and rounded once into dst's dtype; dst may be own.
+// a piece at a time and rounded once into dst's dtype; dst may be own (all f32 and in place:
+// combine's loop, without the widening copies).
 void sum_into(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n,
               float scale) {
+  if (dst == own && dst_t == DType::f32 && own_t == DType::f32 && in_t == DType::f32) {
+    combine(static_cast<float*>(dst), static_cast<const float*>(in), n, ReduceOp::sum, scale);
+    return;
+  }
   auto at = [](const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); };
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     alignas(64) float x[kPiece], y[kPiece];
@@ -56,25 +63,19 @@ void sum_into(void* dst, DType dst_t, const void* own, DType own_t, const void* 
 MPI_Datatype wire_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 // Posts a send of send_len elements from `send` to `next` and a receive of recv_len into
-// `recv` from `prev`, both of dtype t, in messages of at most max_message_elements(), into w.
-void post_exchange(Work& w, const void* send, int64_t send_len, void* recv, int64_t recv_len, DType t, int next,
-                   int prev, int tag, const ProcessGroup& g) {
+// `recv` from `prev`, both of dtype t, in messages of at most max_message_elements(), into w
+// (op names the collective in errors).
+void post_exchange(Work& w, const char* op, const void* send, int64_t send_len, void* recv, int64_t recv_len, DType t,
+                   int next, int prev, int tag, const ProcessGroup& g) {
   const int64_t es = int64_t(dtype_size(t));
-  auto messages = [](int64_t len, auto&& post) {
-    for (int64_t off = 0; off < len || (len == 0 && off == 0); off += max_message_elements()) {
-      post(off, int(std::min<int64_t>(max_message_elements(), len - off)));
-      if (len == 0) break;
-    }
-  };
-  messages(recv_len, [&](int64_t off, int cnt) {
+  for_each_message(recv_len, [&](int64_t off, int cnt) {
     MPI_Request q;
-    check(MPI_Irecv(static_cast<char*>(recv) + off * es, cnt, wire_type(t), prev, tag, g.comm(), &q), g, "all_reduce");
+    check(MPI_Irecv(static_cast<char*>(recv) + off * es, cnt, wire_type(t), prev, tag, g.comm(), &q), g, op);
     w.requests.push_back(q);
   });
-  messages(send_len, [&](int64_t off, int cnt) {
+  for_each_message(send_len, [&](int64_t off, int cnt) {
     MPI_Request q;
-    check(MPI_Isend(static_cast<const char*>(send) + off * es, cnt, wire_type(t), next, tag, g.comm(), &q), g,
-          "all_reduce");
+    check(MPI_Isend(static_cast<const char*>(send) + off * es, cnt, wire_type(t), next, tag, g.comm(), &q), g, op);
     w.requests.push_back(q);
   });
 }
@@ -96,19 +97,11 @@ WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, co
   float* base = buf.data<float>();
   float* in = tmp.data<float>();
   const int next = (r + 1) % n, prev = (r - 1 + n) % n;
-  const MPI_Comm comm = g.comm();
   const ProcessGroup* pg = &g;
   Work* wp = w.get();  // the phases belong to the Work: no reference back to it
-  auto post = [wp, base, in, c, n, r, next, prev, comm, tag, pg](int s) {
+  auto post = [wp, base, in, c, n, r, next, prev, tag, pg](int s) {
     const int64_t send_block = ((r - s - 1) % n + n) % n;
-    for (int64_t off = 0; off < c; off += max_message_elements()) {
-      const int len = int(std::min<int64_t>(max_message_elements(), c - off));
-      MPI_Request a, b;
-      check(MPI_Irecv(in + off, len, MPI_FLOAT, prev, tag, comm, &a), *pg);
-      check(MPI_Isend(base + send_block * c + off, len, MPI_FLOAT, next, tag, comm, &b), *pg);
-      wp->requests.push_back(a);
-      wp->requests.push_back(b);
-    }
+    post_exchange(*wp, "reduce_scatter", base + send_block * c, c, in, c, DType::f32, next, prev, tag, *pg);
   };
   if (n > 1) post(0);
   w->next_phase = [step, post, base, in, c, n, r, op]() {
@@ -165,11 +158,13 @@ WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g) {
       const int64_t sb = r - s, rb = r - s - 1;
       const bool wide = low && s > 0;  // partial sums of a bf16/f16 tensor move as f32
       const void* src = wide ? part.raw_data() : addr(sb);
-      post_exchange(*wp, src, length(sb), recv.raw_data(), length(rb), wide ? DType::f32 : dt, next, prev, tag, *pg);
+      post_exchange(*wp, "all_reduce", src, length(sb), recv.raw_data(), length(rb), wide ? DType::f32 : dt, next, prev,
+                    tag, *pg);
       return;
     }
     const int a = s - (n - 1);
-    post_exchange(*wp, addr(r + 1 - a), length(r + 1 - a), addr(r - a), length(r - a), dt, next, prev, tag, *pg);
+    post_exchange(*wp, "all_reduce", addr(r + 1 - a), length(r + 1 - a), addr(r - a), length(r - a), dt, next, prev,
+                  tag, *pg);
   };
   auto step = std::make_shared<int>(0);
   post(0);
