@@ -15,7 +15,12 @@
 // alternated with the batched oneDNN path (core_bench BM_Attention): f32 forward 4.0-4.2 ms
 // against 5.9, forward+backward 11.0 against 15.0-15.7; bf16 forward 2.65-3.0 against 3.25,
 // forward+backward 6.55-7.5 against 8.4. One thread, one head: f32 products 186-196 GFLOP/s,
-// bf16 350-440; softmax 9.6 us of a head's forward (the exp bounds it).
+// bf16 350-440; softmax 9.6 us of a head's forward (the exp bounds it). The probabilities
+// (and the backward's dS) leave softmax's normalizing pass in their final form, rounded and
+// stored where the products and the backward read them, instead of in three passes
+// (normalize, round, copy out): share of the ceiling, 5 runs alternated with the three-pass
+// build, bf16 forward 0.43-0.51 against 0.40-0.46, forward+backward 0.54-0.60 against
+// 0.48-0.59; f32 forward 0.60-0.66 against 0.58-0.64.
 #include "core/kernels/attention_avx512.h"
 
 #include <dnnl.hpp>
@@ -26,7 +31,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -185,63 +189,94 @@ BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, in
   }
 }
 
-// One row of softmax in place: s (n scores in f32, in a row padded to 16) becomes the
-// probabilities, zeros past n. A NaN or +inf score, or a row of -inf, makes the row NaN, as
-// exp(x - max) would.
-BOOSTER_AVX512 void softmax_row(float* s, int64_t n) {
-  const int64_t full = n / 16 * 16;
-  const __mmask16 tail = avx512::lanes(n - full);
-  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-  if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_loadu_ps(s + full));
-  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-  __m512 sum = _mm512_setzero_ps();
-  __mmask16 bad = 0;
-  for (int64_t j = 0; j < full; j += 16) {
-    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mx);
-    bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
-    const __m512 e = avx512::exp_nonpositive(d);
-    _mm512_storeu_ps(s + j, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  if (tail) {
-    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + full), mx);
-    bad |= _mm512_mask_cmp_ps_mask(tail, d, d, _CMP_UNORD_Q);
-    const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp_nonpositive(d));
-    _mm512_storeu_ps(s + full, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  const __m512 inv = bad ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())
-                         : _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-  for (int64_t j = 0; j < full; j += 16) _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), inv));
-  if (tail) _mm512_storeu_ps(s + full, _mm512_maskz_mul_ps(tail, _mm512_loadu_ps(s + full), inv));
+// 16 lanes of a row stored as f32, or rounded to bf16 (vcvtneps2bf16, one instruction; only
+// on AVX512-BF16); the masked forms store only m's lanes.
+BOOSTER_AVX512 inline void put_row16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+BOOSTER_AVX512 inline void put_row16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+BOOSTER_AVX512_BF16 inline void put_row16(bf16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+}
+BOOSTER_AVX512_BF16 inline void put_row16(bf16_t* p, __mmask16 m, __m512 v) {
+  _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(v));
 }
 
-// One row of softmax's backward in place, scaled: ds (dP, n values in f32, in a row padded to
-// 16) becomes alpha p (dP - <dP, p>) for the probabilities p (T), zeros past n.
-template <typename T>
-BOOSTER_AVX512 void softmax_grad_row(float* ds, const T* p, int64_t n, float alpha) {
-  const int64_t full = n / 16 * 16;
-  const __mmask16 tail = avx512::lanes(n - full);
-  __m512 dot = _mm512_setzero_ps();
-  for (int64_t j = 0; j < full; j += 16) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);
-  if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);
-  const __m512 d = _mm512_set1_ps(_mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);
-  for (int64_t j = 0; j < full; j += 16) {
-    const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + j));
-    _mm512_storeu_ps(ds + j, _mm512_mul_ps(ap, _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));
+// The row passes of softmax and its backward, stamped out once per instruction set (TARGET):
+// the f32 kernels run on AVX-512 CPUs without AVX512-BF16 too.
+//
+// softmax_row: s (n scores in f32, in a row padded to 16 = np) gives the probabilities,
+// written in one pass (the normalizing one) to `padded` (np values, zeros past n; may be s
+// itself) and to `dst` (n values). With `spill`, dst's last vector is stored whole: its lanes
+// past n land on the next row's first values, which the next row then overwrites (masked
+// stores are slow on AMD's AVX-512). A NaN or +inf score, or a row of -inf, makes the row NaN,
+// as exp(x - max) would. s is left holding the exponentials.
+//
+// softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
+// for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n
+// up to the padding.
+#define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                            \
+  template <typename Out>                                                                                       \
+  TARGET void softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                             \
+    const int64_t full = n / 16 * 16;                                                                           \
+    const __mmask16 tail = avx512::lanes(n - full);                                                             \
+    __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());                                        \
+    for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));                       \
+    if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_loadu_ps(s + full));                                    \
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));                                                  \
+    __m512 sum = _mm512_setzero_ps();                                                                           \
+    __mmask16 bad = 0;                                                                                          \
+    for (int64_t j = 0; j < full; j += 16) {                                                                    \
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mx);                                               \
+      bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);                                                            \
+      const __m512 e = avx512::exp_nonpositive(d);                                                              \
+      _mm512_storeu_ps(s + j, e);                                                                               \
+      sum = _mm512_add_ps(sum, e);                                                                              \
+    }                                                                                                           \
+    if (tail) {                                                                                                 \
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + full), mx);                                            \
+      bad |= _mm512_mask_cmp_ps_mask(tail, d, d, _CMP_UNORD_Q);                                                 \
+      const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp_nonpositive(d));                                   \
+      _mm512_storeu_ps(s + full, e);                                                                            \
+      sum = _mm512_add_ps(sum, e);                                                                              \
+    }                                                                                                           \
+    const __m512 inv = bad ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())                            \
+                           : _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));                                  \
+    for (int64_t j = 0; j < full; j += 16) {                                                                    \
+      const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(s + j), inv);                                             \
+      put_row16(padded + j, pv);                                                                                \
+      put_row16(dst + j, pv);                                                                                   \
+    }                                                                                                           \
+    if (tail) {                                                                                                 \
+      const __m512 pv = _mm512_maskz_mul_ps(tail, _mm512_loadu_ps(s + full), inv);                              \
+      put_row16(padded + full, pv);                                                                             \
+      if (spill) put_row16(dst + full, pv);                                                                     \
+      else put_row16(dst + full, tail, pv);                                                                     \
+    }                                                                                                           \
+  }                                                                                                             \
+  template <typename T, typename Out>                                                                           \
+  TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out) {                 \
+    const int64_t full = n / 16 * 16;                                                                           \
+    const __mmask16 tail = avx512::lanes(n - full);                                                             \
+    __m512 dot = _mm512_setzero_ps();                                                                           \
+    for (int64_t j = 0; j < full; j += 16)                                                                      \
+      dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);                               \
+    if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);          \
+    const __m512 d = _mm512_set1_ps(_mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);                      \
+    for (int64_t j = 0; j < full; j += 16) {                                                                    \
+      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + j));                                                \
+      put_row16(out + j, _mm512_mul_ps(ap, _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));                         \
+    }                                                                                                           \
+    if (tail) {                                                                                                 \
+      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + full, tail));                                       \
+      put_row16(out + full, _mm512_maskz_mul_ps(tail, ap, _mm512_sub_ps(_mm512_loadu_ps(ds + full), d)));      \
+    }                                                                                                           \
   }
-  if (tail) {
-    const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + full, tail));
-    _mm512_storeu_ps(ds + full, _mm512_maskz_mul_ps(tail, ap, _mm512_sub_ps(_mm512_loadu_ps(ds + full), d)));
-  }
+namespace rows_f32 {
+BOOSTER_SOFTMAX_ROWS(BOOSTER_AVX512)
 }
-
-// dst[0, n) = src[0, n) rounded to bf16 (n a multiple of 16).
-BOOSTER_AVX512_BF16 void narrow_row(const float* src, bf16_t* dst, int64_t n) {
-  for (int64_t j = 0; j < n; j += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + j)));
+namespace rows_bf16 {
+BOOSTER_SOFTMAX_ROWS(BOOSTER_AVX512_BF16)
 }
+#undef BOOSTER_SOFTMAX_ROWS
 
 // One operand's [B, h, T, d] view: head (b, h) starts at base + b sb + h sh, rows at st.
 template <typename T>
@@ -259,6 +294,11 @@ struct Heads {
 };
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Whether row i of a head's [tq, tk] probabilities may be stored with its last vector whole
+// (softmax_row's spill): the lanes past the row stay inside the head, where later rows
+// overwrite them (another thread's head begins right after it).
+bool spills(int64_t i, int64_t tq, int64_t tk) { return i * tk + round16(tk) <= tq * tk; }
 
 // Runs f(b, h, scratch) for every head, threads taking contiguous runs of heads, each with
 // its own scratch of `bytes` bytes (64-byte aligned).
@@ -299,10 +339,7 @@ void forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     float* p = P + (b * H + h) * tq * tk;
     pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
     gemm(kF32, tq, np, d, Q.at(b, h), Q.st, 1, kt, np, s, np, alpha);
-    for (int64_t i = 0; i < tq; ++i) {
-      softmax_row(s + i * np, tk);
-      std::memcpy(p + i * tk, s + i * np, size_t(tk) * sizeof(float));
-    }
+    for (int64_t i = 0; i < tq; ++i) rows_f32::softmax_row(s + i * np, tk, s + i * np, p + i * tk, spills(i, tq, tk));
     gemm(kF32, tq, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h), O.st, 1.0f);
   });
 }
@@ -324,7 +361,7 @@ void backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     float* vt = c.take<float>(dvs * np);  // v^T
     pack_transposed(V.at(b, h), tk, dvs, V.st, vt, np);
     gemm(kF32, tq, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);
-    for (int64_t i = 0; i < tq; ++i) softmax_grad_row(ds + i * np, p + i * tk, tk, alpha);
+    for (int64_t i = 0; i < tq; ++i) rows_f32::softmax_grad_row(ds + i * np, p + i * tk, tk, alpha, ds + i * np);
     if (dq.defined()) gemm(kF32, tq, d, tk, ds, np, 1, K.at(b, h), K.st, dQ.at(b, h), dQ.st, 1.0f);
     if (dk.defined()) gemm(kF32, tk, d, tq, ds, 1, np, Q.at(b, h), Q.st, dK.at(b, h), dK.st, 1.0f);
   });
@@ -348,11 +385,7 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     bf16_t* p = P + (b * H + h) * tq * tk;
     pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
     gemm(kBf16ToF32, tq, np, d / 2, Q.words(b, h), Q.st / 2, 1, kt, np, s, np, alpha);
-    for (int64_t i = 0; i < tq; ++i) {
-      softmax_row(s + i * np, tk);
-      narrow_row(s + i * np, pb + i * np, np);
-      std::memcpy(p + i * tk, pb + i * np, size_t(tk) * sizeof(bf16_t));
-    }
+    for (int64_t i = 0; i < tq; ++i) rows_bf16::softmax_row(s + i * np, tk, pb + i * np, p + i * tk, spills(i, tq, tk));
     pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
     gemm(kBf16ToBf16, tq, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h), O.st, 1.0f);
   });
@@ -383,10 +416,8 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     if (!scores) return;
     pack_transposed(reinterpret_cast<const float*>(V.at(b, h)), tk, dvs / 2, V.st / 2, reinterpret_cast<float*>(vt), np);
     gemm(kBf16ToF32, tq, np, dvs / 2, dO.words(b, h), dO.st / 2, 1, vt, np, ds, np, 1.0f);
-    for (int64_t i = 0; i < tq; ++i) {
-      softmax_grad_row(ds + i * np, p + i * tk, tk, alpha);
-      narrow_row(ds + i * np, dsb + i * np, np);
-    }
+    for (int64_t i = 0; i < tq; ++i)
+      rows_bf16::softmax_grad_row(ds + i * np, p + i * tk, tk, alpha, dsb + i * np);
     const uint32_t* dsw = reinterpret_cast<const uint32_t*>(dsb);
     if (dq.defined()) {  // dQ = dS K
       pack_pairs(K.at(b, h), tk, d, K.st, bpack, ld);

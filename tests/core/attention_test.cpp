@@ -65,12 +65,17 @@ TEST(Attention, MatchesItsCompositeWithGradients) {
 
 // Queries and keys of different lengths, head widths that are not whole vectors (24, 40)
 // and a value width unlike the key's: what the head-at-a-time kernels meet at the edges of
-// their tiles and panels.
+// their tiles and panels. Rows of keys shorter than a vector (3, 5, 7: the kernels store a
+// row's probabilities with whole vectors where the lanes past it stay in the head, the
+// head's last rows masked; a head of 2 x 7 is all masked), and heads next to each other
+// taken by different threads.
 TEST(Attention, CrossAttentionAndRaggedWidthsMatchTheComposite) {
-  const int64_t b = 2, h = 3, tq = 29, tk = 45, d = 24, dv = 40;
+  struct Case { int64_t tq, tk; };
+  for (const Case& c : {Case{29, 45}, Case{9, 3}, Case{6, 5}, Case{2, 7}, Case{4, 17}})
   for (DType dt : {DType::f32, DType::bf16}) {
+    const int64_t b = 2, h = 3, tq = c.tq, tk = c.tk, d = 24, dv = 40;
     const double tol = dt == DType::f32 ? 2e-5 : 3e-2;
-    const std::string tag = dtype_name(dt);
+    const std::string tag = std::string(dtype_name(dt)) + " " + std::to_string(tq) + " x " + std::to_string(tk);
     Generator g(21);
     auto leaf = [&](int64_t t, int64_t w) {
       Tensor x = Tensor::empty({b, t, h, w});
