@@ -191,6 +191,30 @@ void BM_Gelu(benchmark::State& state, DType dt) {
 BENCHMARK_CAPTURE(BM_Gelu, f32, DType::f32)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gelu, bf16, DType::bf16)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
+// LayerNorm forward (arg 1 = 0) or forward + backward (1) at ViT-B's ([8, 197, 768], arg 0 =
+// 768) or ViT-Ti's ([8, 197, 192]) hidden size, the input rotating through 8 tensors as
+// BM_Gelu's does; bytes count the input read and the output written once each way.
+void BM_LayerNorm(benchmark::State& state, DType dt) {
+  const int64_t c = state.range(0);
+  std::vector<Tensor> xs;
+  for (uint64_t i = 0; i < 8; ++i) xs.push_back(random_tensor({8, 197, c}, dt, 40 + i).requires_grad_());
+  Tensor w = random_tensor({c}, dt, 50).requires_grad_(), b = random_tensor({c}, dt, 51).requires_grad_();
+  Tensor dy = random_tensor({8, 197, c}, dt, 52);
+  size_t i = 0;
+  for (auto _ : state) {
+    Tensor& x = xs[i++ % xs.size()];
+    for (Tensor* t : {&x, &w, &b}) t->set_grad(Tensor());
+    Tensor y = layer_norm(x, w, b, 1e-12);
+    if (state.range(1)) y.backward(dy);
+    benchmark::DoNotOptimize(y);
+  }
+  const int64_t passes = state.range(1) ? 5 : 2;  // forward: x, y; backward: x, dy, dx
+  state.SetBytesProcessed(int64_t(state.iterations()) * passes * xs[0].numel() * int64_t(dtype_size(dt)));
+  state.SetLabel(state.range(1) ? "forward + backward" : "forward");
+}
+BENCHMARK_CAPTURE(BM_LayerNorm, f32, DType::f32)->ArgsProduct({{768, 192}, {0, 1}});
+BENCHMARK_CAPTURE(BM_LayerNorm, bf16, DType::bf16)->ArgsProduct({{768, 192}, {0, 1}});
+
 // A transposed copy: contiguous() of a [3072, 768] view of a [768, 3072] tensor, as mm_tn's
 // transposed way turns the fc2 weight gradient of ViT-B around.
 void BM_TransposedCopy(benchmark::State& state, DType dt) {

@@ -75,9 +75,8 @@ BOOSTER_AVX512 inline void store_tile(float* p, __m512 x, bool masked, __mmask16
   else avx512::store16(p, x);
 }
 BOOSTER_AVX512_BF16 inline void store_tile(bf16_t* p, __m512 x, bool masked, __mmask16 tail) {
-  const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);  // one instruction where narrow16 takes seven
-  if (masked) _mm256_mask_storeu_epi16(p, tail, h);
-  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+  if (masked) avx512::store16_native(p, tail, x);
+  else avx512::store16_native(p, x);
 }
 
 // f32: one FMA per product.
@@ -189,17 +188,6 @@ BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, in
   }
 }
 
-// 16 lanes of a row stored as f32, or rounded to bf16 (vcvtneps2bf16, one instruction; only
-// on AVX512-BF16); the masked forms store only m's lanes.
-BOOSTER_AVX512 inline void put_row16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-BOOSTER_AVX512 inline void put_row16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-BOOSTER_AVX512_BF16 inline void put_row16(bf16_t* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-}
-BOOSTER_AVX512_BF16 inline void put_row16(bf16_t* p, __mmask16 m, __m512 v) {
-  _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(v));
-}
-
 // The row passes of softmax and its backward, stamped out once per instruction set (TARGET):
 // the f32 kernels run on AVX-512 CPUs without AVX512-BF16 too.
 //
@@ -213,62 +201,62 @@ BOOSTER_AVX512_BF16 inline void put_row16(bf16_t* p, __mmask16 m, __m512 v) {
 // softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
 // for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n
 // up to the padding.
-#define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                            \
-  template <typename Out>                                                                                       \
-  TARGET void softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                             \
-    const int64_t full = n / 16 * 16;                                                                           \
-    const __mmask16 tail = avx512::lanes(n - full);                                                             \
-    __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());                                        \
-    for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));                       \
-    if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_loadu_ps(s + full));                                    \
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));                                                  \
-    __m512 sum = _mm512_setzero_ps();                                                                           \
-    __mmask16 bad = 0;                                                                                          \
-    for (int64_t j = 0; j < full; j += 16) {                                                                    \
-      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mx);                                               \
-      bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);                                                            \
-      const __m512 e = avx512::exp_nonpositive(d);                                                              \
-      _mm512_storeu_ps(s + j, e);                                                                               \
-      sum = _mm512_add_ps(sum, e);                                                                              \
-    }                                                                                                           \
-    if (tail) {                                                                                                 \
-      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + full), mx);                                            \
-      bad |= _mm512_mask_cmp_ps_mask(tail, d, d, _CMP_UNORD_Q);                                                 \
-      const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp_nonpositive(d));                                   \
-      _mm512_storeu_ps(s + full, e);                                                                            \
-      sum = _mm512_add_ps(sum, e);                                                                              \
-    }                                                                                                           \
-    const __m512 inv = bad ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())                            \
-                           : _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));                                  \
-    for (int64_t j = 0; j < full; j += 16) {                                                                    \
-      const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(s + j), inv);                                             \
-      put_row16(padded + j, pv);                                                                                \
-      put_row16(dst + j, pv);                                                                                   \
-    }                                                                                                           \
-    if (tail) {                                                                                                 \
-      const __m512 pv = _mm512_maskz_mul_ps(tail, _mm512_loadu_ps(s + full), inv);                              \
-      put_row16(padded + full, pv);                                                                             \
-      if (spill) put_row16(dst + full, pv);                                                                     \
-      else put_row16(dst + full, tail, pv);                                                                     \
-    }                                                                                                           \
-  }                                                                                                             \
-  template <typename T, typename Out>                                                                           \
-  TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out) {                 \
-    const int64_t full = n / 16 * 16;                                                                           \
-    const __mmask16 tail = avx512::lanes(n - full);                                                             \
-    __m512 dot = _mm512_setzero_ps();                                                                           \
-    for (int64_t j = 0; j < full; j += 16)                                                                      \
-      dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);                               \
-    if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);          \
-    const __m512 d = _mm512_set1_ps(_mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);                      \
-    for (int64_t j = 0; j < full; j += 16) {                                                                    \
-      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + j));                                                \
-      put_row16(out + j, _mm512_mul_ps(ap, _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));                         \
-    }                                                                                                           \
-    if (tail) {                                                                                                 \
-      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + full, tail));                                       \
-      put_row16(out + full, _mm512_maskz_mul_ps(tail, ap, _mm512_sub_ps(_mm512_loadu_ps(ds + full), d)));      \
-    }                                                                                                           \
+#define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                                   \
+  template <typename Out>                                                                                              \
+  TARGET void softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                                    \
+    const int64_t full = n / 16 * 16;                                                                                  \
+    const __mmask16 tail = avx512::lanes(n - full);                                                                    \
+    __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());                                                \
+    for (int64_t j = 0; j < full; j += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));                               \
+    if (tail) m = _mm512_mask_max_ps(m, tail, m, _mm512_loadu_ps(s + full));                                           \
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(m));                                                         \
+    __m512 sum = _mm512_setzero_ps();                                                                                  \
+    __mmask16 bad = 0;                                                                                                 \
+    for (int64_t j = 0; j < full; j += 16) {                                                                           \
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mx);                                                      \
+      bad |= _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);                                                                   \
+      const __m512 e = avx512::exp_nonpositive(d);                                                                     \
+      _mm512_storeu_ps(s + j, e);                                                                                      \
+      sum = _mm512_add_ps(sum, e);                                                                                     \
+    }                                                                                                                  \
+    if (tail) {                                                                                                        \
+      const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + full), mx);                                                   \
+      bad |= _mm512_mask_cmp_ps_mask(tail, d, d, _CMP_UNORD_Q);                                                        \
+      const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp_nonpositive(d));                                          \
+      _mm512_storeu_ps(s + full, e);                                                                                   \
+      sum = _mm512_add_ps(sum, e);                                                                                     \
+    }                                                                                                                  \
+    const __m512 inv = bad ? _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN())                                   \
+                           : _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));                                         \
+    for (int64_t j = 0; j < full; j += 16) {                                                                           \
+      const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(s + j), inv);                                                    \
+      avx512::store16_native(padded + j, pv);                                                                          \
+      avx512::store16_native(dst + j, pv);                                                                             \
+    }                                                                                                                  \
+    if (tail) {                                                                                                        \
+      const __m512 pv = _mm512_maskz_mul_ps(tail, _mm512_loadu_ps(s + full), inv);                                     \
+      avx512::store16_native(padded + full, pv);                                                                       \
+      if (spill) avx512::store16_native(dst + full, pv);                                                               \
+      else avx512::store16_native(dst + full, tail, pv);                                                               \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  template <typename T, typename Out>                                                                                  \
+  TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out) {                        \
+    const int64_t full = n / 16 * 16;                                                                                  \
+    const __mmask16 tail = avx512::lanes(n - full);                                                                    \
+    __m512 dot = _mm512_setzero_ps();                                                                                  \
+    for (int64_t j = 0; j < full; j += 16)                                                                             \
+      dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);                                      \
+    if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);                  \
+    const __m512 d = _mm512_set1_ps(_mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);                             \
+    for (int64_t j = 0; j < full; j += 16) {                                                                           \
+      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + j));                                                       \
+      avx512::store16_native(out + j, _mm512_mul_ps(ap, _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));                   \
+    }                                                                                                                  \
+    if (tail) {                                                                                                        \
+      const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + full, tail));                                              \
+      avx512::store16_native(out + full, _mm512_maskz_mul_ps(tail, ap, _mm512_sub_ps(_mm512_loadu_ps(ds + full), d))); \
+    }                                                                                                                  \
   }
 namespace rows_f32 {
 BOOSTER_SOFTMAX_ROWS(BOOSTER_AVX512)
