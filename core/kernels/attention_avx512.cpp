@@ -4,9 +4,10 @@
 // vectors and A's elements broadcast from anywhere (A(i, k) = a[i a_rs + k a_cs]), so a
 // transposed A (P^T for dV, dS^T for dK) costs no copy. Only the two products against a
 // transposed operand (q k^T and dO v^T) pack it: k or v of one head, transposed into a
-// [d, Tk rounded up to 16] panel. One head's scores (197 x 208 floats at ViT shapes, 160 KB)
-// live in a per-thread scratch from their product through softmax (or its backward) to the
-// products that read them; threads take heads.
+// [d, Tk rounded up to 16] panel. Scores live in a per-thread scratch from their product
+// through softmax (or its backward) to the products that read them: the forward's a block of
+// rows at a time (kRowBlock), the backward's a whole head (197 x 208 floats at ViT shapes,
+// 160 KB); threads take heads.
 //
 // bf16 (on AVX512-BF16 without AMX) runs the same products with vdpbf16ps, two k at a time: the scores and
 // their gradients in f32, probabilities and dS rounded to bf16 for the products that read them.
@@ -283,6 +284,14 @@ struct Heads {
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// Rows of a head the forward takes at a time, from scores through softmax to the context:
+// their scores (48 x 208 floats at ViT shapes, 40 KB) stay in L1/L2 instead of a whole head's
+// (160 KB) going out to L2 and back. BM_Attention at ViT-B shapes, 2 threads, Zen-5 class, 6
+// runs alternated with whole heads: bf16 forward 0.48-0.52 of the ceiling against 0.43-0.50
+// (12, 24, 36, 66 and 96 rows were between); f32 forward 0.62-0.69 against 0.60-0.68. The
+// backward's dP taken the same way gained nothing (0.52-0.54 against 0.53-0.54) and stays whole.
+constexpr int64_t kRowBlock = 48;
+
 // Whether row i of a head's [tq, tk] probabilities may be stored with its last vector whole
 // (softmax_row's spill): the lanes past the row stay inside the head, where later rows
 // overwrite them (another thread's head begins right after it).
@@ -320,15 +329,20 @@ void forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   const int64_t np = round16(tk);
   const Heads<float> Q(q), K(k), V(v), O(out);
   float* P = probs.data<float>();
-  for_each_head(B, H, Carver::bytes({tq * np * 4, d * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
+  const int64_t rb = std::min(kRowBlock, tq);
+  for_each_head(B, H, Carver::bytes({rb * np * 4, d * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
     Carver c{scratch};
-    float* s = c.take<float>(tq * np);  // scores, then probabilities
+    float* s = c.take<float>(rb * np);  // a block of rows' scores, then probabilities
     float* kt = c.take<float>(d * np);  // k^T
     float* p = P + (b * H + h) * tq * tk;
     pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
-    gemm(kF32, tq, np, d, Q.at(b, h), Q.st, 1, kt, np, s, np, alpha);
-    for (int64_t i = 0; i < tq; ++i) rows_f32::softmax_row(s + i * np, tk, s + i * np, p + i * tk, spills(i, tq, tk));
-    gemm(kF32, tq, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h), O.st, 1.0f);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0);
+      gemm(kF32, rows, np, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha);
+      for (int64_t i = 0; i < rows; ++i)
+        rows_f32::softmax_row(s + i * np, tk, s + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
+      gemm(kF32, rows, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h) + r0 * O.st, O.st, 1.0f);
+    }
   });
 }
 
@@ -363,19 +377,25 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   const Heads<bf16_t> Q(q), K(k), V(v), O(out);
   bf16_t* P = static_cast<bf16_t*>(probs.raw_data());
   const int64_t ldv = round16(dv);
-  const int64_t bytes = Carver::bytes({tq * np * 4, tq * np * 2, d / 2 * np * 4, kp * ldv * 4});
+  const int64_t rb = std::min(kRowBlock, tq);
+  const int64_t bytes = Carver::bytes({rb * np * 4, rb * np * 2, d / 2 * np * 4, kp * ldv * 4});
   for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
     Carver c{scratch};
-    float* s = c.take<float>(tq * np);           // scores in f32
-    bf16_t* pb = c.take<bf16_t>(tq * np);        // probabilities, rows padded with zeros
+    float* s = c.take<float>(rb * np);           // a block of rows' scores in f32
+    bf16_t* pb = c.take<bf16_t>(rb * np);        // their probabilities, rows padded with zeros
     uint32_t* kt = c.take<uint32_t>(d / 2 * np);  // k^T in pairs of d
     uint32_t* vp = c.take<uint32_t>(kp * ldv);    // v in pairs of tokens
     bf16_t* p = P + (b * H + h) * tq * tk;
     pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
-    gemm(kBf16ToF32, tq, np, d / 2, Q.words(b, h), Q.st / 2, 1, kt, np, s, np, alpha);
-    for (int64_t i = 0; i < tq; ++i) rows_bf16::softmax_row(s + i * np, tk, pb + i * np, p + i * tk, spills(i, tq, tk));
     pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
-    gemm(kBf16ToBf16, tq, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h), O.st, 1.0f);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0);
+      gemm(kBf16ToF32, rows, np, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha);
+      for (int64_t i = 0; i < rows; ++i)
+        rows_bf16::softmax_row(s + i * np, tk, pb + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
+      gemm(kBf16ToBf16, rows, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h) + r0 * O.st,
+           O.st, 1.0f);
+    }
   });
 }
 
