@@ -8,9 +8,11 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <regex>
 #include <sstream>
 
+#include "core/common/check.h"
 #include "core/common/profiler.h"
 
 namespace booster::bench {
@@ -55,22 +57,54 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
+namespace {
+
+// Each op's median over the steps' profiles (0 where a step lacks it), with the calls of the
+// step that ran it most; largest first.
+std::vector<ProfileEntry> median_entries(const std::vector<std::vector<ProfileEntry>>& per_step) {
+  std::map<std::string, std::vector<double>> times;
+  std::map<std::string, int64_t> calls;
+  for (const auto& entries : per_step)
+    for (const ProfileEntry& e : entries) {
+      times[e.name].push_back(e.seconds);
+      calls[e.name] = std::max(calls[e.name], e.calls);
+    }
+  std::vector<ProfileEntry> out;
+  for (auto& [name, t] : times) {
+    t.resize(per_step.size(), 0.0);
+    out.push_back({name, median(t), calls[name]});
+  }
+  std::sort(out.begin(), out.end(), [](const ProfileEntry& a, const ProfileEntry& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+}  // namespace
+
 std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups,
-                         double ceiling_gflops) {
+                         double ceiling_gflops, int steps) {
+  BOOSTER_CHECK(steps >= 1, "profile_step: steps must be at least 1, got ", steps);
+  std::vector<std::vector<ProfileEntry>> per_step;
+  std::vector<double> walls;
+  for (int i = 0; i < steps; ++i) {
+    Profiler::reset();
+    Profiler::enable();
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    walls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    Profiler::enable(false);
+    per_step.push_back(Profiler::entries());
+  }
   Profiler::reset();
-  Profiler::enable();
-  const auto t0 = std::chrono::steady_clock::now();
-  step();
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Profiler::enable(false);
-  const std::vector<ProfileEntry> entries = Profiler::entries();
+  const double wall = median(walls);
+  const std::vector<ProfileEntry> entries = median_entries(per_step);
   double ops = 0;
   for (auto& e : entries) ops += e.seconds;
   char line[256];
   std::snprintf(line, sizeof line,
-                "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms\n",
-                wall * 1e3, ops * 1e3, (wall - ops) * 1e3);
-  std::string out = line + Profiler::report();
+                "step %.2f ms wall, ops %.2f ms (nested scopes count twice), outside the ops %.2f ms; medians of %d "
+                "steps\n",
+                wall * 1e3, ops * 1e3, (wall - ops) * 1e3, steps);
+  std::string out = line + Profiler::report(entries);
   if (!groups.empty() && ceiling_gflops > 0) {
     std::snprintf(line, sizeof line, "rated against the ceiling (%.1f GFLOP/s):\n", ceiling_gflops);
     out += line;

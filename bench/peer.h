@@ -31,12 +31,14 @@ struct FlopGroup {
   std::vector<std::string> ops;  // profile entries counted: {"linear", "linear bwd"}
   double gflop = 0;              // what they compute in one step
 };
-/// Runs `step` once with the per-op profiler on and returns its report (forward ops by
-/// name, backward as '<op> bwd'). With groups and a ceiling (GFLOP/s) it adds each group's
+/// Runs `step` `steps` times with the per-op profiler on and returns its report (forward ops
+/// by name, backward as '<op> bwd'): each op's median time over the steps (0 in a step that did
+/// not run it), its calls in a step, and the median wall time, so that one slow step on a
+/// shared machine moves no figure. With groups and a ceiling (GFLOP/s) it adds each group's
 /// rate against the ceiling, the time of everything else, and the share of the ceiling the
 /// step would reach were everything else free.
 std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups = {},
-                         double ceiling_gflops = 0);
+                         double ceiling_gflops = 0, int steps = 1);
 /// ViT forward FLOPs per image with the peer's formula (fwd + bwd = 3x), in its parts: the
 /// encoder's linears, its attention products (q k^T and P v), the patch embedding.
 struct VitFlops {

@@ -46,8 +46,9 @@ void Profiler::reset() {
   table().clear();
 }
 
-std::string Profiler::report() {
-  auto v = entries();
+std::string Profiler::report() { return report(entries()); }
+
+std::string Profiler::report(const std::vector<ProfileEntry>& v) {
   double total = 0;
   for (auto& e : v) total += e.seconds;
   std::string out;

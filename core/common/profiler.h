@@ -24,8 +24,9 @@ class Profiler {
   /// Entries sorted by total time, largest first.
   static std::vector<ProfileEntry> entries();
   static void reset();
-  /// A table of entries with share of the total.
+  /// A table of entries with share of the total: the profiler's own, or given ones.
   static std::string report();
+  static std::string report(const std::vector<ProfileEntry>& entries);
 
  private:
   static bool enabled_;

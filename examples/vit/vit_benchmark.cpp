@@ -79,16 +79,16 @@ class StepBench {
   /// backward (the slowest rank).
   double sync_wait_seconds() const { return sync_wait_s_; }
 
-  /// One more step, op by op, with its linears and attention rated against the ceiling (this
-  /// rank's: the sum over ranks shared evenly, as is the work).
-  std::string profile(double ceiling_sum) {
+  /// More steps, op by op (each op's median over them), with the linears and attention rated
+  /// against the ceiling (this rank's: the sum over ranks shared evenly, as is the work).
+  std::string profile(double ceiling_sum, int steps) {
     const bench::VitFlops f =
         bench::vit_fwd_flop_parts(c_.hidden_size, c_.num_hidden_layers, c_.image_size, c_.patch_size);
     const double images = double(batch_) * dp_ / dist::world_size(), step_gflop = 3 * images / 1e9;
     return bench::profile_step([this] { step(); },
                                {{"linears", {"linear", "linear bwd"}, f.linears * step_gflop},
                                 {"attention products", {"attention", "attention bwd"}, f.attention * step_gflop}},
-                               ceiling_sum / dist::world_size());
+                               ceiling_sum / dist::world_size(), steps);
   }
 
   /// Bytes of this rank's parameters (its shards under tensor parallelism).
@@ -172,7 +172,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also append JSON lines here");
   app.add_option("--peer-script", peer_script, "torch_vit_bench.py");
   app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
-  app.add_flag("--profile", profile, "print a per-op profile of one more step");
+  int profile_steps = 5;
+  app.add_flag("--profile", profile, "print a per-op profile of more steps (--profile-steps), each op's median");
+  app.add_option("--profile-steps", profile_steps, "steps the profile takes medians over")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   const bool master = dist::world_rank() == 0;
@@ -210,10 +212,10 @@ int main(int argc, char** argv) {
       const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
       const double param_mb = max_mb(sb.param_bytes()), act_mb = max_mb(sb.activation_bytes());
-      const std::string report = profile ? sb.profile(ceiling) : "";
+      const std::string report = profile ? sb.profile(ceiling, profile_steps) : "";
       if (!master) continue;
       if (profile)
-        std::printf("per-op profile of one %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
+        std::printf("per-op profile of a %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
                     cfg.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
       const double wait_ms = 1e3 * bench::median(waits);
