@@ -48,8 +48,8 @@ constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulato
 // R rows and V vectors (with Masked, the last vector only under `tail`): R x V accumulators;
 // per k, V vectors of B's row k and R broadcasts of A(r, k). VEC is the operands' vector type,
 // LOAD(p) / LOAD_MASKED(p) read a B vector, BCAST(p) an A element, STEP(acc, a, b) adds one
-// product; store_tile (defined before the tiles) writes alpha times an accumulator. A macro,
-// not a template: each kernel's body needs its own target.
+// product; store16_native writes alpha times an accumulator (bf16 rounded in one instruction).
+// A macro, not a template: each kernel's body needs its own target.
 #define BOOSTER_ATTENTION_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP)                   \
   __m512 acc[R][V];                                                                          \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
@@ -68,17 +68,8 @@ constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulato
   const __m512 s = _mm512_set1_ps(alpha);                                                    \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v)                                    \
-          store_tile(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s), Masked && v == V - 1, tail);
-
-// A tile's output vector: all 16 lanes, or (masked) only tail's.
-BOOSTER_AVX512 inline void store_tile(float* p, __m512 x, bool masked, __mmask16 tail) {
-  if (masked) avx512::store16(p, tail, x);
-  else avx512::store16(p, x);
-}
-BOOSTER_AVX512_BF16 inline void store_tile(bf16_t* p, __m512 x, bool masked, __mmask16 tail) {
-  if (masked) avx512::store16_native(p, tail, x);
-  else avx512::store16_native(p, x);
-}
+          if (Masked && v == V - 1) avx512::store16_native(c + r * ldc + 16 * v, tail, _mm512_mul_ps(acc[r][v], s)); \
+          else avx512::store16_native(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s));
 
 // f32: one FMA per product.
 template <int R, int V, bool Masked>

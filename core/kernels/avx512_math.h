@@ -103,8 +103,8 @@ BOOSTER_AVX512 inline void store16(bf16_t* p, __mmask16 m, __m512 v) { _mm256_ma
 // The same on AVX512-BF16 CPUs: bf16 rounded by vcvtneps2bf16 (nearest even, NaNs kept quiet,
 // as narrow16), one instruction where narrow16 takes seven. The f32 forms are store16's, so
 // that one kernel body serves both storage types.
-BOOSTER_AVX512 inline void store16_native(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-BOOSTER_AVX512 inline void store16_native(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+BOOSTER_AVX512 inline void store16_native(float* p, __m512 v) { store16(p, v); }
+BOOSTER_AVX512 inline void store16_native(float* p, __mmask16 m, __m512 v) { store16(p, m, v); }
 BOOSTER_AVX512_BF16 inline void store16_native(bf16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
 }

@@ -51,10 +51,10 @@ BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
 // The row kernels, stamped out once per instruction set (TARGET) with its bf16 store (STORE):
 // on AVX512-BF16 CPUs bf16 rows are rounded in one instruction (store16_native) where
 // store16 takes seven, which made the bf16 rows slower than the f32 ones (at half the bytes).
-#define BOOSTER_LN_ROWS(TARGET, STORE) \
+#define BOOSTER_LN_ROWS(TARGET, STORE)                                                                                 \
 template <typename T>                                                                                                  \
 TARGET void fwd_rows(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t r0,           \
-                             int64_t r1, int64_t c, float eps) {                                                       \
+                     int64_t r1, int64_t c, float eps) {                                                               \
   const float inv_c = 1.0f / float(c);                                                                                 \
   for (int64_t r = r0; r < r1; ++r) {                                                                                  \
     const T* xr = x + r * c;                                                                                           \
@@ -83,7 +83,7 @@ TARGET void fwd_rows(const T* x, const float* w, const float* b, T* y, float* me
                                                                                                                        \
 template <typename T>                                                                                                  \
 TARGET void bwd_rows(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx,             \
-                             float* dw, float* db, int64_t r0, int64_t r1, int64_t c) {                                \
+                     float* dw, float* db, int64_t r0, int64_t r1, int64_t c) {                                        \
   const float inv_c = 1.0f / float(c);                                                                                 \
   for (int64_t r = r0; r < r1; ++r) {                                                                                  \
     const T *xr = x + r * c, *gr = dy + r * c;                                                                         \
@@ -133,17 +133,16 @@ int threads_for(int64_t rows, int64_t c) {
 template <typename T>
 void fwd_all(const T* x, const float* w, const float* b, T* y, float* mean, float* rstd, int64_t rows, int64_t c,
              float eps) {
+  const auto run = native_bf16<T>() ? &native::fwd_rows<T> : &emulated::fwd_rows<T>;
   parallel_for(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(c, 1)),
-               [&](int64_t r0, int64_t r1) {
-                 if (native_bf16<T>()) native::fwd_rows(x, w, b, y, mean, rstd, r0, r1, c, eps);
-                 else emulated::fwd_rows(x, w, b, y, mean, rstd, r0, r1, c, eps);
-               });
+               [&](int64_t r0, int64_t r1) { run(x, w, b, y, mean, rstd, r0, r1, c, eps); });
 }
 
 template <typename T>
 void bwd_all(const T* x, const float* w, const float* mean, const float* rstd, const T* dy, T* dx, float* dw, float* db,
              int64_t rows, int64_t c) {
   const int nt = threads_for(rows, c);
+  const auto run = native_bf16<T>() ? &native::bwd_rows<T> : &emulated::bwd_rows<T>;
   // Per-thread dw and db (zeroed), summed in thread order after.
   std::vector<float> part(dw ? size_t(2 * nt * c) : 0, 0.0f);
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -152,8 +151,7 @@ void bwd_all(const T* x, const float* w, const float* mean, const float* rstd, c
     const int64_t r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
     float* pw = dw ? part.data() + 2 * t * c : nullptr;
     float* pb = dw ? pw + c : nullptr;
-    if (r0 < r1 && native_bf16<T>()) native::bwd_rows(x, w, mean, rstd, dy, dx, pw, pb, r0, r1, c);
-    else if (r0 < r1) emulated::bwd_rows(x, w, mean, rstd, dy, dx, pw, pb, r0, r1, c);
+    if (r0 < r1) run(x, w, mean, rstd, dy, dx, pw, pb, r0, r1, c);
   }
   if (!dw) return;
   for (int64_t i = 0; i < c; ++i) {

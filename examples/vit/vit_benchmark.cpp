@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   std::string peer_script = std::string(BOOSTER_SHARED_DIR) + "/bench/torch_vit_bench.py";
   int batch = 16, steps = 3, rounds = 1;
   bool no_peer = false, profile = false;
+  int profile_steps = 5;
   app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
   app.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16");
   app.add_option("--model", preset, "vit-tiny, vit-small or vit-base");
@@ -172,7 +173,6 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also append JSON lines here");
   app.add_option("--peer-script", peer_script, "torch_vit_bench.py");
   app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
-  int profile_steps = 5;
   app.add_flag("--profile", profile, "print a per-op profile of more steps (--profile-steps), each op's median");
   app.add_option("--profile-steps", profile_steps, "steps the profile takes medians over")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
