@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "core/autograd/engine.h"
+#include "core/kernels/matmul_tn_avx512.h"
 #include "core/kernels/blocked_pack.h"
 #include "core/kernels/dnnl_util.h"
 #include "ceiling.h"
@@ -103,6 +104,48 @@ void BM_LinearPart(benchmark::State& state, DType dt) {
   state.SetLabel(std::string(names[part]) + (sets > 1 ? ", from memory" : ""));
 }
 
+// A bf16 linear product on the own tiles (matmul_tn_avx512.h) against oneDNN's, alternated in
+// every iteration on operands from memory (16 sets taken in turn, each product on its own):
+// counter "speedup" = oneDNN's time / the own one's. Arg 3: 2 = dW = dy^T x.
+void BM_OwnBf16Product(benchmark::State& state) {
+  const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor probe = random_tensor({2, 2}, DType::bf16, 1);
+  if (!kernels::mm_tn_bf16_avx512_fits(probe, probe)) {
+    state.SkipWithError("the own bf16 tiles do not run on this CPU (AVX512-BF16 without AMX)");
+    return;
+  }
+  constexpr int64_t kSets = 16;
+  std::vector<Tensor> xs, dys, results(kSets);
+  for (int64_t i = 0; i < kSets; ++i) {
+    xs.push_back(random_tensor({m, k}, DType::bf16, uint64_t(10 * i + 3)));
+    dys.push_back(random_tensor({m, n}, DType::bf16, uint64_t(10 * i + 6)));
+  }
+  auto onednn = [&](size_t j) {
+    return kernels::mm(dys[j].transpose(0, 1), xs[j], Tensor(), {n, k}, kernels::RightOperand::activation);
+  };
+  auto own = [&](size_t j) { return kernels::mm_tn_bf16_avx512(dys[j], xs[j]); };
+  double own_s = 0, onednn_s = 0;
+  size_t turn = 0;
+  for (auto _ : state) {
+    const size_t a = turn++ % kSets, b = turn++ % kSets;
+    results[a] = Tensor();
+    auto t0 = Clock::now();
+    results[a] = onednn(a);
+    onednn_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    results[b] = Tensor();
+    t0 = Clock::now();
+    results[b] = own(b);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    own_s += s;
+    state.SetIterationTime(s);
+  }
+  const double flop = 2.0 * double(m) * double(k) * double(n) * double(state.iterations());
+  state.counters["GFLOPs"] = flop / own_s / 1e9;
+  state.counters["onednn_GFLOPs"] = flop / onednn_s / 1e9;
+  state.counters["speedup"] = onednn_s / own_s;
+  state.SetLabel("dW = dy^T x, from memory");
+}
+
 // Attention at ViT-B/16 shapes (batch 8, 12 heads of 64, 197 tokens; q, k, v permuted views of
 // [B, T, h*d] projections, as the ViT makes them): forward (arg 0) or backward (arg 1) of
 // scaled_dot_product_attention beside the ceiling of the MLP's first matmul.
@@ -170,6 +213,15 @@ BENCHMARK_CAPTURE(BM_LinearFwdBwd, bf16, DType::bf16)
       ->Unit(benchmark::kMillisecond)
 LINEAR_PARTS(f32);
 LINEAR_PARTS(bf16);
+// ViT-Ti's and ViT-B's weight gradients at batch 8 (M = 1576).
+BENCHMARK(BM_OwnBf16Product)
+    ->ArgsProduct({{1576}, {192}, {192, 576, 768}})
+    ->Args({1576, 768, 192})
+    ->Args({1576, 768, 768})
+    ->Args({1576, 768, 3072})
+    ->Args({1576, 3072, 768})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, f32, DType::f32)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, bf16, DType::bf16)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 // GELU forward (arg 0) or forward + backward (arg 1) at ViT-B's MLP ([8, 197, 3072]), the

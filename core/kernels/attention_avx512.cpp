@@ -1,8 +1,8 @@
 // Attention a head at a time on AVX-512 (attention_avx512.h).
 //
-// Every product of attention, forward and backward, is C = alpha A B with B's rows read as
-// vectors and A's elements broadcast from anywhere (A(i, k) = a[i a_rs + k a_cs]), so a
-// transposed A (P^T for dV, dS^T for dK) costs no copy. Only the two products against a
+// Every product of attention, forward and backward, is C = alpha A B on the register tiles of
+// tile_gemm.h, whose A is read with any strides, so a transposed A (P^T for dV, dS^T for dK)
+// costs no copy. Only the two products against a
 // transposed operand (q k^T and dO v^T) pack it: k or v of one head, transposed into a
 // [d, Tk rounded up to 16] panel. Scores live in a per-thread scratch from their product
 // through softmax (or its backward) to the products that read them: the forward's a block of
@@ -37,148 +37,10 @@
 
 #include "core/common/parallel.h"
 #include "core/kernels/avx512_math.h"
+#include "core/kernels/tile_gemm.h"
 
 namespace booster::kernels {
 namespace {
-
-constexpr int kRows = 6;  // rows of C one tile holds
-constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulators
-
-// The register tile both kernels run, C[r][16 v + j] = alpha sum_k A(r, k) B[k][16 v + j] for
-// R rows and V vectors (with Masked, the last vector only under `tail`): R x V accumulators;
-// per k, V vectors of B's row k and R broadcasts of A(r, k). VEC is the operands' vector type,
-// LOAD(p) / LOAD_MASKED(p) read a B vector, BCAST(p) an A element, STEP(acc, a, b) adds one
-// product; store16_native writes alpha times an accumulator (bf16 rounded in one instruction).
-// A macro, not a template: each kernel's body needs its own target.
-#define BOOSTER_ATTENTION_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP)                   \
-  __m512 acc[R][V];                                                                          \
-  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
-      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();  \
-  for (int64_t k = 0; k < K; ++k) {                                                          \
-    const auto* bk = b + k * ldb;                                                            \
-    VEC bv[V];                                                                               \
-    _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) bv[v] =                              \
-        Masked && v == V - 1 ? LOAD_MASKED(bk + 16 * v) : LOAD(bk + 16 * v);                 \
-    const auto* ak = a + k * a_cs;                                                           \
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                    \
-      const VEC av = BCAST(ak + r * a_rs);                                                   \
-      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = STEP(acc[r][v], av, bv[v]); \
-    }                                                                                        \
-  }                                                                                          \
-  const __m512 s = _mm512_set1_ps(alpha);                                                    \
-  _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
-      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v)                                    \
-          if (Masked && v == V - 1) avx512::store16_native(c + r * ldc + 16 * v, tail, _mm512_mul_ps(acc[r][v], s)); \
-          else avx512::store16_native(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s));
-
-// f32: one FMA per product.
-template <int R, int V, bool Masked>
-BOOSTER_AVX512 void tile(int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
-                         int64_t ldc, float alpha, __mmask16 tail) {
-#define LOAD(p) _mm512_loadu_ps(p)
-#define LOAD_MASKED(p) _mm512_maskz_loadu_ps(tail, p)
-#define BCAST(p) _mm512_set1_ps(*(p))
-#define STEP(acc, x, y) _mm512_fmadd_ps(x, y, acc)
-  BOOSTER_ATTENTION_TILE(__m512, LOAD, LOAD_MASKED, BCAST, STEP)
-#undef LOAD
-#undef LOAD_MASKED
-#undef BCAST
-#undef STEP
-}
-
-// bf16: A(r, k) and B's elements are 32-bit words holding two bf16 of consecutive k (the lower
-// one first; K counts pairs), and AVX512-BF16's vdpbf16ps adds both products to the f32
-// accumulator at once. Out is float or bf16_t (rounded to nearest even).
-template <int R, int V, bool Masked, typename Out>
-BOOSTER_AVX512_BF16 void tile_bf16(int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-                                   int64_t ldb, Out* c, int64_t ldc, float alpha, __mmask16 tail) {
-#define LOAD(p) _mm512_loadu_si512(p)
-#define LOAD_MASKED(p) _mm512_maskz_loadu_epi32(tail, p)
-#define BCAST(p) _mm512_set1_epi32(int(*(p)))
-#define STEP(acc, x, y) _mm512_dpbf16_ps(acc, (__m512bh)(x), (__m512bh)(y))
-  BOOSTER_ATTENTION_TILE(__m512i, LOAD, LOAD_MASKED, BCAST, STEP)
-#undef LOAD
-#undef LOAD_MASKED
-#undef BCAST
-#undef STEP
-}
-#undef BOOSTER_ATTENTION_TILE
-
-// Every tile shape of one kernel: [rows - 1][vectors - 1][masked].
-template <typename A, typename Out>
-using TileFn = void (*)(int64_t, const A*, int64_t, int64_t, const A*, int64_t, Out*, int64_t, float, __mmask16);
-template <typename A, typename Out>
-using TileTable = TileFn<A, Out>[kRows][kVecs][2];
-
-#define BOOSTER_TILE_ROW(T, R, ...)                                                                 \
-  {                                                                                                 \
-    {&T<R, 1, false, ##__VA_ARGS__>, &T<R, 1, true, ##__VA_ARGS__>},                                \
-        {&T<R, 2, false, ##__VA_ARGS__>, &T<R, 2, true, ##__VA_ARGS__>},                            \
-        {&T<R, 3, false, ##__VA_ARGS__>, &T<R, 3, true, ##__VA_ARGS__>}, {                          \
-      &T<R, 4, false, ##__VA_ARGS__>, &T<R, 4, true, ##__VA_ARGS__>                                 \
-    }                                                                                               \
-  }
-#define BOOSTER_TILE_TABLE(T, ...)                                                                  \
-  {BOOSTER_TILE_ROW(T, 1, ##__VA_ARGS__), BOOSTER_TILE_ROW(T, 2, ##__VA_ARGS__),                    \
-   BOOSTER_TILE_ROW(T, 3, ##__VA_ARGS__), BOOSTER_TILE_ROW(T, 4, ##__VA_ARGS__),                    \
-   BOOSTER_TILE_ROW(T, 5, ##__VA_ARGS__), BOOSTER_TILE_ROW(T, 6, ##__VA_ARGS__)}
-const TileTable<float, float> kF32 = BOOSTER_TILE_TABLE(tile);
-const TileTable<uint32_t, float> kBf16ToF32 = BOOSTER_TILE_TABLE(tile_bf16, float);
-const TileTable<uint32_t, bf16_t> kBf16ToBf16 = BOOSTER_TILE_TABLE(tile_bf16, bf16_t);
-#undef BOOSTER_TILE_TABLE
-#undef BOOSTER_TILE_ROW
-
-// C [M, N] (rows at ldc) = alpha A B, A(i, k) = a[i a_rs + k a_cs], B [K, N] (rows at ldb), on
-// one kernel's tiles (for bf16, K counts pairs): column blocks of 64, each swept by tiles of
-// 6 rows while it stays in cache.
-template <typename A, typename Out>
-void gemm(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, const A* a, int64_t a_rs, int64_t a_cs,
-          const A* b, int64_t ldb, Out* c, int64_t ldc, float alpha) {
-  for (int64_t n0 = 0; n0 < N; n0 += 16 * kVecs) {
-    const int64_t nn = std::min<int64_t>(16 * kVecs, N - n0);
-    const int v = int((nn + 15) / 16);
-    const bool masked = nn % 16 != 0;
-    const __mmask16 tail = masked ? avx512::lanes(nn % 16) : __mmask16(0xffff);
-    for (int64_t m0 = 0; m0 < M; m0 += kRows) {
-      const int r = int(std::min<int64_t>(kRows, M - m0));
-      tiles[r - 1][v - 1][masked](K, a + m0 * a_rs, a_rs, a_cs, b + n0, ldb, c + m0 * ldc + n0, ldc, alpha, tail);
-    }
-  }
-}
-
-// dst[c][r] = src[r][c] for r < rows, c < cols (src rows at ld), and 0 for rows <= r < ldd
-// (ldd: rows rounded up to 16, the panel's row length).
-BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
-  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-    const int64_t nc = std::min<int64_t>(16, cols - c0);
-    const __mmask16 cm = avx512::lanes(nc);
-    for (int64_t r0 = 0; r0 < ldd; r0 += 16) {
-      __m512 r[16];
-      for (int64_t i = 0; i < 16; ++i)
-        r[i] = r0 + i < rows ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * ld + c0) : _mm512_setzero_ps();
-      avx512::transpose16(r);
-      for (int64_t j = 0; j < nc; ++j) _mm512_storeu_ps(dst + (c0 + j) * ldd + r0, r[j]);
-    }
-  }
-}
-
-// dst[p][c] = the word (src[2 p][c], src[2 p + 1][c]) for p < ceil(rows / 2), c < cols: bf16
-// rows [rows, cols] (rows at ld) paired down their columns as vdpbf16ps reads a B operand, or
-// an A operand read down its columns; a missing last row pairs with 0. dst rows at ldd words
-// (a multiple of 16, >= cols: the last 16 words of a row are stored whole).
-BOOSTER_AVX512 void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd) {
-  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
-    const bf16_t* r0 = src + 2 * p * ld;
-    const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
-    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
-      const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
-      const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);
-      const __m512i b = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c0) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + p * ldd + c0, avx512::pair_words(a, b, false));
-      if (c0 + 16 < cols) _mm512_storeu_si512(dst + p * ldd + c0 + 16, avx512::pair_words(a, b, true));
-    }
-  }
-}
 
 // The row passes of softmax and its backward, stamped out once per instruction set (TARGET):
 // the f32 kernels run on AVX-512 CPUs without AVX512-BF16 too.
@@ -326,13 +188,13 @@ void forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     float* s = c.take<float>(rb * np);  // a block of rows' scores, then probabilities
     float* kt = c.take<float>(d * np);  // k^T
     float* p = P + (b * H + h) * tq * tk;
-    pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
+    tiles::pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
     for (int64_t r0 = 0; r0 < tq; r0 += rb) {
       const int64_t rows = std::min(rb, tq - r0);
-      gemm(kF32, rows, np, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha);
+      tiles::gemm(rows, np, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha);
       for (int64_t i = 0; i < rows; ++i)
         rows_f32::softmax_row(s + i * np, tk, s + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
-      gemm(kF32, rows, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h) + r0 * O.st, O.st, 1.0f);
+      tiles::gemm(rows, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h) + r0 * O.st, O.st, 1.0f);
     }
   });
 }
@@ -347,16 +209,16 @@ void backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   for_each_head(B, H, Carver::bytes({tq * np * 4, dvs * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
     const float* p = P + (b * H + h) * tq * tk;
     if (dv.defined())  // dV = P^T dO: P read down its columns
-      gemm(kF32, tk, dvs, tq, p, 1, tk, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
+      tiles::gemm(tk, dvs, tq, p, 1, tk, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
     if (!scores) return;
     Carver c{scratch};
     float* ds = c.take<float>(tq * np);  // dP, then alpha dS
     float* vt = c.take<float>(dvs * np);  // v^T
-    pack_transposed(V.at(b, h), tk, dvs, V.st, vt, np);
-    gemm(kF32, tq, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);
+    tiles::pack_transposed(V.at(b, h), tk, dvs, V.st, vt, np);
+    tiles::gemm(tq, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);
     for (int64_t i = 0; i < tq; ++i) rows_f32::softmax_grad_row(ds + i * np, p + i * tk, tk, alpha, ds + i * np);
-    if (dq.defined()) gemm(kF32, tq, d, tk, ds, np, 1, K.at(b, h), K.st, dQ.at(b, h), dQ.st, 1.0f);
-    if (dk.defined()) gemm(kF32, tk, d, tq, ds, 1, np, Q.at(b, h), Q.st, dK.at(b, h), dK.st, 1.0f);
+    if (dq.defined()) tiles::gemm(tq, d, tk, ds, np, 1, K.at(b, h), K.st, dQ.at(b, h), dQ.st, 1.0f);
+    if (dk.defined()) tiles::gemm(tk, d, tq, ds, 1, np, Q.at(b, h), Q.st, dK.at(b, h), dK.st, 1.0f);
   });
 }
 
@@ -377,14 +239,14 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     uint32_t* kt = c.take<uint32_t>(d / 2 * np);  // k^T in pairs of d
     uint32_t* vp = c.take<uint32_t>(kp * ldv);    // v in pairs of tokens
     bf16_t* p = P + (b * H + h) * tq * tk;
-    pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
-    pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
+    tiles::pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
+    avx512::pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
     for (int64_t r0 = 0; r0 < tq; r0 += rb) {
       const int64_t rows = std::min(rb, tq - r0);
-      gemm(kBf16ToF32, rows, np, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha);
+      tiles::gemm(rows, np, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha);
       for (int64_t i = 0; i < rows; ++i)
         rows_bf16::softmax_row(s + i * np, tk, pb + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
-      gemm(kBf16ToBf16, rows, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h) + r0 * O.st,
+      tiles::gemm(rows, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h) + r0 * O.st,
            O.st, 1.0f);
     }
   });
@@ -408,24 +270,24 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
     uint32_t* bpack = c.take<uint32_t>(std::max(qp, kp) * std::max(ld, ldv));  // dO, k or q in pairs of tokens
     const bf16_t* p = P + (b * H + h) * tq * tk;
     if (dv.defined()) {  // dV = P^T dO
-      pack_pairs(p, tq, tk, tk, apack, np);
-      pack_pairs(dO.at(b, h), tq, dvs, dO.st, bpack, ldv);
-      gemm(kBf16ToBf16, tk, dvs, qp, apack, 1, np, bpack, ldv, dV.at(b, h), dV.st, 1.0f);
+      avx512::pack_pairs(p, tq, tk, tk, apack, np);
+      avx512::pack_pairs(dO.at(b, h), tq, dvs, dO.st, bpack, ldv);
+      tiles::gemm(tk, dvs, qp, apack, 1, np, bpack, ldv, dV.at(b, h), dV.st, 1.0f);
     }
     if (!scores) return;
-    pack_transposed(reinterpret_cast<const float*>(V.at(b, h)), tk, dvs / 2, V.st / 2, reinterpret_cast<float*>(vt), np);
-    gemm(kBf16ToF32, tq, np, dvs / 2, dO.words(b, h), dO.st / 2, 1, vt, np, ds, np, 1.0f);
+    tiles::pack_transposed(reinterpret_cast<const float*>(V.at(b, h)), tk, dvs / 2, V.st / 2, reinterpret_cast<float*>(vt), np);
+    tiles::gemm(tq, np, dvs / 2, dO.words(b, h), dO.st / 2, 1, vt, np, ds, np, 1.0f);
     for (int64_t i = 0; i < tq; ++i)
       rows_bf16::softmax_grad_row(ds + i * np, p + i * tk, tk, alpha, dsb + i * np);
     const uint32_t* dsw = reinterpret_cast<const uint32_t*>(dsb);
     if (dq.defined()) {  // dQ = dS K
-      pack_pairs(K.at(b, h), tk, d, K.st, bpack, ld);
-      gemm(kBf16ToBf16, tq, d, kp, dsw, np / 2, 1, bpack, ld, dQ.at(b, h), dQ.st, 1.0f);
+      avx512::pack_pairs(K.at(b, h), tk, d, K.st, bpack, ld);
+      tiles::gemm(tq, d, kp, dsw, np / 2, 1, bpack, ld, dQ.at(b, h), dQ.st, 1.0f);
     }
     if (dk.defined()) {  // dK = dS^T Q
-      pack_pairs(dsb, tq, tk, np, apack, np);
-      pack_pairs(Q.at(b, h), tq, d, Q.st, bpack, ld);
-      gemm(kBf16ToBf16, tk, d, qp, apack, 1, np, bpack, ld, dK.at(b, h), dK.st, 1.0f);
+      avx512::pack_pairs(dsb, tq, tk, np, apack, np);
+      avx512::pack_pairs(Q.at(b, h), tq, d, Q.st, bpack, ld);
+      tiles::gemm(tk, d, qp, apack, 1, np, bpack, ld, dK.at(b, h), dK.st, 1.0f);
     }
   });
 }

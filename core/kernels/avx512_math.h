@@ -93,6 +93,23 @@ BOOSTER_AVX512 inline __m512i pair_words(__m512i x, __m512i y, bool high) {
   const __m512i idx = _mm512_load_si512(lo);
   return _mm512_permutex2var_epi16(x, high ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, y);
 }
+// dst[p][c] = the word (src[2 p][c], src[2 p + 1][c]) for p < ceil(rows / 2), c < cols: bf16
+// rows [rows, cols] (rows at ld) paired down their columns as vdpbf16ps reads a B operand, or
+// an A operand read down its columns; a missing last row pairs with 0. dst rows at ldd words
+// (a multiple of 16, >= cols: the last 16 words of a row are stored whole).
+BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd) {
+  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+    const bf16_t* r0 = src + 2 * p * ld;
+    const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
+      const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);
+      const __m512i b = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c0) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + p * ldd + c0, pair_words(a, b, false));
+      if (c0 + 16 < cols) _mm512_storeu_si512(dst + p * ldd + c0 + 16, pair_words(a, b, true));
+    }
+  }
+}
 // 16 lanes stored as f32, or rounded to bf16 (narrow16); the masked forms store only m's lanes.
 BOOSTER_AVX512 inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
 BOOSTER_AVX512 inline void store16(bf16_t* p, __m512 v) {

@@ -1,5 +1,6 @@
 // mm_tn: a^T b with the reduction over both operands' rows, the product of every weight
-// gradient (dW = dy^T x). One operand must be read transposed, and which way oneDNN runs it
+// gradient (dW = dy^T x). Large bf16 products go to the own tiles where they fit (below).
+// Otherwise one operand must be read transposed, and which way oneDNN runs it
 // fastest depends on the shape, the dtype and the CPU: at ViT-B shapes on an AVX512-BF16 CPU
 // (core_bench BM_LinearPart, 2 threads) packing x first was 10 % faster for fc1's dW in bf16
 // and 3-6 % slower for the 768 x 768 projections, computing dW^T = x^T dy and transposing it
@@ -17,6 +18,7 @@
 
 #include "core/common/check.h"
 #include "core/kernels/dispatch.h"
+#include "core/kernels/matmul_tn_avx512.h"
 #include "core/kernels/raw.h"
 #include "core/tensor/strided.h"
 
@@ -27,6 +29,12 @@ namespace {
 // untimed (ViT-Ti's smallest weight gradient at batch 8: 1576 x 192 x 192 = 5.8e7).
 constexpr double kTuneMinMacs = double(1 << 24);
 
+// Large bf16 products run on the own tiles (matmul_tn_avx512.h) where they fit: a rule, not a
+// timing, so the bits never depend on a run. core_bench BM_OwnBf16Product (M = 1576, operands
+// from memory, alternated with oneDNN's plain way in every iteration; 2 threads, Zen-5 class,
+// medians of 3-6 runs of 0.5 s): oneDNN's time / the own one's at ViT-Ti's [192 x 192] 1.02,
+// [192 x 576] 1.02-1.05, [192 x 768] 1.07, [768 x 192] 1.04; ViT-B's [768 x 768] 1.05,
+// [768 x 3072] 1.07, [3072 x 768] 1.12.
 enum Way : int { kPlain, kPackedRight, kTransposed, kTransposedPacked, kWays };
 const char* const kWayNames[kWays] = {"a^T b", "a^T b, b packed", "(b^T a)^T", "(b^T a)^T, a packed"};
 
@@ -103,8 +111,11 @@ Tensor mm_tn(const Tensor& a, const Tensor& b) {
   BOOSTER_CHECK_T(ShapeError, a.dim() == 2 && b.dim() == 2 && a.size(0) == b.size(0), "mm_tn: shapes ",
                   shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit (need [M, P] and [M, Q])");
   const int64_t m = a.size(0), p = a.size(1), q = b.size(1);
+  const double macs = double(m) * double(p) * double(q);
+  if (!use_reference() && macs >= kTuneMinMacs && mm_tn_bf16_avx512_fits(a, b))
+    return mm_tn_bf16_avx512(a, b);
   const bool tunable = !use_reference() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous() &&
-                       double(m) * double(p) * double(q) >= kTuneMinMacs;
+                       macs >= kTuneMinMacs;
   if (!tunable) return run_way(kPlain, a, b);
   const std::string key = key_of(a.dtype(), m, p, q);
   int way = -1;

@@ -31,8 +31,9 @@ Tensor mm(const Tensor& a, const Tensor& b, const Tensor& bias, const Shape& out
 void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& c,
              RightOperand right = RightOperand::weight, double alpha = 1.0);
 /// a^T b for a [M, P] and b [M, Q] -> [P, Q], the reduction over their rows: a weight
-/// gradient (dW = dy^T x). The first product of each large shape times the ways oneDNN can
-/// run it and keeps the fastest that gives the plain way's bits (matmul_tn.cpp).
+/// gradient (dW = dy^T x). Large bf16 products run on the own AVX512-BF16 tiles where they fit
+/// (matmul_tn_avx512.h); of the others, the first product of each large shape times the ways
+/// oneDNN can run it and keeps the fastest that gives the plain way's bits (matmul_tn.cpp).
 Tensor mm_tn(const Tensor& a, const Tensor& b);
 /// What mm_tn chose for each shape it timed, with the timings, one line per shape.
 std::vector<std::string> mm_tn_choices();

@@ -1,0 +1,85 @@
+// a^T b in bf16 on AVX512-BF16 tiles (matmul_tn_avx512.h).
+//
+// The reduction runs over both operands' rows, and vdpbf16ps multiplies pairs of consecutive
+// reduction elements, so both operands are needed as pairs of rows (32-bit words). The
+// narrower operand, whose elements the tiles (tile_gemm.h) broadcast, is paired whole once,
+// [m / 2, width] words; the wider one a column block of 64 at a time (a panel of [m / 2, 64]
+// words, 200 KB at m = 1576, in the core's L2), by the thread whose tiles read it. A product
+// whose left operand is the wider computes (b^T a)^T: its result is transposed into place, a
+// pass over the small output instead of over the long inputs.
+#include "core/kernels/matmul_tn_avx512.h"
+
+// GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
+// once they are inlined into a function with a target attribute.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <dnnl.hpp>
+
+#include <algorithm>
+
+#include "core/common/check.h"
+#include "core/common/parallel.h"
+#include "core/kernels/avx512_math.h"
+#include "core/kernels/tile_gemm.h"
+
+namespace booster::kernels {
+namespace {
+
+// Rows of the result one unit of work takes under one column block of 64 (8 tiles of 6).
+constexpr int64_t kGroupRows = 48;
+
+// out [w, n] (rows at ldo) = s^T t for s [m, w] (rows at lds, the narrower operand) and
+// t [m, n] (rows at ldt).
+void product(int64_t m, int64_t w, int64_t n, const bf16_t* s, int64_t lds, const bf16_t* t, int64_t ldt, bf16_t* out,
+             int64_t ldo) {
+  const int64_t all_pairs = (m + 1) / 2, ldp = (w + 15) / 16 * 16;
+  Tensor packed = Tensor::empty({std::max<int64_t>(1, all_pairs * ldp)});  // 32-bit words
+  auto* sp = reinterpret_cast<uint32_t*>(packed.raw_data());
+  parallel_for(all_pairs, 64, [&](int64_t p0, int64_t p1) {
+    avx512::pack_pairs(s + 2 * p0 * lds, std::min(2 * p1, m) - 2 * p0, w, lds, sp + p0 * ldp, ldp);
+  });
+  // Units of work: a column block of 64 and a group of 48 rows, threads taking contiguous runs
+  // of them column block by column block; a thread pairs a block's columns of t (its panel,
+  // [m / 2, 64] words) once for its run of units in that block.
+  const int64_t blocks = (n + 63) / 64, groups = (w + kGroupRows - 1) / kGroupRows;
+  parallel_for(blocks * groups, 1, [&](int64_t u0, int64_t u1) {
+    Tensor panel_t = Tensor::empty({all_pairs * 64});
+    auto* panel = reinterpret_cast<uint32_t*>(panel_t.raw_data());
+    int64_t packed = -1;
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t blk = u / groups, n0 = blk * 64, g0 = u % groups * kGroupRows;
+      const int64_t nn = std::min<int64_t>(64, n - n0), rows = std::min(kGroupRows, w - g0);
+      if (blk != packed) avx512::pack_pairs(t + n0, m, nn, ldt, panel, 64), packed = blk;
+      tiles::gemm(rows, nn, all_pairs, sp + g0, 1, ldp, panel, 64, out + g0 * ldo + n0, ldo);
+    }
+  });
+}
+
+}  // namespace
+
+bool mm_tn_bf16_avx512_fits(const Tensor& a, const Tensor& b) {
+  auto rows_ok = [](const Tensor& t) {
+    return t.dtype() == DType::bf16 && t.dim() == 2 && t.strides()[1] == 1 && t.strides()[0] >= t.size(1);
+  };
+  // Not on AMX CPUs: there oneDNN runs the product on AMX tiles, which this was never timed against.
+  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return avx512::cpu_bf16_ok() && !amx && rows_ok(a) && rows_ok(b) && a.size(0) == b.size(0) && a.size(0) > 0;
+}
+
+Tensor mm_tn_bf16_avx512(const Tensor& a, const Tensor& b) {
+  BOOSTER_CHECK(mm_tn_bf16_avx512_fits(a, b), "mm_tn_bf16_avx512: operands ", shape_str(a.shape()), " and ",
+                shape_str(b.shape()), " do not fit (bf16 [M, P] and [M, Q], rows of unit stride, AVX512-BF16)");
+  const int64_t m = a.size(0), p = a.size(1), q = b.size(1);
+  const auto* pa = static_cast<const bf16_t*>(a.raw_data());
+  const auto* pb = static_cast<const bf16_t*>(b.raw_data());
+  if (p <= q) {  // a is the narrower: packed, and the result comes out in place
+    Tensor out = Tensor::empty({p, q}, DType::bf16);
+    product(m, p, q, pa, a.strides()[0], pb, b.strides()[0], static_cast<bf16_t*>(out.raw_data()), q);
+    return out;
+  }
+  Tensor out_t = Tensor::empty({q, p}, DType::bf16);  // (b^T a), then turned around
+  product(m, q, p, pb, b.strides()[0], pa, a.strides()[0], static_cast<bf16_t*>(out_t.raw_data()), p);
+  return out_t.transpose(0, 1).contiguous();
+}
+
+}  // namespace booster::kernels
