@@ -1,6 +1,6 @@
 // Register-tiled products on AVX-512 (tile_gemm.h).
 //
-// One thread, one product: C = alpha A B + bias with B's rows read as vectors and A's
+// One thread, one product: C = alpha A B with B's rows read as vectors and A's
 // elements broadcast from anywhere (A(i, k) = a[i a_rs + k a_cs]). A tile holds 6 rows x 4
 // vectors of C (24 accumulators); per k it loads 4 vectors of B's row k and broadcasts 6
 // elements of A. bf16 runs the same tile on vdpbf16ps, two k at a time. One thread, one
@@ -22,14 +22,13 @@ namespace {
 constexpr int kRows = 6;  // rows of C one tile holds
 constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulators
 
-// The register tile both kernels run, C[r][16 v + j] = alpha sum_k A(r, k) B[k][16 v + j] for
+// The register tile every kernel runs, C[r][16 v + j] = alpha sum_k A(r, k) B[k][16 v + j] for
 // R rows and V vectors (with Masked, the last vector only under `tail`): R x V accumulators;
 // per k, V vectors of B's row k and R broadcasts of A(r, k). VEC is the operands' vector type,
 // LOAD(p) / LOAD_MASKED(p) read a B vector, BCAST(p) an A element, STEP(acc, a, b) adds one
-// product; store16_native writes alpha times an accumulator plus the bias (bf16 rounded in one
-// instruction).
+// product; store16_native writes alpha times an accumulator (bf16 rounded in one instruction).
 // A macro, not a template: each kernel's body needs its own target.
-#define BOOSTER_ATTENTION_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP)                   \
+#define BOOSTER_TILE(VEC, LOAD, LOAD_MASKED, BCAST, STEP)                   \
   __m512 acc[R][V];                                                                          \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();  \
@@ -45,26 +44,20 @@ constexpr int kVecs = 4;  // 16-float vectors of C one tile holds: 24 accumulato
     }                                                                                        \
   }                                                                                          \
   const __m512 s = _mm512_set1_ps(alpha);                                                    \
-  __m512 bias_v[V];                                                                          \
-  _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) bias_v[v] =                            \
-      !bias ? _mm512_setzero_ps()                                                            \
-            : Masked && v == V - 1 ? _mm512_maskz_loadu_ps(tail, bias + 16 * v) : _mm512_loadu_ps(bias + 16 * v); \
   _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                        \
-      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v) {                                  \
-    const __m512 o = bias ? _mm512_fmadd_ps(acc[r][v], s, bias_v[v]) : _mm512_mul_ps(acc[r][v], s); \
-    if (Masked && v == V - 1) avx512::store16_native(c + r * ldc + 16 * v, tail, o);         \
-    else avx512::store16_native(c + r * ldc + 16 * v, o);                                    \
-  }
+      _Pragma("GCC unroll 4") for (int v = 0; v < V; ++v)                                    \
+          if (Masked && v == V - 1) avx512::store16_native(c + r * ldc + 16 * v, tail, _mm512_mul_ps(acc[r][v], s)); \
+          else avx512::store16_native(c + r * ldc + 16 * v, _mm512_mul_ps(acc[r][v], s));
 
 // f32: one FMA per product.
 template <int R, int V, bool Masked>
 BOOSTER_AVX512 void tile(int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb, float* c,
-                         int64_t ldc, float alpha, const float* bias, __mmask16 tail) {
+                         int64_t ldc, float alpha, __mmask16 tail) {
 #define LOAD(p) _mm512_loadu_ps(p)
 #define LOAD_MASKED(p) _mm512_maskz_loadu_ps(tail, p)
 #define BCAST(p) _mm512_set1_ps(*(p))
 #define STEP(acc, x, y) _mm512_fmadd_ps(x, y, acc)
-  BOOSTER_ATTENTION_TILE(__m512, LOAD, LOAD_MASKED, BCAST, STEP)
+  BOOSTER_TILE(__m512, LOAD, LOAD_MASKED, BCAST, STEP)
 #undef LOAD
 #undef LOAD_MASKED
 #undef BCAST
@@ -76,23 +69,22 @@ BOOSTER_AVX512 void tile(int64_t K, const float* a, int64_t a_rs, int64_t a_cs, 
 // accumulator at once. Out is float or bf16_t (rounded to nearest even).
 template <int R, int V, bool Masked, typename Out>
 BOOSTER_AVX512_BF16 void tile_bf16(int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-                                   int64_t ldb, Out* c, int64_t ldc, float alpha, const float* bias, __mmask16 tail) {
+                                   int64_t ldb, Out* c, int64_t ldc, float alpha, __mmask16 tail) {
 #define LOAD(p) _mm512_loadu_si512(p)
 #define LOAD_MASKED(p) _mm512_maskz_loadu_epi32(tail, p)
 #define BCAST(p) _mm512_set1_epi32(int(*(p)))
 #define STEP(acc, x, y) _mm512_dpbf16_ps(acc, (__m512bh)(x), (__m512bh)(y))
-  BOOSTER_ATTENTION_TILE(__m512i, LOAD, LOAD_MASKED, BCAST, STEP)
+  BOOSTER_TILE(__m512i, LOAD, LOAD_MASKED, BCAST, STEP)
 #undef LOAD
 #undef LOAD_MASKED
 #undef BCAST
 #undef STEP
 }
-#undef BOOSTER_ATTENTION_TILE
+#undef BOOSTER_TILE
 
 // Every tile shape of one kernel: [rows - 1][vectors - 1][masked].
 template <typename A, typename Out>
-using TileFn = void (*)(int64_t, const A*, int64_t, int64_t, const A*, int64_t, Out*, int64_t, float, const float*,
-                        __mmask16);
+using TileFn = void (*)(int64_t, const A*, int64_t, int64_t, const A*, int64_t, Out*, int64_t, float, __mmask16);
 template <typename A, typename Out>
 using TileTable = TileFn<A, Out>[kRows][kVecs][2];
 
@@ -117,7 +109,7 @@ const TileTable<uint32_t, bf16_t> kBf16ToBf16 = BOOSTER_TILE_TABLE(tile_bf16, bf
 // gemm (tile_gemm.h) on one kernel's tiles.
 template <typename A, typename Out>
 void sweep(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, const A* a, int64_t a_rs, int64_t a_cs,
-           const A* b, int64_t ldb, Out* c, int64_t ldc, float alpha, const float* bias) {
+           const A* b, int64_t ldb, Out* c, int64_t ldc, float alpha) {
   for (int64_t n0 = 0; n0 < N; n0 += 16 * kVecs) {
     const int64_t nn = std::min<int64_t>(16 * kVecs, N - n0);
     const int v = int((nn + 15) / 16);
@@ -125,8 +117,7 @@ void sweep(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, cons
     const __mmask16 tail = masked ? avx512::lanes(nn % 16) : __mmask16(0xffff);
     for (int64_t m0 = 0; m0 < M; m0 += kRows) {
       const int r = int(std::min<int64_t>(kRows, M - m0));
-      tiles[r - 1][v - 1][masked](K, a + m0 * a_rs, a_rs, a_cs, b + n0, ldb, c + m0 * ldc + n0, ldc, alpha,
-                                  bias ? bias + n0 : nullptr, tail);
+      tiles[r - 1][v - 1][masked](K, a + m0 * a_rs, a_rs, a_cs, b + n0, ldb, c + m0 * ldc + n0, ldc, alpha, tail);
     }
   }
 }
@@ -148,16 +139,16 @@ BOOSTER_AVX512 void transposed_panel(const float* src, int64_t rows, int64_t col
 }  // namespace
 
 void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb,
-          float* c, int64_t ldc, float alpha, const float* bias) {
-  sweep(kF32, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha, bias);
+          float* c, int64_t ldc, float alpha) {
+  sweep(kF32, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha);
 }
 void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha, const float* bias) {
-  sweep(kBf16ToF32, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha, bias);
+          int64_t ldb, float* c, int64_t ldc, float alpha) {
+  sweep(kBf16ToF32, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha);
 }
 void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-          int64_t ldb, bf16_t* c, int64_t ldc, float alpha, const float* bias) {
-  sweep(kBf16ToBf16, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha, bias);
+          int64_t ldb, bf16_t* c, int64_t ldc, float alpha) {
+  sweep(kBf16ToBf16, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha);
 }
 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
   transposed_panel(src, rows, cols, ld, dst, ldd);

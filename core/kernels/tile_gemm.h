@@ -9,19 +9,18 @@
 
 namespace booster::kernels::tiles {
 
-/// C [M, N] (rows at ldc) = alpha A B + bias, A(i, k) = a[i a_rs + k a_cs] (rows, columns or
-/// any other strides: a transposed A costs no copy), B [K, N] rows at ldb, bias an f32 row of N
-/// added to every row (null: none). Column blocks of 64, each swept by tiles of 6 rows x 64
-/// columns (24 accumulators) while it stays in cache.
+/// C [M, N] (rows at ldc) = alpha A B, A(i, k) = a[i a_rs + k a_cs] (rows, columns or any
+/// other strides: a transposed A costs no copy), B [K, N] rows at ldb. Column blocks of 64,
+/// each swept by tiles of 6 rows x 64 columns (24 accumulators) while it stays in cache.
 void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb,
-          float* c, int64_t ldc, float alpha = 1.0f, const float* bias = nullptr);
+          float* c, int64_t ldc, float alpha = 1.0f);
 /// The same in bf16 on vdpbf16ps: A's elements and B's are 32-bit words holding two bf16 of
 /// consecutive k (the lower one first), K counts those pairs; sums in f32, C in f32 or rounded
 /// once to bf16 (nearest even).
 void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, float alpha = 1.0f, const float* bias = nullptr);
+          int64_t ldb, float* c, int64_t ldc, float alpha = 1.0f);
 void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int64_t a_cs, const uint32_t* b,
-          int64_t ldb, bf16_t* c, int64_t ldc, float alpha = 1.0f, const float* bias = nullptr);
+          int64_t ldb, bf16_t* c, int64_t ldc, float alpha = 1.0f);
 
 /// dst[c][r] = src[r][c] for r < rows, c < cols (src rows at ld), and 0 for rows <= r < ldd
 /// (ldd: rows rounded up to 16, the panel's row length). 32-bit elements (f32, or bf16 pairs).
