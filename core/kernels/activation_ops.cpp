@@ -6,6 +6,7 @@
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/avx512_cpu.h"
 #include "core/kernels/gelu_avx512.h"
+#include "core/kernels/raw.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/reference.h"
@@ -71,6 +72,13 @@ Tensor gelu(const Tensor& x, const std::string& approximate) {
     if (dt == DType::f32) kernels::gelu_with_grad(xs.data<float>(), y.data<float>(), d.data<float>(), xs.numel());
     else kernels::gelu_with_grad(xs.data<bf16_t>(), y.data<bf16_t>(), d.data<bf16_t>(), xs.numel());
     return autograd::record("gelu", {x}, y, [d](const std::vector<Tensor>& g) {
+      // In place when nothing else holds the incoming gradient (no output to allocate and
+      // fetch for ownership: one stream of the pass fewer); a graph being built needs mul.
+      if (!autograd::GradMode::enabled() && g[0].dtype() == d.dtype() && g[0].is_contiguous() && g[0].is_sole_owner()) {
+        Tensor dx = g[0];
+        kernels::mul_(dx, d);
+        return std::vector<Tensor>{dx};
+      }
       return std::vector<Tensor>{mul(g[0].to(d.dtype()), d)};
     });
   }

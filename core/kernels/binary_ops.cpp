@@ -135,7 +135,29 @@ Tensor binary(BinOp op, const char* name, const Tensor& a, const Tensor& b) {
   });
 }
 
+// dst = dst op src in place for bf16/f16 tensors of one dtype and shape, both contiguous, on
+// oneDNN's native binary (f32 inside, rounded once into dst, as the staged path rounds: the
+// same bits); false where it has none.
+bool low_precision_in_place(BinOp op, Tensor& dst, const Tensor& src) {
+  if (use_reference() || dst.dtype() == DType::f32 || src.dtype() != dst.dtype() || dst.shape() != src.shape() ||
+      !dst.is_contiguous() || !src.is_contiguous())
+    return false;
+  return dnnl_binary(op, dst, src, dst, true);
+}
+
 }  // namespace
+
+bool add_low_precision_(Tensor& dst, const Tensor& src) { return low_precision_in_place(BinOp::add, dst, src); }
+
+void mul_(Tensor& dst, const Tensor& src) {
+  BOOSTER_CHECK_T(ShapeError, dst.shape() == src.shape(), "mul_: shape mismatch ", shape_str(dst.shape()), " vs ",
+                  shape_str(src.shape()));
+  BOOSTER_CHECK(dst.is_contiguous(), "mul_: destination must be contiguous");
+  check_same_dtype("mul_", {&dst, &src});
+  if (low_precision_in_place(BinOp::mul, dst, src)) return;
+  dst.copy_(binary_forward(BinOp::mul, dst, src, dst.shape()));
+}
+
 }  // namespace kernels
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {

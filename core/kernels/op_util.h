@@ -19,6 +19,9 @@ Tensor contig_as(const Tensor& t, DType dtype);
 inline Tensor f32_contig(const Tensor& t) { return contig_as(t, DType::f32); }
 /// A new contiguous f32 tensor holding t's values (never t's storage): for in-place work.
 Tensor f32_copy(const Tensor& t);
+/// dst += src in place for bf16/f16 of one dtype and shape, both contiguous, on oneDNN's
+/// native binary (f32 inside, rounded once); false where it does not run (binary_ops.cpp).
+bool add_low_precision_(Tensor& dst, const Tensor& src);
 /// Wraps a negative dim index; throws ShapeError naming op.
 int64_t wrap_dim(const char* op, int64_t d, int64_t ndim);
 

@@ -23,6 +23,7 @@ void add_(Tensor& dst, const Tensor& src) {
     });
     return;
   }
+  if (add_low_precision_(dst, src)) return;  // no f32 copies of either
   Tensor sum = f32_copy(dst);
   add_(sum, src);
   dst.copy_(sum);

@@ -10,6 +10,9 @@ namespace booster::kernels {
 
 /// dst += src (same shape; src of any float dtype and strides; dst contiguous).
 void add_(Tensor& dst, const Tensor& src);
+/// dst *= src in place (same shape and dtype; dst contiguous): bf16/f16 computed in f32 and
+/// rounded once, as mul's (binary_ops.cpp).
+void mul_(Tensor& dst, const Tensor& src);
 /// dst *= s (contiguous float dst).
 void scale_(Tensor& dst, double s);
 /// Sum of squares of all elements, accumulated in double.

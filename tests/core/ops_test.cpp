@@ -216,6 +216,47 @@ TEST(Binary, LowPrecisionRoundsOnceFromF32) {
     }
 }
 
+// In-place add_ and mul_ (gradient accumulation, GELU's backward product) give the out-of-place
+// ops' bits: bf16/f16 computed in f32 and rounded once; f32 as it is.
+TEST(Binary, InPlaceGivesTheOpsBits) {
+  Tensor x = Tensor::empty({37, 700}), y = Tensor::empty({37, 700});
+  Generator(11).uniform_(x, -4, 4);
+  Generator(12).uniform_(y, -4, 4);
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    Tensor a = x.to(dt), b = y.to(dt);
+    Tensor sum = a.clone(), product = a.clone();
+    kernels::add_(sum, b);
+    kernels::mul_(product, b);
+    EXPECT_EQ(sum.to_vector(), add(a, b).to_vector()) << dtype_name(dt);
+    EXPECT_EQ(product.to_vector(), mul(a, b).to_vector()) << dtype_name(dt);
+  }
+  Tensor wrong = Tensor::ones({3});
+  EXPECT_THROW(kernels::mul_(wrong, Tensor::ones({4})), ShapeError);
+}
+
+// GELU's backward multiplies the incoming gradient in place when nothing else holds it (here,
+// the gradient a later op's backward made) and into a new tensor when something does (the
+// caller's own output gradient, which must come back untouched): the same gradient either way.
+TEST(Gelu, BackwardInPlaceOrNotGivesTheSameGradient) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor xf = Tensor::empty({64, 300}), dyf = Tensor::empty({64, 300});
+    Generator(13).uniform_(xf, -3, 3);
+    Generator(14).uniform_(dyf, -1, 1);
+    const Tensor dy = dyf.to(dt), one = Tensor::ones({1}, dt);
+    const std::vector<float> dy_before = dy.to_vector();
+    std::vector<float> grads[2];
+    for (int held = 0; held < 2; ++held) {
+      Tensor x = xf.to(dt).clone().requires_grad_();  // a leaf of its own each time
+      Tensor y = gelu(mul(x, one));
+      if (held) y.backward(dy);               // the caller holds GELU's incoming gradient
+      else mul(y, one).backward(dy);          // mul's backward makes it: GELU's alone
+      grads[held] = x.grad().to_vector();
+    }
+    EXPECT_EQ(grads[0], grads[1]) << dtype_name(dt);
+    EXPECT_EQ(dy.to_vector(), dy_before) << dtype_name(dt) << ": the caller's gradient was written over";
+  }
+}
+
 // Exact GELU and its gradient over [-10, 10] (and past f32's exp range) against double
 // precision: f32 within 5e-7 (relative for |value| > 1), bf16 within its rounding; NaN in,
 // NaN out. Where the CPU has AVX-512 this is the one-pass kernel, elsewhere oneDNN's.
