@@ -10,6 +10,9 @@
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <string>
+
+#include <unistd.h>
 #include <sstream>
 
 #include "core/common/check.h"
@@ -17,8 +20,35 @@
 
 namespace booster::bench {
 
+namespace {
+
+// Debian's torch multiplies through libblas.so.3, whichever BLAS the alternatives system points
+// it at. Two of them make the peer a wrong yardstick: the reference BLAS (ViT-Ti fp32 ran 0.58
+// img/s on it against 17.6 with OpenBLAS's OpenMP build) and OpenBLAS's pthread build, whose
+// threads compete with OpenMP's (5.55).
+void warn_about_peer_blas() {
+  std::array<char, 4096> buf{};
+  const ssize_t n = ::readlink("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", buf.data(), buf.size() - 1);
+  if (n <= 0) return;
+  const std::string target(buf.data(), size_t(n));
+  const char* why = target.find("openblas-pthread") != std::string::npos ? "OpenBLAS's pthread build, whose threads "
+                                                                           "compete with OpenMP's"
+                    : target.find("/blas/") != std::string::npos ? "the reference BLAS, 10-30x slower than OpenBLAS"
+                                                                 : nullptr;
+  if (why)
+    std::fprintf(stderr,
+                 "warning: the PyTorch peer multiplies on %s (libblas.so.3 -> %s): its figures understate PyTorch; "
+                 "bash scripts/install_deps.sh --peer installs libopenblas0-openmp; select it with "
+                 "update-alternatives --config libblas.so.3-x86_64-linux-gnu\n",
+                 why, target.c_str());
+}
+
+}  // namespace
+
 bool peer_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  if (ok) warn_about_peer_blas();
+  return ok;
 }
 
 std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
