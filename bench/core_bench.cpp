@@ -8,9 +8,10 @@
 #include <functional>
 
 #include "core/autograd/engine.h"
-#include "core/kernels/matmul_tn_avx512.h"
 #include "core/kernels/blocked_pack.h"
 #include "core/kernels/dnnl_util.h"
+#include "core/kernels/matmul_tn_avx512.h"
+#include "core/kernels/tile_gemm.h"
 #include "ceiling.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
@@ -109,8 +110,7 @@ void BM_LinearPart(benchmark::State& state, DType dt) {
 // counter "speedup" = oneDNN's time / the own one's. Arg 3: 2 = dW = dy^T x.
 void BM_OwnBf16Product(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
-  Tensor probe = random_tensor({2, 2}, DType::bf16, 1);
-  if (!kernels::mm_tn_bf16_avx512_fits(probe, probe)) {
+  if (!kernels::tiles::bf16_ok()) {
     state.SkipWithError("the own bf16 tiles do not run on this CPU (AVX512-BF16 without AMX)");
     return;
   }

@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include <unistd.h>
-#include <sstream>
 
 #include "core/common/check.h"
 #include "core/common/profiler.h"

@@ -24,8 +24,6 @@
 // 0.48-0.59; f32 forward 0.60-0.66 against 0.58-0.64.
 #include "core/kernels/attention_avx512.h"
 
-#include <dnnl.hpp>
-
 // GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
 // once they are inlined into a function with a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -307,10 +305,7 @@ bool attention_avx512_operand_fits(const Tensor& t, DType dt) {
 
 bool attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
   const DType dt = q.dtype();
-  // bf16 only where measured: on AMX CPUs oneDNN's batched products run on AMX tiles, which
-  // these kernels were never timed against.
-  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
-  if (dt == DType::f32 ? !avx512::cpu_ok() : dt != DType::bf16 || !avx512::cpu_bf16_ok() || amx) return false;
+  if (dt == DType::f32 ? !avx512::cpu_ok() : dt != DType::bf16 || !tiles::bf16_ok()) return false;
   return attention_avx512_operand_fits(q, dt) && attention_avx512_operand_fits(k, dt) &&
          attention_avx512_operand_fits(v, dt);
 }

@@ -154,6 +154,10 @@ void mul_(Tensor& dst, const Tensor& src) {
                   shape_str(src.shape()));
   BOOSTER_CHECK(dst.is_contiguous(), "mul_: destination must be contiguous");
   check_same_dtype("mul_", {&dst, &src});
+  if (dst.dtype() == DType::f32 && src.is_contiguous() && !use_reference()) {  // mul's own loop, in place
+    same_shape_loop<BinOp::mul>(dst.data<float>(), src.data<float>(), dst.data<float>(), dst.numel());
+    return;
+  }
   if (low_precision_in_place(BinOp::mul, dst, src)) return;
   dst.copy_(binary_forward(BinOp::mul, dst, src, dst.shape()));
 }

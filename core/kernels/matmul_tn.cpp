@@ -29,12 +29,6 @@ namespace {
 // untimed (ViT-Ti's smallest weight gradient at batch 8: 1576 x 192 x 192 = 5.8e7).
 constexpr double kTuneMinMacs = double(1 << 24);
 
-// Large bf16 products run on the own tiles (matmul_tn_avx512.h) where they fit: a rule, not a
-// timing, so the bits never depend on a run. core_bench BM_OwnBf16Product (M = 1576, operands
-// from memory, alternated with oneDNN's plain way in every iteration; 2 threads, Zen-5 class,
-// medians of 3-6 runs of 0.5 s): oneDNN's time / the own one's at ViT-Ti's [192 x 192] 1.02,
-// [192 x 576] 1.02-1.05, [192 x 768] 1.07, [768 x 192] 1.04; ViT-B's [768 x 768] 1.05,
-// [768 x 3072] 1.07, [3072 x 768] 1.12.
 enum Way : int { kPlain, kPackedRight, kTransposed, kTransposedPacked, kWays };
 const char* const kWayNames[kWays] = {"a^T b", "a^T b, b packed", "(b^T a)^T", "(b^T a)^T, a packed"};
 
@@ -112,6 +106,12 @@ Tensor mm_tn(const Tensor& a, const Tensor& b) {
                   shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit (need [M, P] and [M, Q])");
   const int64_t m = a.size(0), p = a.size(1), q = b.size(1);
   const double macs = double(m) * double(p) * double(q);
+  // Large bf16 products run on the own tiles (matmul_tn_avx512.h) where they fit: a rule, not a
+  // timing, so the bits never depend on a run. core_bench BM_OwnBf16Product (M = 1576, operands
+  // from memory, alternated with oneDNN's plain way in every iteration; 2 threads, Zen-5 class,
+  // medians of 3-6 runs of 0.5 s): oneDNN's time / the own one's at ViT-Ti's [192 x 192] 1.02,
+  // [192 x 576] 1.02-1.05, [192 x 768] 1.07, [768 x 192] 1.04; ViT-B's [768 x 768] 1.05,
+  // [768 x 3072] 1.07, [3072 x 768] 1.12.
   if (!use_reference() && macs >= kTuneMinMacs && mm_tn_bf16_avx512_fits(a, b))
     return mm_tn_bf16_avx512(a, b);
   const bool tunable = !use_reference() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous() &&

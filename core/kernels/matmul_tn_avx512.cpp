@@ -13,8 +13,6 @@
 // once they are inlined into a function with a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include <dnnl.hpp>
-
 #include <algorithm>
 
 #include "core/common/check.h"
@@ -61,9 +59,7 @@ bool mm_tn_bf16_avx512_fits(const Tensor& a, const Tensor& b) {
   auto rows_ok = [](const Tensor& t) {
     return t.dtype() == DType::bf16 && t.dim() == 2 && t.strides()[1] == 1 && t.strides()[0] >= t.size(1);
   };
-  // Not on AMX CPUs: there oneDNN runs the product on AMX tiles, which this was never timed against.
-  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
-  return avx512::cpu_bf16_ok() && !amx && rows_ok(a) && rows_ok(b) && a.size(0) == b.size(0) && a.size(0) > 0;
+  return tiles::bf16_ok() && rows_ok(a) && rows_ok(b) && a.size(0) == b.size(0) && a.size(0) > 0;
 }
 
 Tensor mm_tn_bf16_avx512(const Tensor& a, const Tensor& b) {

@@ -7,6 +7,8 @@
 // attention head of ViT-B (attention_avx512.cpp): f32 products 186-196 GFLOP/s, bf16 350-440.
 #include "core/kernels/tile_gemm.h"
 
+#include <dnnl.hpp>
+
 // GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
 // once they are inlined into a function with a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -122,7 +124,9 @@ void sweep(const TileTable<A, Out>& tiles, int64_t M, int64_t N, int64_t K, cons
   }
 }
 
-BOOSTER_AVX512 void transposed_panel(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
+}  // namespace
+
+BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
   for (int64_t c0 = 0; c0 < cols; c0 += 16) {
     const int64_t nc = std::min<int64_t>(16, cols - c0);
     const __mmask16 cm = avx512::lanes(nc);
@@ -136,8 +140,6 @@ BOOSTER_AVX512 void transposed_panel(const float* src, int64_t rows, int64_t col
   }
 }
 
-}  // namespace
-
 void gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs, const float* b, int64_t ldb,
           float* c, int64_t ldc, float alpha) {
   sweep(kF32, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha);
@@ -150,8 +152,11 @@ void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int6
           int64_t ldb, bf16_t* c, int64_t ldc, float alpha) {
   sweep(kBf16ToBf16, M, N, K, a, a_rs, a_cs, b, ldb, c, ldc, alpha);
 }
-void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd) {
-  transposed_panel(src, rows, cols, ld, dst, ldd);
+
+bool bf16_ok() {
+  static const bool ok =
+      avx512::cpu_bf16_ok() && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+  return ok;
 }
 
 }  // namespace booster::kernels::tiles

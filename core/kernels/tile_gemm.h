@@ -9,6 +9,10 @@
 
 namespace booster::kernels::tiles {
 
+/// True when the bf16 tiles run here and are the measured choice: AVX512-BF16 without AMX (on
+/// AMX CPUs oneDNN runs bf16 products on AMX tiles, which these were never timed against).
+bool bf16_ok();
+
 /// C [M, N] (rows at ldc) = alpha A B, A(i, k) = a[i a_rs + k a_cs] (rows, columns or any
 /// other strides: a transposed A costs no copy), B [K, N] rows at ldb. Column blocks of 64,
 /// each swept by tiles of 6 rows x 64 columns (24 accumulators) while it stays in cache.
