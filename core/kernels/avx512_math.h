@@ -96,8 +96,16 @@ BOOSTER_AVX512 inline __m512i pair_words(__m512i x, __m512i y, bool high) {
 // dst[p][c] = the word (src[2 p][c], src[2 p + 1][c]) for p < ceil(rows / 2), c < cols: bf16
 // rows [rows, cols] (rows at ld) paired down their columns as vdpbf16ps reads a B operand, or
 // an A operand read down its columns; a missing last row pairs with 0. dst rows at ldd words
-// (a multiple of 16, >= cols: the last 16 words of a row are stored whole).
-BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd) {
+// (a multiple of 16, >= cols: the last 16 words of a row are stored whole). With sums (ldd
+// floats), each column's values are added to sums[c] in f32, row by row in order, from the
+// words just paired (a bias gradient taken in the pass that reads dy anyway).
+BOOSTER_AVX512 inline void add_pair_values(float* sums, __m512i words) {
+  const __m512 lower = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+  const __m512 upper = _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xffff0000u))));
+  _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(sums), lower), upper));
+}
+BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd,
+                                      float* sums = nullptr) {
   for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
     const bf16_t* r0 = src + 2 * p * ld;
     const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
@@ -105,8 +113,14 @@ BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t c
       const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
       const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);
       const __m512i b = r1 ? _mm512_maskz_loadu_epi16(m, r1 + c0) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + p * ldd + c0, pair_words(a, b, false));
-      if (c0 + 16 < cols) _mm512_storeu_si512(dst + p * ldd + c0 + 16, pair_words(a, b, true));
+      const __m512i lo = pair_words(a, b, false);
+      _mm512_storeu_si512(dst + p * ldd + c0, lo);
+      if (sums) add_pair_values(sums + c0, lo);
+      if (c0 + 16 < cols) {
+        const __m512i hi = pair_words(a, b, true);
+        _mm512_storeu_si512(dst + p * ldd + c0 + 16, hi);
+        if (sums) add_pair_values(sums + c0 + 16, hi);
+      }
     }
   }
 }

@@ -254,9 +254,11 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     Tensor g2 = g[0].contiguous().view({m, n});
     Tensor wd = w.detach();
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
+    // (with dW, from the product's own pass over dy where it has one)
     Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
-    Tensor dw = gw ? kernels::mm_tn(g2, x2) : Tensor();
-    Tensor db = gb ? kernels::sum_dims(g2, {0}, false) : Tensor();
+    Tensor db;
+    Tensor dw = gw ? kernels::mm_tn(g2, x2, gb ? &db : nullptr) : Tensor();
+    if (gb && !gw) db = kernels::sum_dims(g2, {0}, false);
     return std::vector<Tensor>{dx, dw, db};
   });
 }
@@ -345,12 +347,14 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
     // Each weight's and bias's gradient is its own block of the stacked one (adopted as
     // .grad without a copy); a block for an input without requires_grad is dropped.
     if (gx) grads[0] = kernels::mm(gy, stacked_rows(ws, n), Tensor(), {m, x2.size(1)}).view(x_shape);
+    Tensor db_all;
     if (gw) {
-      std::vector<Tensor> dw = split_rows_owned(kernels::mm_tn(gy, x2), widths);
+      std::vector<Tensor> dw = split_rows_owned(kernels::mm_tn(gy, x2, gb ? &db_all : nullptr), widths);
       std::copy(dw.begin(), dw.end(), grads.begin() + 1);
     }
     if (gb) {
-      std::vector<Tensor> db = split_rows_owned(kernels::sum_dims(gy, {0}, false), widths);
+      if (!gw) db_all = kernels::sum_dims(gy, {0}, false);
+      std::vector<Tensor> db = split_rows_owned(db_all, widths);
       std::copy(db.begin(), db.end(), grads.begin() + 1 + long(count));
     }
     return grads;

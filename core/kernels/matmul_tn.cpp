@@ -101,7 +101,7 @@ Tensor tune(const std::string& key, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor mm_tn(const Tensor& a, const Tensor& b) {
+Tensor mm_tn(const Tensor& a, const Tensor& b, Tensor* a_sums) {
   BOOSTER_CHECK_T(ShapeError, a.dim() == 2 && b.dim() == 2 && a.size(0) == b.size(0), "mm_tn: shapes ",
                   shape_str(a.shape()), " and ", shape_str(b.shape()), " do not fit (need [M, P] and [M, Q])");
   const int64_t m = a.size(0), p = a.size(1), q = b.size(1);
@@ -113,7 +113,8 @@ Tensor mm_tn(const Tensor& a, const Tensor& b) {
   // [192 x 576] 1.02-1.05, [192 x 768] 1.07, [768 x 192] 1.04; ViT-B's [768 x 768] 1.05,
   // [768 x 3072] 1.07, [3072 x 768] 1.12.
   if (!use_reference() && macs >= kTuneMinMacs && mm_tn_bf16_avx512_fits(a, b))
-    return mm_tn_bf16_avx512(a, b);
+    return mm_tn_bf16_avx512(a, b, a_sums);  // the sums taken while a is paired: no pass of their own
+  if (a_sums) *a_sums = sum_dims(a, {0}, false);
   const bool tunable = !use_reference() && a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous() &&
                        macs >= kTuneMinMacs;
   if (!tunable) return run_way(kPlain, a, b);

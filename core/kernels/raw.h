@@ -37,7 +37,9 @@ void mm_into(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor&
 /// gradient (dW = dy^T x). Large bf16 products run on the own AVX512-BF16 tiles where they fit
 /// (matmul_tn_avx512.h); of the others, the first product of each large shape times the ways
 /// oneDNN can run it and keeps the fastest that gives the plain way's bits (matmul_tn.cpp).
-Tensor mm_tn(const Tensor& a, const Tensor& b);
+/// With a_sums, also a's column sums ([P], a's dtype, computed in f32: the bias gradient
+/// beside dW), on the own tiles in the pass that reads a for the product.
+Tensor mm_tn(const Tensor& a, const Tensor& b, Tensor* a_sums = nullptr);
 /// What mm_tn chose for each shape it timed, with the timings, one line per shape.
 std::vector<std::string> mm_tn_choices();
 /// softmax's backward: dx for y = softmax(x) over the last dim ([rows, c] contiguous,

@@ -321,6 +321,13 @@ TEST(MatmulTN, EveryWayGivesThePlainProductsBits) {
       ASSERT_EQ(got.shape(), (Shape{p, q}));
       EXPECT_EQ(got.to_vector(), plain.to_vector()) << dtype_name(dt) << " call " << call;
     }
+    // a's column sums beside the product: the same product, and sum_dims's sums off the own
+    // tiles (on them, the sums the product's pairing takes: matmul_tn_test.cpp)
+    Tensor sums;
+    EXPECT_EQ(kernels::mm_tn(a, b, &sums).to_vector(), plain.to_vector()) << dtype_name(dt);
+    ASSERT_EQ(sums.shape(), (Shape{p}));
+    ASSERT_EQ(sums.dtype(), dt);
+    if (!own) EXPECT_EQ(sums.to_vector(), kernels::sum_dims(a, {0}, false).to_vector()) << dtype_name(dt);
     bool timed = false;
     for (const auto& line : kernels::mm_tn_choices()) timed |= line.rfind(key, 0) == 0;
     EXPECT_EQ(timed, !own) << key;
