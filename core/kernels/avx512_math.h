@@ -93,22 +93,39 @@ BOOSTER_AVX512 inline __m512i pair_words(__m512i x, __m512i y, bool high) {
   const __m512i idx = _mm512_load_si512(lo);
   return _mm512_permutex2var_epi16(x, high ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, y);
 }
+// Adds the two bf16 of each word (the lower one first) to 16 f32 sums.
+BOOSTER_AVX512 inline void add_pair_values(float* sums, __m512i words) {
+  const __m512 lower = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+  const __m512 upper = _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xffff0000u))));
+  _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(sums), lower), upper));
+}
 // dst[p][c] = the word (src[2 p][c], src[2 p + 1][c]) for p < ceil(rows / 2), c < cols: bf16
 // rows [rows, cols] (rows at ld) paired down their columns as vdpbf16ps reads a B operand, or
 // an A operand read down its columns; a missing last row pairs with 0. dst rows at ldd words
 // (a multiple of 16, >= cols: the last 16 words of a row are stored whole). With sums (ldd
 // floats), each column's values are added to sums[c] in f32, row by row in order, from the
 // words just paired (a bias gradient taken in the pass that reads dy anyway).
-BOOSTER_AVX512 inline void add_pair_values(float* sums, __m512i words) {
-  const __m512 lower = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
-  const __m512 upper = _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xffff0000u))));
-  _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(sums), lower), upper));
-}
+//
+// The rows 24 pairs ahead are prefetched into L2 (prefetcht1): a weight gradient's panel is
+// 128 bytes of every row of a long operand, a stride the hardware's prefetchers follow
+// poorly. ViT-Ti bf16 step (dW's phases timed inside the product, thread 0, 40 steps; 2 runs
+// each, alternated): a panel's pairing at dW [192 x 768] 0.19-0.21 -> 0.07 ms a call, at
+// [192 x 576] 0.11-0.14 -> 0.05-0.06, the whole products 1.29-1.39 -> 1.14-1.20 and 0.94-1.06
+// -> 0.87-0.91 ms; 16 and 32 pairs ahead were alike, 48 worse; prefetching into L1
+// (prefetcht0) gained little (8 pairs ahead: 0.16 ms a panel at [192 x 768]). Attention's
+// pairings of one head's operands lost nothing (core_bench BM_Attention bf16, 3 runs each:
+// forward 0.57-0.59 -> 0.59-0.61 of the ceiling, forward + backward 0.70-0.72 -> 0.70-0.72).
+constexpr int64_t kPairPrefetch = 24;
 BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t cols, int64_t ld, uint32_t* dst, int64_t ldd,
                                       float* sums = nullptr) {
   for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
     const bf16_t* r0 = src + 2 * p * ld;
     const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
+    if (2 * (p + kPairPrefetch) + 1 < rows)
+      for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(r0 + 2 * kPairPrefetch * ld + c0), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(r0 + (2 * kPairPrefetch + 1) * ld + c0), _MM_HINT_T1);
+      }
     for (int64_t c0 = 0; c0 < cols; c0 += 32) {
       const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
       const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);
