@@ -1,6 +1,9 @@
 // Walking strided views: the one place that turns (shape, strides) into row loops.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -55,16 +58,39 @@ void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel) {
   int64_t rows = 1;
   for (int d = 0; d < nd - 1; ++d) rows *= shape[d];
   const int64_t n = shape[nd - 1], ia = sa[nd - 1], ib = sb[nd - 1];
-#pragma omp parallel for schedule(static) if (parallel && rows * n > (1 << 15))
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t rem = r, oa = 0, ob = 0;
+  // Each thread takes a contiguous run of rows: its first row's index is divided out once,
+  // then the offsets step like an odometer (short rows, such as a patch embedding's gather
+  // of 16-pixel runs, spent most of their time in the per-row divisions).
+  auto run = [&](int64_t r0, int64_t r1) {
+    if (r0 >= r1) return;
+    std::vector<int64_t> idx(size_t(nd), 0);
+    int64_t oa = 0, ob = 0, rem = r0;
     for (int d = nd - 2; d >= 0; --d) {
-      const int64_t i = rem % shape[d];
+      idx[size_t(d)] = rem % shape[d];
       rem /= shape[d];
-      oa += i * sa[d];
-      ob += i * sb[d];
+      oa += idx[size_t(d)] * sa[d];
+      ob += idx[size_t(d)] * sb[d];
     }
-    fn(oa, ob, n, ia, ib);
+    for (int64_t r = r0; r < r1; ++r) {
+      fn(oa, ob, n, ia, ib);
+      for (int d = nd - 2; d >= 0; --d) {  // next row
+        oa += sa[d];
+        ob += sb[d];
+        if (++idx[size_t(d)] < shape[d]) break;
+        oa -= shape[d] * sa[d];
+        ob -= shape[d] * sb[d];
+        idx[size_t(d)] = 0;
+      }
+    }
+  };
+  if (!parallel || rows * n <= (1 << 15) || rows < 2) {
+    run(0, rows);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), chunk = (rows + nt - 1) / nt;
+    run(std::min(rows, t * chunk), std::min(rows, (t + 1) * chunk));
   }
 }
 

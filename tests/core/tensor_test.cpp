@@ -84,6 +84,37 @@ TEST(Tensor, CopyAndFillThroughViews) {
   EXPECT_EQ(t.to_vector()[1], 3.f);
 }
 
+// A copy out of a permuted view walks its rows like an odometer, each thread from its own
+// first row: every element lands where its index says, at many dims, ragged sizes (thread
+// runs starting mid-way through every dim), rows of one element, and a dtype conversion.
+TEST(Tensor, PermutedCopiesPutEveryElementInPlace) {
+  const Shape shape{3, 5, 7, 4, 6, 9};  // 22680 elements; x2: past the parallel threshold
+  for (int64_t scale : {1, 2})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const Shape s{shape[0] * scale, shape[1], shape[2], shape[3], shape[4], shape[5]};
+      Tensor x = iota(s);  // element value = its flat index
+      x = x.to(dt).to(DType::f32);  // bf16 keeps integers below 256 exactly only: compare to x itself
+      for (auto perm : std::vector<std::vector<int64_t>>{{0, 2, 4, 1, 3, 5}, {5, 4, 3, 2, 1, 0}, {1, 0, 3, 2, 5, 4}}) {
+        Tensor v = x.to(dt).permute(perm);
+        Tensor c = v.contiguous();
+        Tensor wide = v.to(DType::f32);  // converting copy through the same walk
+        const std::vector<float> got = c.to(DType::f32).to_vector(), got_wide = wide.to_vector(), src = x.to_vector();
+        const Shape& ps = c.shape();
+        // the element at permuted index (i0..i5) is x at the index with dims put back
+        std::vector<int64_t> idx(6, 0);
+        for (size_t flat = 0; flat < got.size(); ++flat) {
+          int64_t rem = int64_t(flat), orig = 0;
+          for (int d = 5; d >= 0; --d) idx[size_t(d)] = rem % ps[size_t(d)], rem /= ps[size_t(d)];
+          std::vector<int64_t> o(6);
+          for (int d = 0; d < 6; ++d) o[size_t(perm[size_t(d)])] = idx[size_t(d)];
+          for (int d = 0; d < 6; ++d) orig = orig * s[size_t(d)] + o[size_t(d)];
+          ASSERT_EQ(got[flat], src[size_t(orig)]) << dtype_name(dt) << " element " << flat;
+          ASSERT_EQ(got_wide[flat], src[size_t(orig)]) << dtype_name(dt) << " converted element " << flat;
+        }
+      }
+    }
+}
+
 TEST(Tensor, SoleOwnerSeesOtherHandlesAndViews) {
   // Autograd reuses a gradient buffer in place only when nothing else can see it.
   Tensor t = Tensor::zeros({4, 4});
