@@ -1,10 +1,13 @@
 // Attention a head at a time on AVX-512 (attention_avx512.h).
 //
 // Every product of attention, forward and backward, is C = alpha A B on the register tiles of
-// tile_gemm.h, whose A is read with any strides, so a transposed A (P^T for dV, dS^T for dK)
-// costs no copy. Only the two products against a
-// transposed operand (q k^T and dO v^T) pack it: k or v of one head, transposed into a
-// [d, Tk rounded up to 16] panel. Scores live in a per-thread scratch from their product
+// tile_gemm.h, whose A is read with any strides, so a transposed A (dS^T for dK) costs no
+// copy. The two products against a transposed operand (q k^T and dO v^T) pack it: k or v of
+// one head, transposed into a [d, Tk rounded up to 16] panel. f32's dV = P^T dO turns P around
+// too: read down its columns from memory (rows of 197 floats, out of line with the cache
+// lines, not touched since the forward) it took 2.2x the time of the other products; ViT-Ti
+// f32 step, a layer's dV per thread (thread 0 of 2, 20 steps, 2 runs each alternated)
+// 1.30 / 1.32 -> 0.88 / 0.85 ms with the transposing copy. (bf16 pairs P anyway.) Scores live in a per-thread scratch from their product
 // through softmax (or its backward) to the products that read them: the forward's a block of
 // rows at a time (kRowBlock), the backward's a whole head (197 x 208 floats at ViT shapes,
 // 160 KB); threads take heads.
@@ -206,14 +209,18 @@ void backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   const Heads<float> Q(q), K(k), V(v), dO(dout), dQ(dq), dK(dk), dV(dv);
   const float* P = probs.data<float>();
   const bool scores = dq.defined() || dk.defined();
-  for_each_head(B, H, Carver::bytes({tq * np * 4, dvs * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
+  const int64_t nq = round16(tq);
+  for_each_head(B, H, Carver::bytes({tq * np * 4, dvs * np * 4, tk * nq * 4}), [&](int64_t b, int64_t h, char* scratch) {
     const float* p = P + (b * H + h) * tq * tk;
-    if (dv.defined())  // dV = P^T dO: P read down its columns
-      tiles::gemm(tk, dvs, tq, p, 1, tk, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
-    if (!scores) return;
     Carver c{scratch};
     float* ds = c.take<float>(tq * np);  // dP, then alpha dS
     float* vt = c.take<float>(dvs * np);  // v^T
+    float* pt = c.take<float>(tk * nq);  // P^T
+    if (dv.defined()) {  // dV = P^T dO, P turned around first (see the top of the file)
+      tiles::pack_transposed(p, tq, tk, tk, pt, nq);
+      tiles::gemm(tk, dvs, tq, pt, nq, 1, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
+    }
+    if (!scores) return;
     tiles::pack_transposed(V.at(b, h), tk, dvs, V.st, vt, np);
     tiles::gemm(tq, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);
     for (int64_t i = 0; i < tq; ++i) rows_f32::softmax_grad_row(ds + i * np, p + i * tk, tk, alpha, ds + i * np);
