@@ -28,6 +28,8 @@ void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int6
 
 /// dst[c][r] = src[r][c] for r < rows, c < cols (src rows at ld), and 0 for rows <= r < ldd
 /// (ldd: rows rounded up to 16, the panel's row length). 32-bit elements (f32, or bf16 pairs).
+/// Each 16-row block prefetches the next one's pieces into L2: the f32 attention's P^T pack
+/// (197 x 197, cold) 0.285 / 0.284 -> 0.233 / 0.231 ms a layer per thread (ViT-Ti, alternated).
 void pack_transposed(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst, int64_t ldd);
 
 }  // namespace booster::kernels::tiles
