@@ -107,7 +107,7 @@ void BM_LinearPart(benchmark::State& state, DType dt) {
 
 // A bf16 linear product on the own tiles (matmul_tn_avx512.h) against oneDNN's, alternated in
 // every iteration on operands from memory (16 sets taken in turn, each product on its own):
-// counter "speedup" = oneDNN's time / the own one's. Arg 3: 2 = dW = dy^T x.
+// counter "speedup" = oneDNN's time / the own one's. Args: M, x's width, dy's width (dW = dy^T x).
 void BM_OwnBf16Product(benchmark::State& state) {
   const int64_t m = state.range(0), k = state.range(1), n = state.range(2);
   if (!kernels::tiles::bf16_ok()) {

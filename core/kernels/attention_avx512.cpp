@@ -7,10 +7,11 @@
 // too: read down its columns from memory (rows of 197 floats, out of line with the cache
 // lines, not touched since the forward) it took 2.2x the time of the other products; ViT-Ti
 // f32 step, a layer's dV per thread (thread 0 of 2, 20 steps, 2 runs each alternated)
-// 1.30 / 1.32 -> 0.88 / 0.85 ms with the transposing copy. (bf16 pairs P anyway.) Scores live in a per-thread scratch from their product
-// through softmax (or its backward) to the products that read them: the forward's a block of
-// rows at a time (kRowBlock), the backward's a whole head (197 x 208 floats at ViT shapes,
-// 160 KB); threads take heads.
+// 1.30 / 1.32 -> 0.88 / 0.85 ms with the transposing copy (bf16 pairs P anyway).
+//
+// Scores live in a per-thread scratch from their product through softmax (or its backward) to
+// the products that read them: the forward's a block of rows at a time (kRowBlock), the
+// backward's a whole head (197 x 208 floats at ViT shapes, 160 KB); threads take heads.
 //
 // bf16 (on AVX512-BF16 without AMX) runs the same products with vdpbf16ps, two k at a time: the scores and
 // their gradients in f32, probabilities and dS rounded to bf16 for the products that read them.

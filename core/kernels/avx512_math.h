@@ -111,6 +111,14 @@ BOOSTER_AVX512 inline __m512i pair_words(__m512i x, __m512i y, bool high) {
   const __m512i idx = _mm512_load_si512(lo);
   return _mm512_permutex2var_epi16(x, high ? _mm512_add_epi16(idx, _mm512_set1_epi16(16)) : idx, y);
 }
+// Prefetches every cache line of [p, p + bytes) into L2 (prefetcht1): the packing and
+// transposing passes read rows ahead of use with it where the rows are short pieces of long
+// strided ones, a pattern the hardware prefetchers follow poorly.
+inline void prefetch_l2(const void* p, int64_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p), end = start + uintptr_t(bytes);
+  for (uintptr_t a = start & ~uintptr_t(63); a < end; a += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T1);
+}
 // Adds the two bf16 of each word (the lower one first) to 16 f32 sums.
 BOOSTER_AVX512 inline void add_pair_values(float* sums, __m512i words) {
   const __m512 lower = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
@@ -124,7 +132,7 @@ BOOSTER_AVX512 inline void add_pair_values(float* sums, __m512i words) {
 // floats), each column's values are added to sums[c] in f32, row by row in order, from the
 // words just paired (a bias gradient taken in the pass that reads dy anyway).
 //
-// The rows 24 pairs ahead are prefetched into L2 (prefetcht1): a weight gradient's panel is
+// The rows 24 pairs ahead are prefetched into L2 (prefetch_l2): a weight gradient's panel is
 // 128 bytes of every row of a long operand, a stride the hardware's prefetchers follow
 // poorly. ViT-Ti bf16 step (dW's phases timed inside the product, thread 0, 40 steps; 2 runs
 // each, alternated): a panel's pairing at dW [192 x 768] 0.19-0.21 -> 0.07 ms a call, at
@@ -139,11 +147,10 @@ BOOSTER_AVX512 inline void pack_pairs(const bf16_t* src, int64_t rows, int64_t c
   for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
     const bf16_t* r0 = src + 2 * p * ld;
     const bf16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
-    if (2 * (p + kPairPrefetch) + 1 < rows)
-      for (int64_t c0 = 0; c0 < cols; c0 += 32) {
-        _mm_prefetch(reinterpret_cast<const char*>(r0 + 2 * kPairPrefetch * ld + c0), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(r0 + (2 * kPairPrefetch + 1) * ld + c0), _MM_HINT_T1);
-      }
+    if (2 * (p + kPairPrefetch) + 1 < rows) {
+      prefetch_l2(r0 + 2 * kPairPrefetch * ld, cols * 2);
+      prefetch_l2(r0 + (2 * kPairPrefetch + 1) * ld, cols * 2);
+    }
     for (int64_t c0 = 0; c0 < cols; c0 += 32) {
       const __mmask32 m = cols - c0 >= 32 ? ~__mmask32(0) : __mmask32((1u << (cols - c0)) - 1);
       const __m512i a = _mm512_maskz_loadu_epi16(m, r0 + c0);

@@ -12,8 +12,8 @@ bool mm_tn_bf16_avx512_fits(const Tensor& a, const Tensor& b);
 
 /// a^T b, [P, Q] bf16: products accumulated in f32 over all M rows, rounded once. With a_sums,
 /// also a's column sums ([P] bf16: f32 in an order fixed by the shape, whatever the number of
-/// threads, rounded once), taken in the pass
-/// that pairs a's rows for the product (a linear's bias gradient beside its weight gradient).
+/// threads, rounded once), taken in the pass that pairs a's rows for the product (a linear's
+/// bias gradient beside its weight gradient).
 Tensor mm_tn_bf16_avx512(const Tensor& a, const Tensor& b, Tensor* a_sums = nullptr);
 
 }  // namespace booster::kernels

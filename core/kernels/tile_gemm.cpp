@@ -131,10 +131,8 @@ BOOSTER_AVX512 void pack_transposed(const float* src, int64_t rows, int64_t cols
     const int64_t nc = std::min<int64_t>(16, cols - c0);
     const __mmask16 cm = avx512::lanes(nc);
     for (int64_t r0 = 0; r0 < ldd; r0 += 16) {
-      for (int64_t i = r0 + 16; i < std::min(rows, r0 + 32); ++i) {  // the next block's rows, into L2
-        _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + c0), _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + c0 + nc - 1), _MM_HINT_T1);
-      }
+      for (int64_t i = r0 + 16; i < std::min(rows, r0 + 32); ++i)  // the next block's pieces
+        avx512::prefetch_l2(src + i * ld + c0, nc * 4);
       __m512 r[16];
       for (int64_t i = 0; i < 16; ++i)
         r[i] = r0 + i < rows ? _mm512_maskz_loadu_ps(cm, src + (r0 + i) * ld + c0) : _mm512_setzero_ps();

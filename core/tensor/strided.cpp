@@ -95,8 +95,7 @@ void transpose_tiles(const T* src, int64_t src_ld, T* dst, int64_t dst_ld, int64
     if (t + 1 < tr * tc) {  // the next tile's source rows into L2 (see above)
       const int64_t ni0 = ((t + 1) / tc) * kTile, nj0 = ((t + 1) % tc) * kTile;
       for (int64_t j = nj0; j < std::min(cols, nj0 + kTile); ++j)
-        for (int64_t b = 0; b < std::min(kTile, rows - ni0) * int64_t(sizeof(T)); b += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(src + j * src_ld + ni0) + b, _MM_HINT_T1);
+        kernels::avx512::prefetch_l2(src + j * src_ld + ni0, std::min(kTile, rows - ni0) * int64_t(sizeof(T)));
     }
     for (int64_t i = i0; i < iv; i += 16)
       for (int64_t j = j0; j < jv; j += 16)

@@ -1,12 +1,11 @@
 // Walking strided views: the one place that turns (shape, strides) into row loops.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "core/common/parallel.h"
 #include "core/tensor/tensor.h"
 
 namespace booster {
@@ -83,15 +82,8 @@ void for_each_row(Shape shape, Shape sa, Shape sb, Fn&& fn, bool parallel) {
       }
     }
   };
-  if (!parallel || rows * n <= (1 << 15) || rows < 2) {
-    run(0, rows);
-    return;
-  }
-#pragma omp parallel
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), chunk = (rows + nt - 1) / nt;
-    run(std::min(rows, t * chunk), std::min(rows, (t + 1) * chunk));
-  }
+  // on threads past kGrain elements (rows * n), inline below it or when not `parallel`
+  parallel_for(rows, parallel ? std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)) : rows, run);
 }
 
 }  // namespace booster
