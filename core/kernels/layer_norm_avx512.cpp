@@ -8,6 +8,12 @@
 // core_bench BM_LayerNorm, 2 threads, Zen-5 class, 4 runs alternated with the seven-instruction
 // rounding: forward [8, 197, 768] 151-158 us against 174-196, ViT-Ti's [8, 197, 192] 47-48
 // against 67-70; forward + backward 324-403 against 380-465 and 112-142 against 161-200.
+//
+// A row's sums (mean, variance; the backward's two) go to four accumulators, not one chain of
+// dependent adds that bound the rows (perf: the chained vaddps / vfmadd took 38 % of the
+// forward). BM_LayerNorm, 3 runs alternated with one accumulator: forward [8, 197, 768] f32
+// 129-131 -> 104-106 us, bf16 155-157 -> 125-127; [8, 197, 192] f32 38-39 -> 35-37, bf16 56-57
+// -> 52-54; forward + backward bf16 [8, 197, 768] 330-333 -> 300-318, the rest within noise.
 #include "core/kernels/layer_norm_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -33,19 +39,30 @@ BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
 }
 
 // Runs the statements over a row of c in vectors of 16: j the offset, m its lanes (the last
-// vector masked). A macro: a lambda would not inherit the AVX-512 target.
+// vector masked), k = j / 16 % 4 for the full vectors of a run of four (0 past them): the
+// row sums go to four accumulators (acc[k], kept in registers), not one chain of dependent
+// adds. A macro: a lambda would not inherit the AVX-512 target.
 #define BOOSTER_OVER_ROW(c, ...)                                                 \
   {                                                                              \
-    int64_t j = 0;                                                               \
-    for (; j + 16 <= (c); j += 16) {                                             \
-      const __mmask16 m = 0xffff;                                                \
-      __VA_ARGS__                                                                \
+    int64_t j0 = 0;                                                              \
+    for (; j0 + 64 <= (c); j0 += 64) {                                           \
+      _Pragma("GCC unroll 4") for (int k = 0; k < 4; ++k) {                      \
+        const int64_t j = j0 + 16 * k;                                           \
+        const __mmask16 m = 0xffff;                                              \
+        __VA_ARGS__                                                              \
+      }                                                                          \
     }                                                                            \
-    if (j < (c)) {                                                               \
-      const __mmask16 m = avx512::lanes((c) - j);                                \
+    for (int64_t j = j0; j < (c); j += 16) {                                     \
+      [[maybe_unused]] constexpr int k = 0;                                      \
+      const __mmask16 m = (c) - j >= 16 ? __mmask16(0xffff) : avx512::lanes((c) - j); \
       __VA_ARGS__                                                                \
     }                                                                            \
   }
+// The sum of four accumulators' lanes.
+BOOSTER_AVX512 inline float reduce4(const __m512 a[4]) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+#define BOOSTER_ZERO4(a) __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}
 
 // The row kernels, stamped out once per instruction set (TARGET) with its bf16 store (STORE):
 // on AVX512-BF16 CPUs bf16 rows are rounded in one instruction (store16_native) where
@@ -57,16 +74,16 @@ TARGET void fwd_rows(const T* x, const float* w, const float* b, T* y, float* me
   const float inv_c = 1.0f / float(c);                                                                                 \
   for (int64_t r = r0; r < r1; ++r) {                                                                                  \
     const T* xr = x + r * c;                                                                                           \
-    __m512 s = _mm512_setzero_ps();                                                                                    \
-    BOOSTER_OVER_ROW(c, s = _mm512_add_ps(s, load16(xr + j, m));)                                                      \
-    const float mu = _mm512_reduce_add_ps(s) * inv_c;                                                                  \
+    BOOSTER_ZERO4(s);                                                                                                  \
+    BOOSTER_OVER_ROW(c, s[k] = _mm512_add_ps(s[k], load16(xr + j, m));)                                                \
+    const float mu = reduce4(s) * inv_c;                                                                               \
     const __m512 vmu = _mm512_set1_ps(mu);                                                                             \
-    __m512 q = _mm512_setzero_ps();                                                                                    \
+    BOOSTER_ZERO4(q);                                                                                                  \
     BOOSTER_OVER_ROW(c,                                                                                                \
       const __m512 d = _mm512_maskz_sub_ps(m, load16(xr + j, m), vmu);                                                 \
-      q = _mm512_fmadd_ps(d, d, q);                                                                                    \
+      q[k] = _mm512_fmadd_ps(d, d, q[k]);                                                                              \
     )                                                                                                                  \
-    const float rs = 1.0f / std::sqrt(_mm512_reduce_add_ps(q) * inv_c + eps);                                          \
+    const float rs = 1.0f / std::sqrt(reduce4(q) * inv_c + eps);                                                       \
     const __m512 vrs = _mm512_set1_ps(rs);                                                                             \
     T* yr = y + r * c;                                                                                                 \
     BOOSTER_OVER_ROW(c,                                                                                                \
@@ -87,19 +104,20 @@ TARGET void bwd_rows(const T* x, const float* w, const float* mean, const float*
   for (int64_t r = r0; r < r1; ++r) {                                                                                  \
     const T *xr = x + r * c, *gr = dy + r * c;                                                                         \
     const __m512 vmu = _mm512_set1_ps(mean[r]), vrs = _mm512_set1_ps(rstd[r]);                                         \
-    __m512 sg = _mm512_setzero_ps(), sgx = _mm512_setzero_ps();                                                        \
+    BOOSTER_ZERO4(sg);                                                                                                 \
+    BOOSTER_ZERO4(sgx);                                                                                                \
     BOOSTER_OVER_ROW(c,                                                                                                \
       const __m512 xh = _mm512_maskz_mul_ps(m, _mm512_sub_ps(load16(xr + j, m), vmu), vrs);                            \
       const __m512 g = load16(gr + j, m);                                                                              \
       const __m512 gi = _mm512_mul_ps(g, load_or(w ? w + j : nullptr, m, 1.0f));                                       \
-      sg = _mm512_add_ps(sg, gi);                                                                                      \
-      sgx = _mm512_fmadd_ps(gi, xh, sgx);                                                                              \
+      sg[k] = _mm512_add_ps(sg[k], gi);                                                                                \
+      sgx[k] = _mm512_fmadd_ps(gi, xh, sgx[k]);                                                                        \
       if (dw) {                                                                                                        \
         _mm512_mask_storeu_ps(dw + j, m, _mm512_fmadd_ps(g, xh, _mm512_maskz_loadu_ps(m, dw + j)));                    \
         _mm512_mask_storeu_ps(db + j, m, _mm512_add_ps(g, _mm512_maskz_loadu_ps(m, db + j)));                          \
       }                                                                                                                \
     )                                                                                                                  \
-    const __m512 mg = _mm512_set1_ps(_mm512_reduce_add_ps(sg) * inv_c), mgx = _mm512_set1_ps(_mm512_reduce_add_ps(sgx) * inv_c); \
+    const __m512 mg = _mm512_set1_ps(reduce4(sg) * inv_c), mgx = _mm512_set1_ps(reduce4(sgx) * inv_c);                 \
     T* dr = dx + r * c;                                                                                                \
     BOOSTER_OVER_ROW(c,                                                                                                \
       const __m512 xh = _mm512_mul_ps(_mm512_sub_ps(load16(xr + j, m), vmu), vrs);                                     \
