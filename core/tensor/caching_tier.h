@@ -27,7 +27,8 @@ class CachingHostTier : public MemoryTier {
   void set_footprint_limit(size_t nbytes) override;
 
   /// True unless BOOSTER_THP=0: blocks of 2 MB and more are then 2 MB aligned and marked for
-  /// transparent huge pages.
+  /// transparent huge pages, and smaller cached ones are carved from huge-page slabs of 8 MB
+  /// (the rest of a slab idle in the cache; not under a footprint limit).
   static bool huge_pages();
   /// Blocks at least this large are cached.
   static constexpr size_t kMinCached = size_t(1) << 18;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <set>
 
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
@@ -283,6 +285,39 @@ TEST(Allocator, LargeBlocksStartOnHugePageBoundaries) {
   }
   tier.empty_cache();
   EXPECT_EQ(tier.bytes_cached(), 0u);
+}
+
+TEST(Allocator, MidSizeBlocksShareHugePageSlabs) {
+  const size_t n = 600000, cls = CachingHostTier::size_class(n), per_slab = (size_t(8) << 20) / cls;
+  CachingHostTier tier("test_slab", size_t(64) << 20);
+  std::vector<unsigned char*> blocks;
+  for (size_t i = 0; i < per_slab + 2; ++i) {  // one slab and two blocks of the next
+    blocks.push_back(static_cast<unsigned char*>(tier.allocate(n)));
+    std::memset(blocks.back(), int(i + 1), n);  // every byte mapped and writable
+    if (i == 0 && CachingHostTier::huge_pages()) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[0]) % (size_t(2) << 20), 0u);
+      EXPECT_EQ(tier.bytes_cached(), (per_slab - 1) * cls);  // the slab's other blocks, idle
+    }
+  }
+  std::set<unsigned char*> starts(blocks.begin(), blocks.end());
+  EXPECT_EQ(starts.size(), blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[i]) % kAlignment, 0u);
+    EXPECT_TRUE(blocks[i][0] == i + 1 && blocks[i][n - 1] == i + 1) << "block " << i << " overlaps another";
+  }
+  EXPECT_EQ(tier.bytes_in_use(), blocks.size() * n);
+  for (auto* b : blocks) tier.deallocate(b, n);
+  tier.empty_cache();
+  EXPECT_EQ(tier.bytes_cached(), 0u);
+  // Under a footprint limit, or with a cache limit too small for a slab's idle blocks: one block at a time.
+  CachingHostTier capped("test_slab_capped", size_t(64) << 20), small("test_slab_small", size_t(1) << 20);
+  capped.set_footprint_limit(size_t(32) << 20);
+  for (CachingHostTier* t : {&capped, &small}) {
+    void* p = t->allocate(n);
+    EXPECT_EQ(t->bytes_cached(), 0u) << t->name();
+    t->deallocate(p, n);
+    t->empty_cache();
+  }
 }
 
 TEST(Allocator, SizeClassesBoundTheSlack) {
