@@ -47,18 +47,21 @@ namespace {
 // The row passes of softmax and its backward, stamped out once per instruction set (TARGET):
 // the f32 kernels run on AVX-512 CPUs without AVX512-BF16 too.
 //
-// softmax_row: s (n scores in f32, in a row padded to 16 = np) gives the probabilities,
-// written in one pass (the normalizing one) to `padded` (np values, zeros past n; may be s
-// itself) and to `dst` (n values). With `spill`, dst's last vector is stored whole: its lanes
-// past n land on the next row's first values, which the next row then overwrites (masked
-// stores are slow on AMD's AVX-512). A NaN or +inf score, or a row of -inf, makes the row NaN,
-// as exp(x - max) would: x - max is NaN there, exp_nonpositive_short keeps it, and the row's
-// sum and every probability become NaN. s is left holding the exponentials.
+// softmax_row: s (n scores in f32 and in log2 units, times log2(e): the product's alpha
+// carries it, in a row padded to 16 = np) gives the probabilities, written in one pass (the
+// normalizing one) to `padded` (np values, zeros past n; may be s itself) and to `dst` (n
+// values). With `spill`, dst's last vector is stored whole: its lanes past n land on the next
+// row's first values, which the next row then overwrites (masked stores are slow on AMD's
+// AVX-512). A NaN or +inf score, or a row of -inf, makes the row NaN, as exp(x - max) would:
+// x - max is NaN there, exp2_nonpositive keeps it, and the row's sum and every probability
+// become NaN. s is left holding the exponentials.
 //
-// The exponentials are exp_nonpositive_short's (avx512_math.h): the rows are bound by the FP
-// pipes, and it takes four operations fewer than exp_nonpositive, whose clamp of a NaN to -87
-// also needed a NaN check of its own. ViT-Ti bf16 step, a layer's softmax rows timed inside
-// the forward (thread 0 of 2, 40 steps, 3 runs each alternated): 0.235-0.241 -> 0.194-0.201 ms.
+// The exponentials are 2^(s - max) (exp2_nonpositive, avx512_math.h; degree 4 for bf16
+// probabilities): the rows are bound by the FP pipes, and exp(x) as 2^(x log2 e) takes the
+// multiply, and vreduceps and vscalefps the rounding, the polynomial's argument and the
+// scaling, in three operations fewer. ViT-Ti bf16 step, a layer's softmax rows timed inside
+// the forward (thread 0 of 2, 40 steps, 3 runs each alternated): Cephes' exp 0.235-0.241 ms,
+// 2^(a log2 e) with a rounded 2^n 0.194-0.201 ms.
 //
 // softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
 // for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n
@@ -66,6 +69,7 @@ namespace {
 #define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                                   \
   template <typename Out>                                                                                              \
   TARGET void softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                                    \
+    constexpr int kDeg = std::is_same_v<Out, bf16_t> ? 4 : 5;                                                          \
     const int64_t full = n / 16 * 16;                                                                                  \
     const __mmask16 tail = avx512::lanes(n - full);                                                                    \
     __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());                                                \
@@ -75,13 +79,13 @@ namespace {
     __m512 sum = _mm512_setzero_ps();                                                                                  \
     for (int64_t j = 0; j < full; j += 16) {                                                                           \
       const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + j), mx);                                                      \
-      const __m512 e = avx512::exp_nonpositive_short(d);                                                               \
+      const __m512 e = avx512::exp2_nonpositive<kDeg>(d);                                                              \
       _mm512_storeu_ps(s + j, e);                                                                                      \
       sum = _mm512_add_ps(sum, e);                                                                                     \
     }                                                                                                                  \
     if (tail) {                                                                                                        \
       const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(s + full), mx);                                                   \
-      const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp_nonpositive_short(d));                                    \
+      const __m512 e = _mm512_maskz_mov_ps(tail, avx512::exp2_nonpositive<kDeg>(d));                                   \
       _mm512_storeu_ps(s + full, e);                                                                                   \
       sum = _mm512_add_ps(sum, e);                                                                                     \
     }                                                                                                                  \
@@ -195,7 +199,7 @@ void forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     tiles::pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
     for (int64_t r0 = 0; r0 < tq; r0 += rb) {
       const int64_t rows = std::min(rb, tq - r0);
-      tiles::gemm(rows, np, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha);
+      tiles::gemm(rows, np, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha * avx512::kLog2e);
       for (int64_t i = 0; i < rows; ++i)
         rows_f32::softmax_row(s + i * np, tk, s + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
       tiles::gemm(rows, dv, tk, s, np, 1, V.at(b, h), V.st, O.at(b, h) + r0 * O.st, O.st, 1.0f);
@@ -251,7 +255,7 @@ void forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
     avx512::pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
     for (int64_t r0 = 0; r0 < tq; r0 += rb) {
       const int64_t rows = std::min(rb, tq - r0);
-      tiles::gemm(rows, np, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha);
+      tiles::gemm(rows, np, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha * avx512::kLog2e);
       for (int64_t i = 0; i < rows; ++i)
         rows_bf16::softmax_row(s + i * np, tk, pb + i * np, p + (r0 + i) * tk, spills(r0 + i, tq, tk));
       tiles::gemm(rows, dv, kp, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv, O.at(b, h) + r0 * O.st,

@@ -1,5 +1,5 @@
 // AVX-512 building blocks shared by the hand-written kernels (GELU, attention, LayerNorm,
-// transposed copies, blocked packing): exp on non-positive arguments, bf16 widening and
+// transposed copies, blocked packing): 2^t on non-positive arguments, bf16 widening and
 // rounding, a 16 x 16 transpose, bf16 pairs, loads and stores of 16 lanes. Only for translation
 // units whose callers check the CPU at run time; every function carries its target.
 #pragma once
@@ -19,42 +19,36 @@ namespace booster::kernels::avx512 {
 /// The lowest n of 16 lanes (n <= 16): the mask of a row's last, partial vector.
 inline __mmask16 lanes(int64_t n) { return __mmask16((1u << n) - 1); }
 
-// exp(a) for a <= 0: a degree-6 polynomial after range reduction by ln 2 (Cephes'
-// coefficients), scaled by 2^n with vscalefps; 0 below -87 (where f32's normal range ends).
-BOOSTER_AVX512 inline __m512 exp_nonpositive(__m512 a) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  a = _mm512_max_ps(a, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);  // a - n ln2, ln2 in two parts
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_scalef_ps(__mmask16(~tiny), p, n);  // p 2^n
+// 2^t for t <= 0: 2^f for the fraction f = t - floor(t) in [0, 1) (vreduceps) by a polynomial
+// interpolating at Chebyshev nodes on [0, 1), scaled by 2^floor(t) (vscalefps floors t
+// itself); 0 below -126 and at -inf, NaN kept. Degree 5: 1.8e-7 relative (f32 results),
+// degree 4: 3.5e-6 (results rounded to bf16, 3.9e-3). Callers scale their argument by log2(e)
+// where it costs nothing (in a product's alpha) or fold it into an operation they need anyway;
+// against exp by Cephes' degree 6 after range reduction by ln 2, the former form here, five
+// or six operations fewer on a shorter chain.
+template <int Degree>
+BOOSTER_AVX512 inline __m512 exp2_nonpositive(__m512 t) {
+  static_assert(Degree == 4 || Degree == 5);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p;
+  if constexpr (Degree == 5) {
+    p = _mm512_set1_ps(1.8937540008e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.9495908469e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5860336870e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4014182389e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9315451384e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9999988079e-1f));
+  } else {
+    p = _mm512_set1_ps(1.3670309447e-2f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.1744997501e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4160435796e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9297289848e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000034571e+0f));
+  }
+  return _mm512_maskz_scalef_ps(__mmask16(~tiny), p, t);  // p 2^floor(t)
 }
-// exp(a) for a <= 0 as 2^t, t = a log2(e) rounded once: 2^(t - round(t)) by a degree-5
-// polynomial (interpolating at Chebyshev nodes on [-1/2, 1/2]: 2.4e-7 relative), scaled by
-// 2^round(t); 0 below -87 and at -inf, NaN kept. Four operations fewer than exp_nonpositive
-// on a shorter chain; the rounding of log2(e) and of t costs up to 1.2e-7 |a| relative (2.4e-6
-// at a = -20: a bf16 probability's rounding is 3.9e-3).
-BOOSTER_AVX512 inline __m512 exp_nonpositive_short(__m512 a) {
-  const __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-  const __m512 t = _mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.3390863314e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6760317683e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503569543e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022106826e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718246e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192e+0f));
-  return _mm512_maskz_scalef_ps(__mmask16(~tiny), p, n);  // p 2^n
-}
+constexpr float kLog2e = 1.44269504088896341f;
 
 // f32 -> bf16 rounded to nearest even as to_bf16 does (a NaN stays a quiet NaN).
 BOOSTER_AVX512 inline __m256i narrow16(__m512 v) {

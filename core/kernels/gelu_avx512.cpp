@@ -2,15 +2,17 @@
 //
 // erf by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7) on |x| / sqrt(2), whose
 // exp(-x^2 / 2) is also the normal density the derivative needs: one exponential gives
-// both. exp is a degree-6 polynomial after range reduction by ln 2 (Cephes' coefficients).
-// Against double precision over [-9, 9]: y within 2.6e-7 relative, y' within 2.8e-7.
+// both, as 2^(-z^2 log2 e) (exp2_nonpositive, avx512_math.h: degree 5 for f32 results).
+// Against double precision over [-10, 10]: y and y' within 3e-7 (relative past 1).
 // Measured on [1576, 3072] f32 (ViT-B's MLP at batch 8, 2 threads, Zen-5 class): 0.9 ms for
 // y and y' together; oneDNN's eltwise took 2.0 ms for y and 3.4 ms for its backward.
 //
-// bf16 results (rounded to 2^-9 relative) take vrcp14ps for the division and
-// exp_nonpositive_short (errors of 6e-5 and 1e-6 relative): the pass is bound by the FP pipes,
-// and core_bench BM_Gelu bf16 (forward, 3 runs alternated) ran 1.51-1.57 -> 1.21-1.23 ms,
-// forward + backward 2.00-2.28 -> 1.69-1.81.
+// bf16 results (rounded to 2^-9 relative) take vrcp14ps for the division and the degree-4
+// exp2_nonpositive (errors of 6e-5 and 3.5e-6 relative). The pass is bound by the FP pipes:
+// core_bench BM_Gelu forward, 3 runs alternated each time: bf16 with the exact division and
+// Cephes' exp (degree 6 after range reduction by ln 2) 1.51-1.57 ms, with vrcp14ps and 2^f
+// with a rounded 2^n 1.21-1.23, with exp2_nonpositive 1.09-1.12; f32 (exact division) with
+// Cephes' exp 1.28-1.29, with exp2_nonpositive 1.05-1.12.
 #include "core/kernels/gelu_avx512.h"
 
 // GCC 12 reports its own intrinsics' undefined pass-through vectors (_mm512_undefined_*) as
@@ -26,20 +28,19 @@
 namespace booster::kernels {
 namespace {
 
-using avx512::exp_nonpositive;
 using avx512::load16;
 using avx512::narrow16;
 using avx512::store16;
 
 // y = x Phi(x), d = Phi(x) + x phi(x) for 16 lanes. Fast (for bf16 results): 1 / (1 + p z)
-// by vrcp14ps (2^-14 relative) and exp_nonpositive_short, errors far below bf16's rounding.
+// by vrcp14ps (2^-14 relative) and exp2_nonpositive<4>, errors far below bf16's rounding.
 template <bool Fast>
 BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
   const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
   const __m512 den = _mm512_fmadd_ps(z, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f));
   const __m512 t = Fast ? _mm512_rcp14_ps(den) : _mm512_div_ps(_mm512_set1_ps(1.0f), den);
-  const __m512 a = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z);
-  const __m512 e = Fast ? avx512::exp_nonpositive_short(a) : exp_nonpositive(a);  // exp(-x^2 / 2)
+  // exp(-x^2 / 2) = exp(-z^2) = 2^(-z^2 log2 e)
+  const __m512 e = avx512::exp2_nonpositive<Fast ? 4 : 5>(_mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(-avx512::kLog2e)), z));
   __m512 poly = _mm512_set1_ps(1.061405429f);
   poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-1.453152027f));
   poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(1.421413741f));

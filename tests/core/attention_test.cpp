@@ -124,35 +124,42 @@ TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
   }
 }
 
-// softmax's exponential (exp_nonpositive_short) against double precision over [-87, 0]:
-// within 2.4e-7 relative from its polynomial plus 1.2e-7 |a| from rounding a log2(e), and
-// 2 ulps; 0 below -87 and at -inf; NaN stays NaN (which makes a row of NaN scores NaN).
-BOOSTER_AVX512 std::vector<float> exp_short16(const float* a) {
+// The exponential of softmax and of bf16 GELU (exp2_nonpositive) against double precision
+// over [-126, 0]: within its polynomial's bound (degree 5: 1.8e-7 relative, degree 4: 3.5e-6)
+// and 1 ulp; 0 below -126 and at -inf; NaN stays NaN (which makes a row of NaN scores NaN).
+template <int Degree>
+BOOSTER_AVX512 std::vector<float> exp2_16(const float* t) {
   std::vector<float> out(16);
-  _mm512_storeu_ps(out.data(), kernels::avx512::exp_nonpositive_short(_mm512_loadu_ps(a)));
+  _mm512_storeu_ps(out.data(), kernels::avx512::exp2_nonpositive<Degree>(_mm512_loadu_ps(t)));
   return out;
+}
+
+template <int Degree>
+void expect_exp2_within(double bound) {
+  std::vector<float> ts;
+  for (int i = 0; i <= 126000; ++i) ts.push_back(-float(i) * 1e-3f);
+  for (float v : {-1e-30f, -0.0f, -1.0f + 1e-7f, -126.5f, -200.f, -1e30f, -INFINITY, NAN}) ts.push_back(v);
+  while (ts.size() % 16) ts.push_back(0.0f);
+  for (size_t i = 0; i < ts.size(); i += 16) {
+    const std::vector<float> e = exp2_16<Degree>(ts.data() + i);
+    for (size_t j = 0; j < 16; ++j) {
+      const float t = ts[i + j];
+      if (std::isnan(t)) {
+        EXPECT_TRUE(std::isnan(e[j])) << "2^NaN";
+      } else if (t < -126.0f) {
+        EXPECT_EQ(e[j], 0.0f) << "2^" << t;
+      } else {
+        const double want = std::exp2(double(t));
+        ASSERT_NEAR(e[j], want, want * (bound + 1.2e-7)) << "degree " << Degree << ": 2^" << t;
+      }
+    }
+  }
 }
 
 TEST(Attention, SoftmaxExponentialAgainstDouble) {
   if (!kernels::avx512::cpu_ok()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::vector<float> as;
-  for (int i = 0; i <= 87000; ++i) as.push_back(-float(i) * 1e-3f);
-  for (float v : {-1e-30f, -0.0f, -87.5f, -100.f, -1e30f, -INFINITY, NAN}) as.push_back(v);
-  while (as.size() % 16) as.push_back(0.0f);
-  for (size_t i = 0; i < as.size(); i += 16) {
-    const std::vector<float> e = exp_short16(as.data() + i);
-    for (size_t j = 0; j < 16; ++j) {
-      const float a = as[i + j];
-      if (std::isnan(a)) {
-        EXPECT_TRUE(std::isnan(e[j])) << "exp(NaN)";
-      } else if (a < -87.0f) {
-        EXPECT_EQ(e[j], 0.0f) << "exp(" << a << ")";
-      } else {
-        const double want = std::exp(double(a));
-        ASSERT_NEAR(e[j], want, want * (2.4e-7 + 1.2e-7 * std::abs(a) + 2.4e-7)) << "exp(" << a << ")";
-      }
-    }
-  }
+  expect_exp2_within<5>(1.8e-7);
+  expect_exp2_within<4>(3.6e-6);
 }
 
 // Which path runs: the head-at-a-time kernels for f32 on AVX-512 CPUs and bf16 on AVX512-BF16
