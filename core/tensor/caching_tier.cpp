@@ -28,7 +28,7 @@ namespace {
 // runs: +2.5 % img/s, big matmuls 3-4 % faster by oneDNN's own timings; bf16 unchanged.
 // BOOSTER_THP=0 maps them with small pages.
 //
-// Blocks from 256 KB up to 2 MB (ViT-Ti's activations: [1576, 192] is 605 KB in bf16, 1.2 MB
+// Cached blocks under 2 MB (ViT-Ti's activations: [1576, 192] is 605 KB in bf16, 1.2 MB
 // in f32) are carved from slabs of four huge pages (kSlab), a slab's other blocks going idle
 // into the cache: one block to a huge page of its own would double the footprint, and on
 // small pages the step's passes over them miss the TLB every 4 KB. ViT-Ti bf16 step
@@ -59,6 +59,9 @@ void* map_block(size_t cls) {
 void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }  // a slab's block: the rest stays mapped
 
 constexpr size_t kSlab = 4 * kHugePage;
+// Under a footprint limit (Gemini's memory cap, which counts the resident set), blocks under
+// this size go back to the OS when freed instead of idling in the cache.
+constexpr size_t kMinKeptUnderLimit = size_t(1) << 18;
 }  // namespace
 
 bool CachingHostTier::huge_pages() {
@@ -117,7 +120,8 @@ void CachingHostTier::deallocate(void* p, size_t nbytes) {
   const size_t cls = size_class(nbytes);
   if (cls >= kMinCached) {
     std::lock_guard lock(mu_);
-    if (cached_ + cls <= limit_ && (footprint_limit_ == 0 || bytes_in_use() + cached_ + cls <= footprint_limit_)) {
+    const bool keep = footprint_limit_ == 0 || (cls >= kMinKeptUnderLimit && bytes_in_use() + cached_ + cls <= footprint_limit_);
+    if (cached_ + cls <= limit_ && keep) {
       free_[cls].push_back(p);
       cached_ += cls;
       return;

@@ -320,6 +320,27 @@ TEST(Allocator, MidSizeBlocksShareHugePageSlabs) {
   }
 }
 
+// Blocks from 64 KB are cached; under a footprint limit (Gemini's cap, which counts the
+// resident set) only those from 256 KB idle in the cache, smaller ones go back at once.
+TEST(Allocator, SmallCachedBlocksIdleOnlyWithoutAFootprintLimit) {
+  const size_t n = 100000;
+  CachingHostTier free_tier("test_small", size_t(64) << 20), capped("test_small_capped", size_t(64) << 20);
+  capped.set_footprint_limit(size_t(32) << 20);
+  void* a = free_tier.allocate(n);
+  free_tier.deallocate(a, n);
+  EXPECT_GE(free_tier.bytes_cached(), CachingHostTier::size_class(n));
+  EXPECT_EQ(free_tier.allocate(n), a);  // the same block again
+  free_tier.deallocate(a, n);
+  free_tier.empty_cache();
+  void* b = capped.allocate(n);
+  capped.deallocate(b, n);
+  EXPECT_EQ(capped.bytes_cached(), 0u);
+  void* big = capped.allocate(size_t(1) << 20);
+  capped.deallocate(big, size_t(1) << 20);
+  EXPECT_EQ(capped.bytes_cached(), CachingHostTier::size_class(size_t(1) << 20));
+  capped.empty_cache();
+}
+
 TEST(Allocator, SizeClassesBoundTheSlack) {
   for (size_t n : {size_t(1) << 18, (size_t(1) << 18) + 1, size_t(3152) * 3072 * 4, size_t(1) << 30}) {
     const size_t c = CachingHostTier::size_class(n);
