@@ -39,14 +39,9 @@ std::vector<Tensor> MixedPrecisionOptimizer::working_params() const {
 
 bool MixedPrecisionOptimizer::found_nonfinite_on_any_rank() {
   ProfileScope prof_("non-finite check");
-  bool bad = false;
-  for (auto& e : masters_->entries()) {
-    Tensor g = e.param.grad();
-    if (g.defined() && !kernels::all_finite(g)) {
-      bad = true;
-      break;
-    }
-  }
+  std::vector<Tensor> grads;
+  for (auto& e : masters_->entries()) grads.push_back(e.param.grad());
+  bool bad = !kernels::all_finite(grads);
   if (dist::is_initialized() && dist::world_size() > 1)
     bad = dist::all_reduce_scalar(bad ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
   return bad;

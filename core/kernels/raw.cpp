@@ -2,6 +2,7 @@
 #include "core/kernels/raw.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -74,11 +75,22 @@ double sum_squares_of(const T* p, int64_t n) {
 // True when no element of n has its exponent bits all set (inf or NaN), read as the
 // integers U under `exponent`'s mask: no conversion, one vector pass.
 template <typename U>
-bool exponents_finite(const U* p, int64_t n, U exponent) {
+bool exponents_finite(const void* data, int64_t lo, int64_t hi, U exponent) {
+  const U* p = static_cast<const U*>(data);
   int bad = 0;
-#pragma omp parallel for simd reduction(| : bad) if (n > kGrain) schedule(static)
-  for (int64_t i = 0; i < n; ++i) bad |= (p[i] & exponent) == exponent;
+#pragma omp simd reduction(| : bad)
+  for (int64_t i = lo; i < hi; ++i) bad |= (p[i] & exponent) == exponent;
   return !bad;
+}
+
+// Elements [lo, hi) of a contiguous float tensor finite (integers always are).
+bool range_finite(const Tensor& t, int64_t lo, int64_t hi) {
+  switch (t.dtype()) {
+    case DType::f32: return exponents_finite(t.raw_data(), lo, hi, uint32_t(0x7f800000u));
+    case DType::bf16: return exponents_finite(t.raw_data(), lo, hi, uint16_t(0x7f80u));
+    case DType::f16: return exponents_finite(t.raw_data(), lo, hi, uint16_t(0x7c00u));
+    default: return true;
+  }
 }
 
 }  // namespace
@@ -95,14 +107,28 @@ double sum_squares(const Tensor& t) {
   return sum_squares_of(f.data<float>(), f.numel());
 }
 
-bool all_finite(const Tensor& t) {
-  const Tensor s = t.contiguous();
-  switch (s.dtype()) {
-    case DType::f32: return exponents_finite(static_cast<const uint32_t*>(s.raw_data()), s.numel(), uint32_t(0x7f800000u));
-    case DType::bf16: return exponents_finite(static_cast<const uint16_t*>(s.raw_data()), s.numel(), uint16_t(0x7f80u));
-    case DType::f16: return exponents_finite(static_cast<const uint16_t*>(s.raw_data()), s.numel(), uint16_t(0x7c00u));
-    default: return true;  // integers are always finite
+bool all_finite(const Tensor& t) { return all_finite(std::vector<Tensor>{t}); }
+
+bool all_finite(const std::vector<Tensor>& ts) {
+  // The tensors' elements as one range that the threads split evenly (one parallel region
+  // for all of a model's gradients, not one per tensor).
+  std::vector<Tensor> parts;
+  std::vector<int64_t> starts{0};
+  for (const Tensor& t : ts) {
+    if (!t.defined() || t.numel() == 0) continue;
+    parts.push_back(t.contiguous());
+    starts.push_back(starts.back() + t.numel());
   }
+  std::atomic<bool> bad{false};
+  parallel_for(starts.back(), kGrain, [&](int64_t b, int64_t e) {
+    size_t i = size_t(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;
+    for (; b < e && !bad.load(std::memory_order_relaxed); ++i) {
+      const int64_t end = std::min(e, starts[i + 1]);
+      if (!range_finite(parts[i], b - starts[i], end - starts[i])) bad = true;
+      b = end;
+    }
+  });
+  return !bad;
 }
 
 }  // namespace booster::kernels

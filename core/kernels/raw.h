@@ -19,6 +19,9 @@ void scale_(Tensor& dst, double s);
 double sum_squares(const Tensor& t);
 /// True when every element is finite.
 bool all_finite(const Tensor& t);
+/// True when every element of every tensor is finite (undefined ones skipped): one pass
+/// that the threads split over all of them, not one per tensor.
+bool all_finite(const std::vector<Tensor>& ts);
 
 /// How mm treats its right operand.
 enum class RightOperand {

@@ -39,12 +39,7 @@ std::vector<Tensor> LowLevelZeroOptimizer::chunks() const {
 }
 
 bool LowLevelZeroOptimizer::nonfinite_anywhere() const {
-  bool bad = false;
-  for (auto& g : chunks())
-    if (!kernels::all_finite(g)) {
-      bad = true;
-      break;
-    }
+  bool bad = !kernels::all_finite(chunks());
   for (size_t i = 0; i < zp_->parts().size() && !bad; ++i)  // chunks on disk: noted when written
     bad = grads_->on_disk(i) && grads_->has(i) && !grads_->noted(i).finite;
   // Every rank decides alike (Colossal-AI reduces the flag over the world).

@@ -167,6 +167,31 @@ TEST(RawStats, NonFiniteFoundAnywhereAndSquaresSummedInDouble) {
   }
 }
 
+// All of a model's gradients at once (one pass the threads split over every tensor): a bad
+// value in any tensor, at either end of it, is found whatever the dtypes around it; an
+// undefined gradient is skipped.
+TEST(RawStats, NonFiniteFoundInAnyOfManyTensors) {
+  std::vector<Tensor> ts;
+  const std::vector<int64_t> sizes{5, 3 * kGrain + 77, 1, kGrain / 2, 2 * kGrain};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Tensor x = Tensor::empty({sizes[i]});
+    Generator(20 + i).uniform_(x, -3, 3);
+    ts.push_back(x.to(i % 3 == 0 ? DType::f32 : i % 3 == 1 ? DType::bf16 : DType::f16));
+  }
+  ts.insert(ts.begin() + 2, Tensor());
+  EXPECT_TRUE(kernels::all_finite(ts));
+  EXPECT_TRUE(kernels::all_finite(std::vector<Tensor>{}));
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!ts[i].defined()) continue;
+    for (int64_t at : {int64_t(0), ts[i].numel() - 1}) {
+      std::vector<Tensor> us = ts;
+      us[i] = ts[i].clone();
+      us[i].slice(0, at, at + 1).fill_(NAN);
+      EXPECT_FALSE(kernels::all_finite(us)) << "tensor " << i << " at " << at;
+    }
+  }
+}
+
 // LayerNorm on the fast path against the reference loops at a width with a ragged last
 // vector (200 = 12 x 16 + 8) and enough rows for several threads' partial dw and db sums.
 TEST(LayerNorm, FastRowsMatchTheReferenceWithGradients) {
