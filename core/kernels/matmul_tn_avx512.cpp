@@ -5,8 +5,9 @@
 // narrower operand, whose elements the tiles (tile_gemm.h) broadcast, is paired whole once,
 // [m / 2, width] words; the wider one a column block of 64 at a time (a panel of [m / 2, 64]
 // words, 200 KB at m = 1576, in the core's L2), by the thread whose tiles read it. A product
-// whose left operand is the wider computes (b^T a)^T: its result is transposed into place, a
-// pass over the small output instead of over the long inputs.
+// whose left operand is the wider computes (b^T a)^T: each unit's block of results (48 x 64,
+// in f32 in the thread's scratch) is turned around as it is stored, instead of a pass over
+// the whole result after.
 #include "core/kernels/matmul_tn_avx512.h"
 
 // GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
@@ -31,11 +32,32 @@ constexpr int64_t kGroupRows = 48;
 // on the number of threads.
 constexpr int64_t kChunkPairs = 64;
 
+// dst[c][r] = s[r][c] rounded to bf16 for r < rows (<= 48), c < cols (<= 64): a unit's
+// block of f32 results (rows at 64) stored turned around, 16 x 16 at a time through registers.
+BOOSTER_AVX512_BF16 void store_turned(const float* s, int64_t rows, int64_t cols, bf16_t* dst, int64_t ldd) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t nr = std::min<int64_t>(16, rows - r0);
+    const __mmask16 rm = avx512::lanes(nr);
+    for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+      __m512 v[16];
+      for (int64_t i = 0; i < 16; ++i) v[i] = i < nr ? _mm512_loadu_ps(s + (r0 + i) * 64 + c0) : _mm512_setzero_ps();
+      avx512::transpose16(v);
+      for (int64_t j = 0; j < std::min<int64_t>(16, cols - c0); ++j) {
+        bf16_t* d = dst + (c0 + j) * ldd + r0;
+        if (nr == 16) avx512::store16_native(d, v[j]);
+        else avx512::store16_native(d, rm, v[j]);
+      }
+    }
+  }
+}
+
 // out [w, n] (rows at ldo) = s^T t for s [m, w] (rows at lds, the narrower operand) and
-// t [m, n] (rows at ldt). With s_sums ([w] floats) or t_sums ([n rounded up to 64]), the
-// column sums of s or t, taken while they are paired.
+// t [m, n] (rows at ldt); with `turned`, out^T [n, w] (rows at ldo) instead, each unit's
+// block turned around as it is stored (no pass over the whole result after). With s_sums
+// ([w] floats) or t_sums ([n rounded up to 64]), the column sums of s or t, taken while they
+// are paired.
 void product(int64_t m, int64_t w, int64_t n, const bf16_t* s, int64_t lds, const bf16_t* t, int64_t ldt, bf16_t* out,
-             int64_t ldo, float* s_sums, float* t_sums) {
+             int64_t ldo, float* s_sums, float* t_sums, bool turned) {
   const int64_t all_pairs = (m + 1) / 2, ldp = (w + 15) / 16 * 16;
   Tensor packed = Tensor::empty({std::max<int64_t>(1, all_pairs * ldp)});  // 32-bit words
   auto* sp = reinterpret_cast<uint32_t*>(packed.raw_data());
@@ -60,7 +82,7 @@ void product(int64_t m, int64_t w, int64_t n, const bf16_t* s, int64_t lds, cons
   const int64_t blocks = (n + 63) / 64, groups = (w + kGroupRows - 1) / kGroupRows;
   if (t_sums) std::fill(t_sums, t_sums + blocks * 64, 0.0f);
   parallel_for(blocks * groups, 1, [&](int64_t u0, int64_t u1) {
-    Tensor panel_t = Tensor::empty({all_pairs * 64});
+    Tensor panel_t = Tensor::empty({all_pairs * 64}), block_t = turned ? Tensor::empty({kGroupRows * 64}) : Tensor();
     auto* panel = reinterpret_cast<uint32_t*>(panel_t.raw_data());
     int64_t packed = -1;
     for (int64_t u = u0; u < u1; ++u) {
@@ -70,7 +92,12 @@ void product(int64_t m, int64_t w, int64_t n, const bf16_t* s, int64_t lds, cons
         avx512::pack_pairs(t + n0, m, nn, ldt, panel, 64, t_sums && g0 == 0 ? t_sums + n0 : nullptr);
         packed = blk;
       }
-      tiles::gemm(rows, nn, all_pairs, sp + g0, 1, ldp, panel, 64, out + g0 * ldo + n0, ldo);
+      if (!turned) {
+        tiles::gemm(rows, nn, all_pairs, sp + g0, 1, ldp, panel, 64, out + g0 * ldo + n0, ldo);
+        continue;
+      }
+      tiles::gemm(rows, nn, all_pairs, sp + g0, 1, ldp, panel, 64, block_t.data<float>(), 64);
+      store_turned(block_t.data<float>(), rows, nn, out + n0 * ldo + g0, ldo);
     }
   });
 }
@@ -96,11 +123,12 @@ Tensor mm_tn_bf16_avx512(const Tensor& a, const Tensor& b, Tensor* a_sums) {
   Tensor result;
   if (p <= q) {  // a is the narrower: packed, and the result comes out in place
     result = Tensor::empty({p, q}, DType::bf16);
-    product(m, p, q, pa, a.strides()[0], pb, b.strides()[0], static_cast<bf16_t*>(result.raw_data()), q, ps, nullptr);
-  } else {
-    Tensor out_t = Tensor::empty({q, p}, DType::bf16);  // (b^T a), then turned around
-    product(m, q, p, pb, b.strides()[0], pa, a.strides()[0], static_cast<bf16_t*>(out_t.raw_data()), p, nullptr, ps);
-    result = out_t.transpose(0, 1).contiguous();
+    product(m, p, q, pa, a.strides()[0], pb, b.strides()[0], static_cast<bf16_t*>(result.raw_data()), q, ps, nullptr,
+            false);
+  } else {  // (b^T a)^T, turned around block by block as it is stored
+    result = Tensor::empty({p, q}, DType::bf16);
+    product(m, q, p, pb, b.strides()[0], pa, a.strides()[0], static_cast<bf16_t*>(result.raw_data()), q, nullptr, ps,
+            true);
   }
   if (a_sums) *a_sums = sums.narrow(0, 0, p).to(DType::bf16);
   return result;
