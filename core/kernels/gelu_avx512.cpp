@@ -39,8 +39,9 @@ BOOSTER_AVX512 inline void gelu16(__m512 x, __m512& y, __m512& d) {
   const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
   const __m512 den = _mm512_fmadd_ps(z, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f));
   const __m512 t = Fast ? _mm512_rcp14_ps(den) : _mm512_div_ps(_mm512_set1_ps(1.0f), den);
-  // exp(-x^2 / 2) = exp(-z^2) = 2^(-z^2 log2 e)
-  const __m512 e = avx512::exp2_nonpositive<Fast ? 4 : 5>(_mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(-avx512::kLog2e)), z));
+  // exp(-x^2 / 2) = exp(-z^2) = 2^u, u = -z^2 log2(e)
+  const __m512 u = _mm512_mul_ps(_mm512_mul_ps(z, _mm512_set1_ps(-avx512::kLog2e)), z);
+  const __m512 e = avx512::exp2_nonpositive<Fast ? 4 : 5>(u);
   __m512 poly = _mm512_set1_ps(1.061405429f);
   poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(-1.453152027f));
   poly = _mm512_fmadd_ps(poly, t, _mm512_set1_ps(1.421413741f));

@@ -62,7 +62,8 @@ BOOSTER_AVX512 inline __m512 load_or(const float* p, __mmask16 m, float dflt) {
 BOOSTER_AVX512 inline float reduce4(const __m512 a[4]) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
 }
-#define BOOSTER_ZERO4(a) __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}
+#define BOOSTER_ZERO4(a) \
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()}
 
 // The row kernels, stamped out once per instruction set (TARGET) with its bf16 store (STORE):
 // on AVX512-BF16 CPUs bf16 rows are rounded in one instruction (store16_native) where

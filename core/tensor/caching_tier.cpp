@@ -120,7 +120,8 @@ void CachingHostTier::deallocate(void* p, size_t nbytes) {
   const size_t cls = size_class(nbytes);
   if (cls >= kMinCached) {
     std::lock_guard lock(mu_);
-    const bool keep = footprint_limit_ == 0 || (cls >= kMinKeptUnderLimit && bytes_in_use() + cached_ + cls <= footprint_limit_);
+    const bool keep = footprint_limit_ == 0 ||
+                      (cls >= kMinKeptUnderLimit && bytes_in_use() + cached_ + cls <= footprint_limit_);
     if (cached_ + cls <= limit_ && keep) {
       free_[cls].push_back(p);
       cached_ += cls;
