@@ -52,9 +52,10 @@ void gradcheck(const Op& f, const Shape& in_shape, bool in_replicated, bool out_
         minus.view({-1}).narrow(0, i, 1).fill_(minus.view({-1}).to_vector()[size_t(i)] - eps);
       }
       const double numeric = (loss(plus) - loss(minus)) / (2 * eps);
-      if (in_replicated || me == r)
+      if (in_replicated || me == r) {
         EXPECT_NEAR(analytic[size_t(i)], numeric, 1e-3 * (1 + std::abs(numeric)))
             << what << ": element " << i << " of rank " << me;
+      }
     }
   }
 }

@@ -166,7 +166,7 @@ TEST(Clip, GlobalNormAndValue) {
   EXPECT_NEAR(a.grad().to_vector()[0], 3.0 / (5.0 + 1e-6), 1e-7);
   EXPECT_NEAR(grad_norm({a, b}), 1.0, 1e-6);
   // The reducer seam: pretend another rank holds the same sum of squares.
-  EXPECT_NEAR(grad_norm({a, b}, 2.0, {[](double local, bool) { return 2 * local; }}), std::sqrt(2.0), 1e-6);
+  EXPECT_NEAR(grad_norm({a, b}, 2.0, {[](double local, bool) { return 2 * local; }, {}}), std::sqrt(2.0), 1e-6);
   // The counting seam: a parameter this rank does not count stays out of the norm but is
   // still clipped.
   const optim::NormScope without_b{{}, [&](const Tensor& p) { return !p.is_same(b); }};
