@@ -30,7 +30,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on the chain of operator+.
+  std::string name = ".";
+  name += target.filename().string();
+  name += ".tmp.";
+  name += std::to_string(::getpid());
+  const std::string tmp = (dir / name).string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   BOOSTER_CHECK_T(IOError, fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
   size_t done = 0;

@@ -40,8 +40,11 @@ TEST(Mesh, CoordinatesAndGroups) {
       // Members differ from me only along that axis.
       for (int r : g.ranks()) {
         auto rc = mesh.coordinate(r);
-        for (size_t a = 0; a < 3; ++a)
-          if (mesh.axis_names()[a] != axis) EXPECT_EQ(rc[a], c[a]);
+        for (size_t a = 0; a < 3; ++a) {
+          if (mesh.axis_names()[a] != axis) {
+            EXPECT_EQ(rc[a], c[a]);
+          }
+        }
       }
       // The group really communicates: summing ones gives its size.
       Tensor one = Tensor::ones({1});
