@@ -57,11 +57,12 @@ namespace {
 // become NaN. s is left holding the exponentials.
 //
 // The exponentials are 2^(s - max) (exp2_nonpositive, avx512_math.h; degree 4 for bf16
-// probabilities): the rows are bound by the FP pipes, and exp(x) as 2^(x log2 e) takes the
-// multiply, and vreduceps and vscalefps the rounding, the polynomial's argument and the
-// scaling, in three operations fewer. ViT-Ti bf16 step, a layer's softmax rows timed inside
-// the forward (thread 0 of 2, 40 steps, 3 runs each alternated): Cephes' exp 0.235-0.241 ms,
-// 2^(a log2 e) with a rounded 2^n 0.194-0.201 ms.
+// probabilities): the rows are bound by the FP pipes, and with the scores already in log2
+// units the multiply by log2(e) rides on the product's alpha, while vreduceps and vscalefps
+// take the rounding, the polynomial's argument and the scaling. A layer's softmax rows in the
+// ViT-Ti bf16 forward (thread 0 of 2, 3 runs each alternated): Cephes' exp 0.235-0.241 ms,
+// 2^(a log2 e) with a rounded 2^n 0.194-0.201 ms; this form: core_bench BM_Attention bf16
+// forward 3.35-3.40 -> 3.29-3.34 ms against that one (3 runs alternated).
 //
 // softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
 // for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n

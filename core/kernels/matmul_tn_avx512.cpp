@@ -120,16 +120,12 @@ Tensor mm_tn_bf16_avx512(const Tensor& a, const Tensor& b, Tensor* a_sums) {
   // a's column sums in f32, padded for whole-vector stores (to 16, or to 64 for panels)
   Tensor sums = a_sums ? Tensor::empty({(p + 63) / 64 * 64}) : Tensor();
   float* ps = a_sums ? sums.data<float>() : nullptr;
-  Tensor result;
-  if (p <= q) {  // a is the narrower: packed, and the result comes out in place
-    result = Tensor::empty({p, q}, DType::bf16);
-    product(m, p, q, pa, a.strides()[0], pb, b.strides()[0], static_cast<bf16_t*>(result.raw_data()), q, ps, nullptr,
-            false);
-  } else {  // (b^T a)^T, turned around block by block as it is stored
-    result = Tensor::empty({p, q}, DType::bf16);
-    product(m, q, p, pb, b.strides()[0], pa, a.strides()[0], static_cast<bf16_t*>(result.raw_data()), q, nullptr, ps,
-            true);
-  }
+  Tensor result = Tensor::empty({p, q}, DType::bf16);
+  auto* out = static_cast<bf16_t*>(result.raw_data());
+  if (p <= q)  // a is the narrower: packed, and the result comes out in place
+    product(m, p, q, pa, a.strides()[0], pb, b.strides()[0], out, q, ps, nullptr, false);
+  else  // (b^T a)^T, turned around block by block as it is stored
+    product(m, q, p, pb, b.strides()[0], pa, a.strides()[0], out, q, nullptr, ps, true);
   if (a_sums) *a_sums = sums.narrow(0, 0, p).to(DType::bf16);
   return result;
 }

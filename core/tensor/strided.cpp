@@ -77,10 +77,12 @@ BOOSTER_AVX512 void transpose_block16(const uint16_t* src, int64_t src_ld, uint1
 // blocks go through registers: the [768, 3072] weight gradient of mm_tn's transposed way,
 // f32 0.54 -> 0.33 ms, bf16 0.43 -> 0.145 ms (core_bench BM_TransposedCopy, 2 threads, the
 // source in cache). Each tile prefetches the next one's source rows into L2 (one 64-byte
-// piece of each of 32 rows, a stride the hardware prefetchers follow poorly): the ViT-B bf16
-// step's turned-around weight gradients ("clone", 28 calls) 13.2 / 14.2 -> 9.8 / 9.5 ms
-// (--profile, 2 pairs alternated); with the source in cache it costs a little
-// (BM_TransposedCopy bf16 0.19 -> 0.20-0.22 ms, f32 unchanged).
+// piece of each of 32 rows, a stride the hardware prefetchers follow poorly): measured on the
+// ViT-B bf16 step's turned-around weight gradients ("clone", 28 calls) 13.2 / 14.2 -> 9.8 /
+// 9.5 ms (--profile, 2 pairs alternated), which the own bf16 tiles now store turned
+// themselves (matmul_tn_avx512.cpp); mm_tn's other transposed ways still come through here.
+// With the source in cache it costs a little (BM_TransposedCopy bf16 0.19 -> 0.20-0.22 ms,
+// f32 unchanged).
 template <typename T>
 void transpose_tiles(const T* src, int64_t src_ld, T* dst, int64_t dst_ld, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 // GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
-// once they are inlined into a function with a target attribute (exp_short16 below).
+// once they are inlined into a function with a target attribute (exp2_16 below).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <cmath>
@@ -124,7 +124,7 @@ TEST(Attention, NonFiniteScoresPoisonOnlyTheirRow) {
   }
 }
 
-// The exponential of softmax and of bf16 GELU (exp2_nonpositive) against double precision
+// The exponential of softmax and of GELU (exp2_nonpositive) against double precision
 // over [-126, 0]: within its polynomial's bound (degree 5: 1.8e-7 relative, degree 4: 3.5e-6)
 // and 1 ulp; 0 below -126 and at -inf; NaN stays NaN (which makes a row of NaN scores NaN).
 template <int Degree>
