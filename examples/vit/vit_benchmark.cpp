@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/kernels/ops.h"
+#include "handoff.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
@@ -183,15 +185,20 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (master && !json_path.empty()) json.open(json_path, std::ios::app);
   if (master)
-    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %8s %8s %9s %9s | %9s %6s\n", "config", "prec", "ranks", "img/s",
-                "GFLOP/s", "ceil%", "sync ms", "param MB", "act MB", "alloc MB", "rss MB", "torch i/s", "ratio");
+    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %8s %8s %9s %9s | %9s %6s | %10s\n", "config", "prec", "ranks", "img/s",
+                "GFLOP/s", "ceil%", "sync ms", "param MB", "act MB", "alloc MB", "rss MB", "torch i/s", "ratio",
+                "handoff ns");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
       StepBench sb(cfg, prec, preset, batch);
       // Ours and the peer alternate round by round; each side's figure is its median round,
       // the ratio the median of the rounds' ratios (the machines are shared and noisy).
-      std::vector<double> ours, theirs, ratios, waits, ceilings, shares;
+      std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
       for (int round = 0; round < rounds; ++round) {
+        // Where the process's threads sit, beside each round (handoff.h): one process's threads
+        // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
+        // have no pair of their own to measure.
+        if (dist::omp_threads() >= 2) handoffs.push_back(bench::omp_thread_handoff_ns());
         // The ceiling before and after the round's steps, the better of the two: a slow spell
         // in one burst used to read as a share over 100 %.
         const double ceiling_before = sb.ceiling_gflops();
@@ -219,16 +226,19 @@ int main(int argc, char** argv) {
                     cfg.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
       const double wait_ms = 1e3 * bench::median(waits);
-      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s\n", cfg.c_str(),
+      const bool have_handoff = !handoffs.empty() && !std::isnan(bench::median(handoffs));
+      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s | %10s\n", cfg.c_str(),
                   prec.c_str(), dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s),
                   100 * share, wait_ms, param_mb, act_mb, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
-                  have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-");
+                  have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-",
+                  have_handoff ? std::to_string(int64_t(std::lround(bench::median(handoffs)))).c_str() : "-");
       nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
                        {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", share}, {"round_ceiling_shares", shares}, {"param_mb", param_mb},
                        {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb},
                        {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"rounds", rounds}};
+      if (have_handoff) j["handoff_ns"] = bench::median(handoffs), j["round_handoff_ns"] = handoffs;
       if (have_peer) {
         j["torch_images_per_s"] = bench::median(theirs), j["ratio_per_process"] = bench::median(ratios);
         j["round_ratios"] = ratios;
