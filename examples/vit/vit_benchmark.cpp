@@ -64,7 +64,14 @@ class StepBench {
     x_ = Tensor::empty({batch, 3, c_.image_size, c_.image_size});
     Generator(uint64_t(plugin ? plugin->dp_rank() : dist::world_rank())).normal_(x_);  // a tp replica's ranks: the same images
     y_ = Tensor::zeros({batch}, DType::i64);
-    step();  // warm-up: primitive creation, first allocations
+    warm_up();  // primitive creation, first allocations
+  }
+
+  /// One untimed step: after construction, and before a round that follows the peer's (its
+  /// process evicted this one's caches; the peer warms up with a step of its own too).
+  void warm_up() {
+    step();
+    dist::barrier();
   }
 
   /// Seconds per step over `steps` steps, all ranks together.
@@ -194,7 +201,9 @@ int main(int argc, char** argv) {
       // Ours and the peer alternate round by round; each side's figure is its median round,
       // the ratio the median of the rounds' ratios (the machines are shared and noisy).
       std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
+      bool peer_ran = false;
       for (int round = 0; round < rounds; ++round) {
+        if (dist::all_reduce_scalar(peer_ran ? 1.0 : 0.0, dist::ReduceOp::max) > 0) sb.warm_up();
         // Where the process's threads sit, beside each round (handoff.h): one process's threads
         // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
         // have no pair of their own to measure.
@@ -210,6 +219,7 @@ int main(int argc, char** argv) {
         std::optional<bench::PeerResult> pr;
         if (peer && peer_model.count(preset))
           pr = bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
+        peer_ran = peer_ran || pr.has_value();
         if (pr) {
           theirs.push_back(pr->img_s);
           ratios.push_back(sb.images_per_s(ours.back()) / dist::world_size() / pr->img_s);
