@@ -206,8 +206,9 @@ int main(int argc, char** argv) {
         if (dist::all_reduce_scalar(peer_ran ? 1.0 : 0.0, dist::ReduceOp::max) > 0) sb.warm_up();
         // Where the process's threads sit, beside each round (handoff.h): one process's threads
         // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
-        // have no pair of their own to measure.
-        if (dist::omp_threads() >= 2) handoffs.push_back(bench::omp_thread_handoff_ns());
+        // have no pair of their own to measure; a round whose probe got no answer lists none.
+        if (dist::omp_threads() >= 2)
+          if (const double ns = bench::omp_thread_handoff_ns(); !std::isnan(ns)) handoffs.push_back(ns);
         // The ceiling before and after the round's steps, the better of the two: a slow spell
         // in one burst used to read as a share over 100 %.
         const double ceiling_before = sb.ceiling_gflops();
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
                     cfg.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
       const double wait_ms = 1e3 * bench::median(waits);
-      const bool have_handoff = !handoffs.empty() && !std::isnan(bench::median(handoffs));
+      const bool have_handoff = !handoffs.empty();
       std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s | %10s\n", cfg.c_str(),
                   prec.c_str(), dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s),
                   100 * share, wait_ms, param_mb, act_mb, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
