@@ -201,9 +201,9 @@ int main(int argc, char** argv) {
       // Ours and the peer alternate round by round; each side's figure is its median round,
       // the ratio the median of the rounds' ratios (the machines are shared and noisy).
       std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
-      bool peer_ran = false;
       for (int round = 0; round < rounds; ++round) {
-        if (dist::all_reduce_scalar(peer_ran ? 1.0 : 0.0, dist::ReduceOp::max) > 0) sb.warm_up();
+        // After a peer's round (only the master runs it): an untimed step first (warm_up).
+        if (dist::all_reduce_scalar(theirs.empty() ? 0.0 : 1.0, dist::ReduceOp::max) > 0) sb.warm_up();
         // Where the process's threads sit, beside each round (handoff.h): one process's threads
         // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
         // have no pair of their own to measure; a round whose probe got no answer lists none.
@@ -220,7 +220,6 @@ int main(int argc, char** argv) {
         std::optional<bench::PeerResult> pr;
         if (peer && peer_model.count(preset))
           pr = bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
-        peer_ran = peer_ran || pr.has_value();
         if (pr) {
           theirs.push_back(pr->img_s);
           ratios.push_back(sb.images_per_s(ours.back()) / dist::world_size() / pr->img_s);
