@@ -4,6 +4,7 @@
 #include "core/autograd/engine.h"
 
 #include <atomic>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -61,6 +62,9 @@ Edge gradient_edge(const Tensor& t) {
   TensorImpl* impl = t.impl();
   if (impl->grad_fn) return Edge{impl->grad_fn, impl->output_nr};
   if (!impl->requires_grad) return Edge{};
+  // Threads that each run a share of a batch record ops on the same parameters at once.
+  static std::mutex mu;
+  std::lock_guard lock(mu);
   auto acc = impl->grad_accumulator.lock();
   if (!acc) {
     acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
@@ -158,7 +162,18 @@ struct ByNewest {
 
 }  // namespace
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+namespace {
+
+// Where grad() collects its inputs' gradients: the leaves' accumulators, each with its slot.
+struct Capture {
+  std::unordered_map<const Node*, size_t> slot;
+  std::vector<Tensor> grads;
+};
+
+// The engine: backward() accumulates into the leaves' .grad (capture null); grad() collects
+// the gradients of its inputs in capture and passes every other leaf over.
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+                  Capture* capture) {
   BOOSTER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
   g_backward_pass.fetch_add(1, std::memory_order_relaxed);
@@ -219,6 +234,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     std::vector<Tensor> in = std::move(buffers[n]);
     buffers.erase(n);
     in.resize(size_t(n->num_outputs));
+    if (capture && dynamic_cast<AccumulateGrad*>(n)) {
+      auto it = capture->slot.find(n);
+      if (it != capture->slot.end() && in[0].defined()) accumulate(capture->grads[it->second], in[0]);
+      continue;
+    }
     for (size_t k = 0; k < n->retained.size(); ++k) {
       // The buffer also flows on into the node, so it is never taken: add_to_grad copies.
       if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
@@ -251,6 +271,29 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
       if (--deps[next] == 0) ready.push(next);
     }
   }
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  run_backward(roots, grads, retain_graph, nullptr);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph) {
+  Capture capture;
+  std::vector<std::shared_ptr<Node>> accumulators;  // alive until the backward has run
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    BOOSTER_CHECK_T(AutogradError, t.defined() && t.requires_grad() && !t.impl()->grad_fn, "grad: input ", i, " ",
+                    t.defined() ? t.describe() : std::string("(undefined)"), " is not a leaf that requires grad");
+    accumulators.push_back(gradient_edge(t).fn);
+    BOOSTER_CHECK_T(AutogradError, capture.slot.emplace(accumulators.back().get(), i).second, "grad: input ", i,
+                    " is given twice");
+  }
+  capture.grads.resize(inputs.size());
+  run_backward(roots, grads, retain_graph, &capture);
+  return std::move(capture.grads);
 }
 
 }  // namespace booster::autograd

@@ -13,6 +13,13 @@ namespace booster::autograd {
 /// Without retain_graph the graph's saved tensors are freed as it goes.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph = false);
 
+/// The gradients of `inputs` (leaves that require grad) from a backward through `roots`,
+/// as torch.autograd.grad: no .grad is written and no leaf hook runs; every other leaf the
+/// backward reaches is passed over; an input it does not reach gets an undefined tensor.
+/// Threads may run it at once on graphs that share leaves.
+std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
+                         const std::vector<Tensor>& inputs, bool retain_graph = false);
+
 /// An alias of t (same storage) whose backward calls hook() when t's gradient arrives,
 /// at most once per backward pass, then passes the gradient on unchanged. Module
 /// backward-pre hooks are built from it. Returns t itself when no history is recorded.

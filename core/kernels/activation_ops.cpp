@@ -21,7 +21,7 @@ dnnl::algorithm gelu_alg(bool tanh_approx) {
 
 dnnl::eltwise_forward::primitive_desc gelu_fwd_pd(const dnnl::memory::desc& md, bool tanh_approx) {
   dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, gelu_alg(tanh_approx), md, 0.f, 0.f);
-  return dnnl::eltwise_forward::primitive_desc(d, cpu_engine());
+  return dnnl::eltwise_forward::primitive_desc(d, primitive_attr(), cpu_engine());
 }
 
 const CachedPrimitive& gelu_fwd_prim(const Tensor& x, bool tanh_approx) {
@@ -34,7 +34,7 @@ const CachedPrimitive& gelu_fwd_prim(const Tensor& x, bool tanh_approx) {
 }
 
 void gelu_fast(const Tensor& x, const Tensor& y, bool tanh_approx) {
-  execute(*gelu_fwd_prim(x, tanh_approx).prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
+  execute(gelu_fwd_prim(x, tanh_approx), {{DNNL_ARG_SRC, mem_of(md_of(x), x)}, {DNNL_ARG_DST, mem_of(md_of(y), y)}});
 }
 
 // dx = gelu'(x) * dy in x's dtype; false when oneDNN has no kernel for that dtype.
@@ -44,11 +44,11 @@ bool gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tan
   const auto& cp = cached_primitive(key.str(), [&] {
     auto hint = gelu_fwd_pd(md_of(x), tanh_approx);
     dnnl::eltwise_backward::desc d(gelu_alg(tanh_approx), md_of(x), md_of(x), 0.f, 0.f);
-    dnnl::eltwise_backward::primitive_desc pd(d, cpu_engine(), hint);
+    dnnl::eltwise_backward::primitive_desc pd(d, primitive_attr(), cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::eltwise_backward(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.native()) return false;
-  execute(*cp.prim, {{DNNL_ARG_SRC, mem_of(md_of(x), x)},
+  execute(cp, {{DNNL_ARG_SRC, mem_of(md_of(x), x)},
                      {DNNL_ARG_DIFF_DST, mem_of(md_of(dy), dy)},
                      {DNNL_ARG_DIFF_SRC, mem_of(md_of(dx), dx)}});
   return true;

@@ -49,11 +49,11 @@ bool dnnl_binary(BinOp op, const Tensor& a, const Tensor& b, const Tensor& c, bo
   key.add(int64_t(op)).add(a).add(b).add(c);
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
     dnnl::binary::desc d(dnnl_alg(op), md_of(a), md_of(b), md_of(c));
-    dnnl::binary::primitive_desc pd(d, cpu_engine());
+    dnnl::binary::primitive_desc pd(d, primitive_attr(), cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::binary(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.prim || (native_only && !cp.native())) return false;
-  execute(*cp.prim, {{DNNL_ARG_SRC_0, mem_of(cp.pd.src_desc(0), a)},
+  execute(cp, {{DNNL_ARG_SRC_0, mem_of(cp.pd.src_desc(0), a)},
                      {DNNL_ARG_SRC_1, mem_of(cp.pd.src_desc(1), b)},
                      {DNNL_ARG_DST, mem_of(cp.pd.dst_desc(), c)}});
   return true;

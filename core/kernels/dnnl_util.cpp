@@ -79,6 +79,8 @@ const CachedPrimitive& cached_primitive(
   CachedPrimitive entry;
   try {
     auto [prim, pd] = make();
+    BOOSTER_CHECK(pd.get_primitive_attr().get_scratchpad_mode() == dnnl::scratchpad_mode::user,
+                  "oneDNN primitive created without kernels::primitive_attr(): its scratchpad would be shared between threads");
     entry.prim = prim;
     entry.pd = pd;
     const char* impl = pd.impl_info_str();
@@ -101,17 +103,45 @@ void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std
   KeyBuilder key("reorder");
   key.add(src);
   const CachedPrimitive& cp = cached_primitive(key.str() + dst_key, [&] {
-    dnnl::reorder::primitive_desc pd(cpu_engine(), src_md, cpu_engine(), dst_md);
+    dnnl::reorder::primitive_desc pd(cpu_engine(), src_md, cpu_engine(), dst_md, primitive_attr());
     return std::make_pair(dnnl::primitive(dnnl::reorder(pd)), dnnl::primitive_desc_base(pd));
   });
   BOOSTER_CHECK_T(BackendError, cp.prim.has_value(), "oneDNN has no reorder from ", shape_str(src.shape()), " (",
                   dtype_name(src.dtype()), ")");
-  execute(*cp.prim, {{DNNL_ARG_FROM, mem_of(src_md, src)}, {DNNL_ARG_TO, dnnl::memory(dst_md, cpu_engine(), dst)}});
+  execute(cp, {{DNNL_ARG_FROM, mem_of(src_md, src)}, {DNNL_ARG_TO, dnnl::memory(dst_md, cpu_engine(), dst)}});
 }
 
-void execute(const dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args) {
+dnnl::primitive_attr primitive_attr(dnnl::primitive_attr base) {
+  base.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return base;
+}
+
+namespace {
+// This thread's scratchpad: grown to the largest a primitive asked for, kept for the next.
+void* thread_scratchpad(size_t bytes) {
+  struct Buffer {
+    void* p = nullptr;
+    size_t size = 0;
+    ~Buffer() { ::operator delete(p, std::align_val_t(64)); }
+  };
+  thread_local Buffer b;
+  if (bytes > b.size) {
+    ::operator delete(b.p, std::align_val_t(64));
+    b.p = nullptr;
+    b.size = 0;
+    b.p = ::operator new(bytes, std::align_val_t(64));
+    b.size = bytes;
+  }
+  return b.p;
+}
+}  // namespace
+
+void execute(const CachedPrimitive& cp, std::unordered_map<int, dnnl::memory> args) {
+  BOOSTER_CHECK(cp.prim.has_value(), "oneDNN execute: no primitive for this case");
+  const dnnl::memory::desc smd = cp.pd.scratchpad_desc();
+  if (smd.get_size() > 0) args.insert_or_assign(DNNL_ARG_SCRATCHPAD, dnnl::memory(smd, cpu_engine(), thread_scratchpad(smd.get_size())));
   try {
-    p.execute(cpu_stream(), args);
+    cp.prim->execute(cpu_stream(), args);
     cpu_stream().wait();
   } catch (const dnnl::error& e) {
     BOOSTER_THROW(BackendError, "oneDNN execute: ", e.what());

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -59,6 +60,13 @@ void* map_block(size_t cls) {
 void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }  // a slab's block: the rest stays mapped
 
 constexpr size_t kSlab = 4 * kHugePage;
+
+// This thread's slot among the idle lists: threads in the order they first allocated.
+size_t thread_slot(size_t slots) {
+  static std::atomic<size_t> next{0};
+  thread_local const size_t slot = next.fetch_add(1, std::memory_order_relaxed) % slots;
+  return slot;
+}
 // Under a footprint limit (Gemini's memory cap, which counts the resident set), blocks under
 // this size go back to the OS when freed instead of idling in the cache.
 constexpr size_t kMinKeptUnderLimit = size_t(1) << 18;
@@ -83,19 +91,25 @@ void* CachingHostTier::allocate(size_t nbytes) {
   const size_t cls = size_class(nbytes);
   void* p = nullptr;
   if (cls >= kMinCached) {
+    const size_t own = thread_slot(kSlots);
     std::lock_guard lock(mu_);
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
-      it->second.pop_back();
-      cached_ -= cls;
-    } else if (const size_t n = kSlab / cls;
-               huge_pages() && cls < kHugePage && footprint_limit_ == 0 && cached_ + (n - 1) * cls <= limit_) {
+    for (size_t k = 0; k < kSlots && !p; ++k) {  // this thread's own idle blocks first
+      auto it = free_.find(free_key(cls, (own + k) % kSlots));
+      if (it != free_.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        cached_ -= cls;
+      }
+    }
+    const size_t n = kSlab / cls;
+    if (p) {
+      // taken from the idle ones
+    } else if (huge_pages() && cls < kHugePage && footprint_limit_ == 0 && cached_ + (n - 1) * cls <= limit_) {
       // A new slab: this block and n - 1 idle ones (not under a footprint limit, which the
       // idle ones would eat into, nor past the cache's own limit).
       if (auto* slab = static_cast<char*>(map_huge(n * cls))) {
         p = slab;
-        for (size_t i = 1; i < n; ++i) free_[cls].push_back(slab + i * cls);
+        for (size_t i = 1; i < n; ++i) free_[free_key(cls, own)].push_back(slab + i * cls);
         cached_ += (n - 1) * cls;
       }
     } else {
@@ -123,7 +137,7 @@ void CachingHostTier::deallocate(void* p, size_t nbytes) {
     const bool keep = footprint_limit_ == 0 ||
                       (cls >= kMinKeptUnderLimit && bytes_in_use() + cached_ + cls <= footprint_limit_);
     if (cached_ + cls <= limit_ && keep) {
-      free_[cls].push_back(p);
+      free_[free_key(cls, thread_slot(kSlots))].push_back(p);
       cached_ += cls;
       return;
     }
@@ -140,8 +154,8 @@ size_t CachingHostTier::bytes_cached() const {
 
 void CachingHostTier::empty_cache() {
   std::lock_guard lock(mu_);
-  for (auto& [cls, blocks] : free_)
-    for (void* p : blocks) unmap_block(p, cls);
+  for (auto& [key, blocks] : free_)
+    for (void* p : blocks) unmap_block(p, key / kSlots);
   free_.clear();
   cached_ = 0;
 }
@@ -157,9 +171,9 @@ void CachingHostTier::make_room(size_t incoming) {
   for (auto it = free_.begin(); it != free_.end() && bytes_in_use() + cached_ + incoming > footprint_limit_;) {
     auto& blocks = it->second;
     while (!blocks.empty() && bytes_in_use() + cached_ + incoming > footprint_limit_) {
-      unmap_block(blocks.back(), it->first);
+      unmap_block(blocks.back(), it->first / kSlots);
       blocks.pop_back();
-      cached_ -= it->first;
+      cached_ -= it->first / kSlots;
     }
     it = blocks.empty() ? free_.erase(it) : std::next(it);
   }

@@ -44,10 +44,18 @@ class CachingHostTier : public MemoryTier {
   /// Gives back idle blocks until `incoming` more bytes keep the footprint under its limit.
   void make_room(size_t incoming);  // mu_ held
 
+  /// Idle blocks are kept per size class and per the thread that freed them (its slot,
+  /// threads_slot() below), and a thread takes its own back first: a block's cache lines
+  /// sit in the caches of the thread that last touched it, and threads that each run a
+  /// share of a batch (nn::split_batch) on different L3 domains would otherwise write over
+  /// each other's lines at every allocation.
+  static constexpr size_t kSlots = 8;
+  static size_t free_key(size_t cls, size_t slot) { return cls * kSlots + slot; }
+
   size_t limit_;
   size_t footprint_limit_ = 0;
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;  // size class -> idle blocks
+  std::unordered_map<size_t, std::vector<void*>> free_;  // free_key(size class, slot) -> idle blocks
   size_t cached_ = 0;
 };
 

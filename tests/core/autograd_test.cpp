@@ -169,3 +169,16 @@ TEST(Autograd, ParameterIdentitySurvivesSetData) {
   sum(w * w).backward();
   EXPECT_EQ(same.grad().to_vector(), (std::vector<float>{6, 8}));
 }
+
+TEST(Autograd, GradGivesInputGradientsAndWritesNoGrad) {
+  Tensor a = leaf({1, 2, 3}, {3}), b = leaf({4, 5, 6}, {3}), c = leaf({1, 1, 1}, {3});
+  Tensor y = sum(a * b);
+  auto g = autograd::grad({y}, {Tensor()}, {a, c});  // c is not reached
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].to_vector(), (std::vector<float>{4, 5, 6}));
+  EXPECT_FALSE(g[1].defined());
+  EXPECT_FALSE(a.grad().defined());  // nothing accumulated, the other leaf passed over
+  EXPECT_FALSE(b.grad().defined());
+  Tensor nonleaf = a * 2.0;
+  EXPECT_THROW(autograd::grad({sum(nonleaf)}, {Tensor()}, {nonleaf}), AutogradError);
+}
