@@ -10,8 +10,12 @@
 
 namespace booster {
 
-Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precision)
-    : plugin_(std::move(plugin)), mixed_precision_(mixed_precision == "fp32" || mixed_precision == "no" ? "" : mixed_precision) {
+Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precision, bool split_batch)
+    : plugin_(std::move(plugin)),
+      mixed_precision_(mixed_precision == "fp32" || mixed_precision == "no" ? "" : mixed_precision),
+      split_batch_(split_batch) {
+  BOOSTER_CHECK(!split_batch_ || !plugin_ || plugin_->support_split_batch(), "Booster: plugin '", plugin_->name(),
+                "' does not support split_batch (its parameters are gathered, sharded or hooked around the forward)");
   BOOSTER_CHECK(mixed_precision_.empty() || mixed_precision_ == "fp16" || mixed_precision_ == "bf16",
                 "Booster: mixed_precision '", mixed_precision, "' is not one of \"fp16\", \"bf16\", \"fp32\"");
   if (plugin_ && plugin_->control_precision() && !mixed_precision_.empty()) {
@@ -35,6 +39,7 @@ void Booster::configure(BoostedObjects& o) {
     mp.precision = mixed_precision_;
     apply_mixed_precision(o, mp);
   }
+  o.model->set_split_batch(split_batch_);
 }
 
 NoSyncScope Booster::no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) {

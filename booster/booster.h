@@ -25,8 +25,13 @@ struct BoostResult {
 class Booster {
  public:
   /// mixed_precision: "" / "fp32" (none), "fp16" or "bf16"; ignored (with a warning) when
-  /// the plugin controls precision.
-  explicit Booster(std::shared_ptr<Plugin> plugin = nullptr, const std::string& mixed_precision = "");
+  /// the plugin controls precision. split_batch: each of the process's OpenMP threads runs
+  /// its own share of every training batch through the model's forward and backward
+  /// (nn::split_batch), instead of every op splitting its work over them; the gradients are
+  /// the batch's, summed once. Faster where the threads sit in different L3 domains; the
+  /// plugin must support it (none, torch_ddp, low_level_zero).
+  explicit Booster(std::shared_ptr<Plugin> plugin = nullptr, const std::string& mixed_precision = "",
+                   bool split_batch = false);
 
   /// Wraps and configures the objects; any but the model may be absent.
   template <typename M>
@@ -62,12 +67,14 @@ class Booster {
 
   Plugin* plugin() const { return plugin_.get(); }
   const std::string& mixed_precision() const { return mixed_precision_; }
+  bool split_batch() const { return split_batch_; }
   CheckpointIO& checkpoint_io();
 
  private:
   void configure(BoostedObjects& o);
   std::shared_ptr<Plugin> plugin_;
   std::string mixed_precision_;
+  bool split_batch_ = false;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 

@@ -1,6 +1,10 @@
 // ModelWrapper (see model_wrapper.h).
 #include "booster/model_wrapper.h"
 
+#include <omp.h>
+
+#include "core/autograd/grad_mode.h"
+
 namespace booster {
 
 ModelWrapper::ModelWrapper(std::shared_ptr<nn::Module> module) : module_(std::move(module)) {
@@ -10,6 +14,24 @@ ModelWrapper::ModelWrapper(std::shared_ptr<nn::Module> module) : module_(std::mo
 ModelWrapper::ModelWrapper(std::shared_ptr<ModelWrapper> inner) : inner_(std::move(inner)) {
   BOOSTER_CHECK(inner_ != nullptr, "ModelWrapper: the wrapped model is null");
   module_ = inner_->module();
+}
+
+int ModelWrapper::split_shares(const std::vector<Tensor>& args) const {
+  if (!split_batch_ || !autograd::GradMode::enabled() || omp_in_parallel() || omp_get_max_threads() < 2) return 1;
+  int64_t rows = 0;
+  for (const Tensor& a : args)
+    if (a.defined()) rows = a.dim() >= 1 ? a.size(0) : 0;
+  for (const auto& [name, m] : module_->named_modules())
+    BOOSTER_CHECK(!m->has_hooks(), "split_batch: module '", name.empty() ? module_->type_name() : name,
+                  "' has hooks, which would run once per batch share on the share's thread; boost without "
+                  "split_batch, or remove the hooks");
+  return nn::batch_shares(rows, omp_get_max_threads());
+}
+
+std::vector<Tensor> ModelWrapper::split_params() const {
+  std::vector<Tensor> ps;
+  for (auto& [name, p] : module_->named_parameters()) ps.push_back(p);
+  return ps;
 }
 
 void ModelWrapper::before_forward() {

@@ -8,9 +8,11 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/tensor/tensor_map.h"
+#include "nn/batch_split.h"
 #include "nn/module.h"
 #include "nn/pipeline.h"
 
@@ -73,6 +75,17 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   /// nn::PipelineModule); floating inputs are cast as for forward.
   TensorMap stage_forward(const TensorMap& inputs, const nn::StageSpec& stage);
 
+  // ---- batch shares over threads (Booster's split_batch) ----
+  /// Turns splitting on or off for forwards through this wrapper.
+  void set_split_batch(bool on) { split_batch_ = on; }
+  bool split_batch() const { return split_batch_; }
+  /// How many shares a forward over these inputs runs as: 1 (no split) unless split_batch
+  /// is on, history is recorded and there are threads to share; a module with hooks is
+  /// refused (they would fire once per share, on the share's thread).
+  int split_shares(const std::vector<Tensor>& args) const;
+  /// The parameters a split forward computes gradients for.
+  std::vector<Tensor> split_params() const;
+
   // ---- checkpoints ----
   /// What this rank holds of the model's state, each tensor with its region: what
   /// save_model writes and what load_model fills. Default: the inner wrapper's, or the
@@ -85,6 +98,7 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
  private:
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ModelWrapper> inner_;
+  bool split_batch_ = false;
 };
 
 /// The module's state_dict as StateTensors, with each tensor's region.
@@ -107,6 +121,15 @@ class BoostedModel {
   auto operator()(Args&&... args) const {
     wrapper_->check_whole_forward();
     wrapper_->before_forward();
+    using Out = decltype(typed_->forward(cast(std::forward<Args>(args))...));
+    if constexpr (sizeof...(Args) > 0 && (std::is_same_v<std::decay_t<Args>, Tensor> && ...) &&
+                  nn::BatchMergeable<Out>) {
+      const std::vector<Tensor> in{cast(args)...};
+      if (const int shares = wrapper_->split_shares(in); shares > 1)
+        return nn::split_batch_as<Out>(shares, in, wrapper_->split_params(), [&](const std::vector<Tensor>& a) {
+          return forward_on(a, std::index_sequence_for<Args...>{});
+        });
+    }
     return typed_->call_forward([&] { return typed_->forward(cast(std::forward<Args>(args))...); });
   }
   ModelWrapper* operator->() const { return wrapper_.get(); }
@@ -124,6 +147,11 @@ class BoostedModel {
   decltype(auto) cast(A&& a) const {
     if constexpr (std::is_same_v<std::decay_t<A>, Tensor>) return wrapper_->cast_input(a);
     else return std::forward<A>(a);
+  }
+  // M::forward on a vector of (cast) inputs, with the module's hooks.
+  template <size_t... I>
+  auto forward_on(const std::vector<Tensor>& a, std::index_sequence<I...>) const {
+    return typed_->call_forward([&] { return typed_->forward(a[I]...); });
   }
   std::shared_ptr<ModelWrapper> wrapper_;
   std::shared_ptr<M> typed_;

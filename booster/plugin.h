@@ -84,6 +84,10 @@ class Plugin {
   virtual bool control_checkpoint_io() const = 0;
   virtual bool support_no_sync() const = 0;
   virtual bool support_pipeline() const { return false; }
+  /// True when the plugin's model runs under Booster's split_batch: its parameters stay
+  /// whole through forward and backward, nothing hooks its modules, and it reads gradients
+  /// only once they are accumulated.
+  virtual bool support_split_batch() const { return false; }
 
   /// Rewrites the objects: wraps objects.model and objects.optimizer in the plugin's
   /// wrappers (and prepares communication); boost() returns what it leaves there.

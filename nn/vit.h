@@ -6,6 +6,7 @@
 // self-attention, a whole layer).
 #pragma once
 
+#include "nn/batch_split.h"
 #include "nn/layers.h"
 #include "nn/pipeline.h"
 #include "nn/vit_config.h"
@@ -172,6 +173,15 @@ struct ImageClassifierOutput {
 inline void visit_tensors(ImageClassifierOutput& o, const std::function<void(Tensor&)>& f) {
   if (o.logits.defined()) f(o.logits);
   if (o.loss.defined()) f(o.loss);
+}
+
+/// Over batch shares (nn::split_batch): the logits' rows joined, the loss a mean over the
+/// batch (each share's weighted by its rows).
+inline std::vector<BatchMerge> batch_merge(const ImageClassifierOutput& o) {
+  std::vector<BatchMerge> m;
+  if (o.logits.defined()) m.push_back(BatchMerge::concat);
+  if (o.loss.defined()) m.push_back(BatchMerge::mean);
+  return m;
 }
 
 /// ViTModel and a linear classifier on the CLS token. As a pipeline: the stages divide the

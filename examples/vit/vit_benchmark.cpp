@@ -38,7 +38,8 @@ namespace {
 // configuration and precision, timed round by round so the peer can run in between.
 class StepBench {
  public:
-  StepBench(const std::string& config, const std::string& precision, const std::string& preset, int batch)
+  StepBench(const std::string& config, const std::string& precision, const std::string& preset, int batch,
+            bool split_batch)
       : precision_(precision), batch_(batch), c_(nn::ViTConfig::preset(preset)) {
     c_.num_labels = 3;
     host_tier().reset_peak();
@@ -55,7 +56,7 @@ class StepBench {
         mixed = "";
       }
     }
-    booster_.emplace(plugin, mixed);
+    booster_.emplace(plugin, mixed, split_batch);
     pipelined_ = plugin && plugin->support_pipeline();
     hybrid_ = std::dynamic_pointer_cast<plugins::HybridParallelPlugin>(plugin);
     dp_ = plugin ? plugin->dp_size() : dist::world_size();  // replicas that see different images
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
   std::string configs = "none", precisions = "fp32", preset = "vit-tiny", json_path;
   std::string peer_script = std::string(BOOSTER_SHARED_DIR) + "/bench/torch_vit_bench.py";
   int batch = 16, steps = 3, rounds = 1;
-  bool no_peer = false, profile = false;
+  bool no_peer = false, profile = false, split_batch = false;
   int profile_steps = 5;
   app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
   app.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16");
@@ -182,6 +183,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "also append JSON lines here");
   app.add_option("--peer-script", peer_script, "torch_vit_bench.py");
   app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
+  app.add_flag("--split-batch", split_batch,
+               "Booster split_batch: each thread runs its own share of the batch (the config's name gets +split)");
   app.add_flag("--profile", profile, "print a per-op profile of more steps (--profile-steps), each op's median");
   app.add_option("--profile-steps", profile_steps, "steps the profile takes medians over")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
@@ -197,7 +200,8 @@ int main(int argc, char** argv) {
                 "handoff ns");
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
-      StepBench sb(cfg, prec, preset, batch);
+      StepBench sb(cfg, prec, preset, batch, split_batch);
+      const std::string label = split_batch ? cfg + "+split" : cfg;
       // Ours and the peer alternate round by round; each side's figure is its median round,
       // the ratio the median of the rounds' ratios (the machines are shared and noisy).
       std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
@@ -233,17 +237,17 @@ int main(int argc, char** argv) {
       if (!master) continue;
       if (profile)
         std::printf("per-op profile of a %s %s step, batch %d, %s:\n%s", preset.c_str(), prec.c_str(), batch,
-                    cfg.c_str(), report.c_str());
+                    label.c_str(), report.c_str());
       const bool have_peer = !ratios.empty();
       const double wait_ms = 1e3 * bench::median(waits);
       const bool have_handoff = !handoffs.empty();
-      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s | %10s\n", cfg.c_str(),
+      std::printf("%-28s %-5s %5d | %8.2f %8.1f %5.0f%% %8.1f | %8.1f %8.1f %9.0f %9.0f | %9s %6s | %10s\n", label.c_str(),
                   prec.c_str(), dist::world_size(), sb.images_per_s(step_s), sb.gflops(step_s),
                   100 * share, wait_ms, param_mb, act_mb, alloc_mb, rss_mb, have_peer ? std::to_string(bench::median(theirs)).substr(0, 6).c_str() : "-",
                   have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-",
                   have_handoff ? std::to_string(int64_t(std::lround(bench::median(handoffs)))).c_str() : "-");
       nlohmann::json j{{"config", cfg}, {"precision", prec}, {"model", preset}, {"ranks", dist::world_size()},
-                       {"batch_per_rank", batch}, {"images_per_s", sb.images_per_s(step_s)},
+                       {"batch_per_rank", batch}, {"split_batch", split_batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", share}, {"round_ceiling_shares", shares}, {"param_mb", param_mb},
                        {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb},

@@ -147,7 +147,7 @@ int train(const Config& cfg, const Cli& cli) {
 
   // ---- plugin, booster, the five objects ----
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
-  Booster booster(plugin, cfg.get_string("booster.mixed_precision"));
+  Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
   data::DataLoaderOptions lo;
   lo.batch_size = cfg.get_int("train.batch_size");
   lo.shuffle = cfg.get_bool("data.shuffle");

@@ -72,6 +72,7 @@ class LowLevelZeroPlugin : public Plugin {
   bool control_precision() const override { return true; }
   bool control_checkpoint_io() const override { return true; }
   bool support_no_sync() const override { return true; }
+  bool support_split_batch() const override { return true; }
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;

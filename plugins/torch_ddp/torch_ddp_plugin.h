@@ -71,6 +71,7 @@ class TorchDDPPlugin : public Plugin {
   bool control_precision() const override { return false; }
   bool control_checkpoint_io() const override { return true; }
   bool support_no_sync() const override { return true; }
+  bool support_split_batch() const override { return true; }
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;

@@ -1,0 +1,112 @@
+// Booster's split_batch: each thread runs its own share of the batch (nn::split_batch). The
+// outputs and every gradient match the whole batch's, an input's gradient is joined from the
+// shares', and what cannot run split (a module with hooks) is refused clearly.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include "booster/booster.h"
+#include "core/autograd/engine.h"
+#include "core/autograd/node.h"
+#include "core/kernels/ops.h"
+#include "nn/vit.h"
+#include "tests/support/fixtures.h"
+
+using namespace booster;
+
+namespace {
+
+std::shared_ptr<nn::ViTForImageClassification> model() {
+  manual_seed(5);
+  return std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
+}
+
+float max_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to(DType::f32).to_vector(), y = b.to(DType::f32).to_vector();
+  EXPECT_EQ(x.size(), y.size());
+  float d = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  return d;
+}
+
+struct Step {
+  Tensor logits, loss;
+  std::string loss_node;
+  std::map<std::string, Tensor> grads;
+};
+
+// One forward and backward of 7 images (shares of 3 and 4) through a booster.
+Step run(bool split) {
+  omp_set_num_threads(2);
+  auto m = model();
+  Booster booster(nullptr, "", split);
+  auto boosted = booster.boost(m);
+  Tensor x = Tensor::empty({7, 3, 8, 8});
+  Generator(9).normal_(x);
+  Tensor y = Tensor::from_vector({0, 1, 2, 0, 1, 2, 1}, {7}).to(DType::i64);
+  auto out = boosted.model(x, y);
+  Step s{out.logits, out.loss, out.loss.impl()->grad_fn ? out.loss.impl()->grad_fn->name() : "", {}};
+  out.loss.backward();
+  for (auto& [name, p] : m->named_parameters()) s.grads[name] = p.grad();
+  return s;
+}
+
+}  // namespace
+
+TEST(SplitBatch, ViTMatchesTheWholeBatch) {
+  const Step whole = run(false), split = run(true);
+  EXPECT_EQ(whole.loss_node, "cross_entropy");
+  EXPECT_EQ(split.loss_node, "split_batch");  // it did run as shares
+  EXPECT_LT(max_diff(whole.logits, split.logits), 1e-5);
+  EXPECT_LT(max_diff(whole.loss, split.loss), 1e-6);
+  ASSERT_EQ(whole.grads.size(), split.grads.size());
+  for (auto& [name, g] : whole.grads) {
+    ASSERT_TRUE(split.grads.at(name).defined()) << name;
+    EXPECT_LT(max_diff(g, split.grads.at(name)), 1e-5) << name;
+  }
+}
+
+TEST(SplitBatch, InputGradientIsJoinedFromTheShares) {
+  Tensor w = Tensor::empty({5, 4});
+  Generator(2).normal_(w);
+  w.requires_grad_();
+  Tensor x = Tensor::empty({6, 4});
+  Generator(3).normal_(x);
+  x.requires_grad_();
+  auto f = [&](const Tensor& xs) { return mean(linear(xs, w)); };
+  Tensor whole = f(x);
+  whole.backward();
+  const Tensor dx = x.grad().clone(), dw = w.grad().clone();
+  x.set_grad(Tensor()), w.set_grad(Tensor());
+  auto outs = nn::split_batch(3, {x}, {w}, [&](int, const std::vector<Tensor>& a) {
+    return nn::ShareOutput{{f(a[0])}, {nn::BatchMerge::mean}};
+  });
+  EXPECT_LT(max_diff(outs[0], whole), 1e-6);
+  outs[0].backward();
+  EXPECT_LT(max_diff(x.grad(), dx), 1e-6);
+  EXPECT_LT(max_diff(w.grad(), dw), 1e-6);
+}
+
+TEST(SplitBatch, ShareErrorsReachTheCaller) {
+  Tensor x = Tensor::zeros({4, 2});
+  EXPECT_EQ(testkit::error_of([&] {
+              nn::split_batch(2, {x}, {}, [&](int s, const std::vector<Tensor>&) -> nn::ShareOutput {
+                BOOSTER_THROW(ValueError, "share ", s, " failed");
+              });
+            }).rfind("share ", 0),
+            0u);
+  EXPECT_NE(testkit::error_of([&] { nn::split_batch(5, {x}, {}, nullptr); }).find("4 rows cannot make 5 shares"),
+            std::string::npos);
+}
+
+TEST(SplitBatch, ModuleHooksAreRefused) {
+  omp_set_num_threads(2);
+  auto m = model();
+  auto handle = m->classifier->register_forward_hook([](nn::Module&) {});
+  Booster booster(nullptr, "", true);
+  auto boosted = booster.boost(m);
+  Tensor x = Tensor::zeros({4, 3, 8, 8});
+  const std::string err = testkit::error_of([&] { boosted.model(x); });
+  EXPECT_NE(err.find("module 'classifier' has hooks"), std::string::npos) << err;
+  NoGradGuard no_grad;  // no history recorded: nothing to split, the hooks run as always
+  EXPECT_EQ(boosted.model(x).logits.size(0), 4);
+}
