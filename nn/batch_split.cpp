@@ -7,10 +7,13 @@
 #include <optional>
 
 #include "core/autograd/engine.h"
+#include "core/autograd/node.h"
+#include "core/common/profiler.h"
 #include "core/common/check.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/ops.h"
 #include "core/kernels/raw.h"
+#include "core/tensor/random.h"
 
 namespace booster::nn {
 namespace {
@@ -31,6 +34,7 @@ void on_share_threads(int shares, const std::function<void(int)>& f) {
     } else {
       const bool prev_grad = autograd::GradMode::enabled();
       autograd::GradMode::set_enabled(grad);
+      ProfileShareGuard weight(1.0 / shares);
       try {
         std::optional<kernels::ReferenceGuard> ref;
         if (reference) ref.emplace();
@@ -47,7 +51,7 @@ void on_share_threads(int shares, const std::function<void(int)>& f) {
 
 }  // namespace
 
-int batch_shares(int64_t rows, int threads) { return int(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 2))); }
+int batch_shares(int64_t rows, int threads) { return int(std::max<int64_t>(1, std::min<int64_t>(threads, rows))); }
 
 std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, const std::vector<Tensor>& params,
                                 const std::function<ShareOutput(int share, const std::vector<Tensor>& args)>& forward) {
@@ -81,7 +85,15 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     if (p.defined() && p.requires_grad()) trained.push_back(p);
 
   std::vector<ShareOutput> outs(static_cast<size_t>(shares));
-  on_share_threads(shares, [&](int s) { outs[size_t(s)] = forward(s, share_args[size_t(s)]); });
+  // Each share draws (dropout) from a generator of its own, seeded from one draw of the
+  // caller's: the same masks on every run of the same seed and share count, no two threads
+  // advancing one generator.
+  const uint64_t seed = default_generator().next_u64();
+  on_share_threads(shares, [&](int s) {
+    Generator g(seed, uint64_t(s));
+    DefaultGeneratorGuard own(g);
+    outs[size_t(s)] = forward(s, share_args[size_t(s)]);
+  });
   const ShareOutput& first = outs[0];
   BOOSTER_CHECK(first.merge.size() == first.tensors.size(), "split_batch: ", first.tensors.size(), " outputs but ",
                 first.merge.size(), " merge rules");
@@ -160,13 +172,14 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
         else grads[size_t(s)].resize(wrt.size());
       });
     std::vector<Tensor> result;
-    for (size_t p = 0; p < n_trained; ++p) {
+    for (size_t p = 0; p < n_trained; ++p) {  // the first share's gradient takes the others'
       Tensor sum;
-      for (auto& gs : grads)
-        if (gs[p].defined()) {
-          if (!sum.defined()) sum = gs[p].contiguous().is_sole_owner() ? gs[p].contiguous() : gs[p].contiguous().clone();
-          else kernels::add_(sum, gs[p]);
-        }
+      for (auto& gs : grads) {
+        Tensor g = std::move(gs[p]);
+        if (!g.defined()) continue;
+        if (!sum.defined()) sum = g.is_contiguous() && g.is_sole_owner() ? g : g.contiguous().clone();
+        else kernels::add_(sum, g);
+      }
       result.push_back(sum);
     }
     for (size_t a = 0, k = n_trained; a < arg_grad.size(); ++a) {
@@ -186,6 +199,7 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     return result;
   };
   autograd::record_multi("split_batch", inputs, recorded, backward);
+  if (!recorded.empty() && recorded[0].impl()->grad_fn) recorded[0].impl()->grad_fn->timed = false;
   for (size_t i = 0, k = 0; i < merged.size(); ++i)
     if (merged[i].defined()) merged[i] = recorded[k++];
   return merged;

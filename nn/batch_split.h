@@ -30,14 +30,15 @@ struct ShareOutput {
 /// Runs forward(s, args_s) for every share s in [0, shares) at once, one thread each; args_s
 /// holds share s's rows of every defined arg (all of one batch size along dim 0; undefined
 /// args stay undefined). Every share must return the same outputs (count, kinds, undefined
-/// ones) and touch no state but its own graph. Returns the combined outputs, which carry one
+/// ones) and touch no state but its own graph; its random draws (dropout) come from a
+/// generator of its own, seeded from one draw of the caller's default generator. Returns the combined outputs, which carry one
 /// backward: the shares' backwards at once, one thread each (autograd::grad), then the
 /// gradients of `params` summed over the shares and those of args that require grad joined.
 /// Ops inside a share run on its thread only (oneDNN and the own kernels see a nested region).
 std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, const std::vector<Tensor>& params,
                                 const std::function<ShareOutput(int share, const std::vector<Tensor>& args)>& forward);
 
-/// Shares a batch of `rows` splits into over `threads` threads: each share two rows or more.
+/// Shares a batch of `rows` splits into over `threads` threads: one a thread, at most one a row.
 int batch_shares(int64_t rows, int threads);
 
 /// How a Tensor output combines: its rows joined.

@@ -244,7 +244,7 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
       if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
     }
     std::vector<Tensor> out;
-    if (Profiler::enabled()) {
+    if (Profiler::enabled() && n->timed) {
       const std::string label = n->name() + " bwd";
       auto t0 = std::chrono::steady_clock::now();
       out = n->apply(std::move(in));

@@ -48,6 +48,9 @@ class Node {
   std::vector<InputMeta> input_meta;  // per next edge
   int num_outputs = 1;
   std::vector<std::weak_ptr<TensorImpl>> retained;  // outputs that retain_grad()
+  /// False for a node whose backward runs other nodes, each timed by the profiler on its
+  /// own (nn::split_batch's): not timed again as a whole.
+  bool timed = true;
 
  protected:
   uint64_t seq_;

@@ -25,11 +25,18 @@ bool Profiler::enabled_ = env_enabled();
 
 void Profiler::enable(bool on) { enabled_ = on; }
 
+namespace {
+thread_local double t_weight = 1.0;
+}
+
+ProfileShareGuard::ProfileShareGuard(double weight) : prev_(t_weight) { t_weight = weight; }
+ProfileShareGuard::~ProfileShareGuard() { t_weight = prev_; }
+
 void Profiler::add(const char* name, double seconds) {
   std::lock_guard lock(g_mu);
   auto& e = table()[name];
   e.name = name;
-  e.seconds += seconds;
+  e.seconds += seconds * t_weight;
   ++e.calls;
 }
 

@@ -32,6 +32,20 @@ class Profiler {
   static bool enabled_;
 };
 
+/// Weighs what this thread adds to the profiler while alive: each of n threads running its
+/// own share of one sequence of ops at once (nn::split_batch) adds 1/n of its times, so
+/// that the ops add up to the wall time they took together.
+class ProfileShareGuard {
+ public:
+  explicit ProfileShareGuard(double weight);
+  ~ProfileShareGuard();
+  ProfileShareGuard(const ProfileShareGuard&) = delete;
+  ProfileShareGuard& operator=(const ProfileShareGuard&) = delete;
+
+ private:
+  double prev_;
+};
+
 /// Times its lifetime under `name` when the profiler is on.
 class ProfileScope {
  public:

@@ -68,10 +68,17 @@ void Generator::bernoulli_(Tensor& t, double p) {
   fill_with(t, [&](int64_t i) { return to_unit(at(base + uint64_t(i))) < p ? 1.0 : 0.0; });
 }
 
+namespace {
+thread_local Generator* t_default = nullptr;
+}
+
 Generator& default_generator() {
   static Generator g(0, 0);
-  return g;
+  return t_default ? *t_default : g;
 }
+
+DefaultGeneratorGuard::DefaultGeneratorGuard(Generator& g) : prev_(t_default) { t_default = &g; }
+DefaultGeneratorGuard::~DefaultGeneratorGuard() { t_default = prev_; }
 
 void manual_seed(uint64_t seed, uint64_t stream) { default_generator().manual_seed(seed, stream); }
 

@@ -52,8 +52,22 @@ class Generator {
   uint64_t key_ = 0;
 };
 
-/// The process-wide default generator (seeded by manual_seed).
+/// The process-wide default generator (seeded by manual_seed), or this thread's while a
+/// DefaultGeneratorGuard is alive on it.
 Generator& default_generator();
+
+/// Makes default_generator() return `g` on this thread while alive: threads that each run a
+/// share of a batch at once (nn::split_batch) draw their dropout masks from their own.
+class DefaultGeneratorGuard {
+ public:
+  explicit DefaultGeneratorGuard(Generator& g);
+  ~DefaultGeneratorGuard();
+  DefaultGeneratorGuard(const DefaultGeneratorGuard&) = delete;
+  DefaultGeneratorGuard& operator=(const DefaultGeneratorGuard&) = delete;
+
+ private:
+  Generator* prev_;
+};
 /// Seeds the default generator; `stream` is usually the rank.
 void manual_seed(uint64_t seed, uint64_t stream = 0);
 

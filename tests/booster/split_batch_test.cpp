@@ -7,6 +7,7 @@
 #include "booster/booster.h"
 #include "core/autograd/engine.h"
 #include "core/autograd/node.h"
+#include "core/common/profiler.h"
 #include "core/kernels/ops.h"
 #include "nn/vit.h"
 #include "tests/support/fixtures.h"
@@ -109,4 +110,43 @@ TEST(SplitBatch, ModuleHooksAreRefused) {
   EXPECT_NE(err.find("module 'classifier' has hooks"), std::string::npos) << err;
   NoGradGuard no_grad;  // no history recorded: nothing to split, the hooks run as always
   EXPECT_EQ(boosted.model(x).logits.size(0), 4);
+}
+
+TEST(SplitBatch, SharesDrawDropoutFromTheirOwnGenerators) {
+  Tensor x = Tensor::ones({8, 256});
+  x.requires_grad_();
+  auto masks = [&] {
+    manual_seed(17);
+    auto outs = nn::split_batch(2, {x}, {}, [&](int, const std::vector<Tensor>& a) {
+      return nn::ShareOutput{{dropout(a[0], 0.5, true)}, {nn::BatchMerge::concat}};
+    });
+    return outs[0].to_vector();
+  };
+  const auto first = masks(), again = masks();
+  EXPECT_EQ(first, again);  // the same seed, the same masks
+  // Both shares' rows are alike, so one generator per share shows as different masks.
+  EXPECT_FALSE(std::equal(first.begin(), first.begin() + 4 * 256, first.begin() + 4 * 256));
+  int64_t kept = 0;
+  for (float v : first) kept += v != 0;
+  EXPECT_GT(kept, 800);
+  EXPECT_LT(kept, 1250);
+}
+
+TEST(SplitBatch, ProfileCountsTheSharesOpsNotTheirNode) {
+  omp_set_num_threads(2);
+  auto m = model();
+  Booster booster(nullptr, "", true);
+  auto boosted = booster.boost(m);
+  Tensor x = Tensor::zeros({4, 3, 8, 8});
+  Profiler::reset();
+  Profiler::enable();
+  boosted.model(x, Tensor::zeros({4}, DType::i64)).loss.backward();
+  Profiler::enable(false);
+  bool linear_bwd = false;
+  for (const auto& e : Profiler::entries()) {
+    EXPECT_NE(e.name, "split_batch bwd");  // its time is its shares' ops', counted once
+    linear_bwd = linear_bwd || (e.name == "linear bwd" && e.seconds > 0);
+  }
+  EXPECT_TRUE(linear_bwd);
+  Profiler::reset();
 }

@@ -1,6 +1,7 @@
 // The plugin conformance suite: every plugin configuration in kCases must pass. Adding a
 // plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <filesystem>
@@ -25,6 +26,7 @@ struct PluginCase {
   std::string toml;  // the [plugin] table; empty: Booster without plugin
   int tp = 1;        // tensor-parallel size
   int pp = 1;        // pipeline stages (training runs through execute_pipeline)
+  bool split = false;  // Booster split_batch: each of 2 threads runs a share of the rank's batch
   /// Ranks of one data-parallel replica (the world must be a multiple).
   int group() const { return tp * pp; }
 };
@@ -45,6 +47,9 @@ const std::vector<PluginCase> kCases = {
     {"zero2", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\n"},
     {"zero2_no_overlap", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\noverlap_communication = false\n"},
     {"zero2_small_buckets", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\nreduce_bucket_size_in_m = 0.002\n"},
+    {"no_plugin_split", "", 1, 1, true},
+    {"torch_ddp_split", "[plugin]\nname = 'torch_ddp'\n", 1, 1, true},
+    {"zero2_split", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\n", 1, 1, true},
     {"zero2_offload", "[plugin]\nname = 'low_level_zero'\nstage = 2\nprecision = 'fp32'\ncpu_offload = true\n"},
     {"zero1_offload", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\ncpu_offload = true\n"},
     {"tp2", kHybrid, 2},
@@ -108,6 +113,9 @@ std::shared_ptr<Plugin> make(const PluginCase& c) {
   return plugins::make_plugin(Config::from_string(c.toml, c.name + ".toml"));
 }
 
+// The case's booster: its plugin, and split_batch where the case asks.
+Booster booster_for(const PluginCase& c) { return Booster(make(c), "", c.split); }
+
 // One training step's forward and backward of a replica's rows: through the model, or
 // through the pipeline (return_outputs: the logits on the last stage). Returns the loss
 // where this rank has it (a pipeline's last stage).
@@ -115,6 +123,9 @@ std::optional<double> forward_backward(Booster& bo, BoostResult<nn::ViTForImageC
                                        const Tensor& y, double loss_scale = 1.0, Tensor* logits = nullptr) {
   if (!bo.plugin() || !bo.plugin()->support_pipeline()) {
     auto out = (*r.model)(x, y);
+    if (bo.split_batch()) {  // it ran as shares: the loss is their node's
+      EXPECT_EQ(out.loss.impl()->grad_fn->name(), "split_batch");
+    }
     if (logits) *logits = out.logits;
     Tensor loss = scale(out.loss, loss_scale);
     bo.backward(loss, *r.optimizer);
@@ -160,11 +171,16 @@ void expect_params_close(ModelWrapper& got, const std::shared_ptr<nn::ViTForImag
 class Conformance : public ::testing::TestWithParam<PluginCase> {
  protected:
   void SetUp() override {
+    // The suite's ranks run one thread each (OMP_NUM_THREADS=1); a split case has two to share.
+    threads_ = omp_get_max_threads();
+    if (GetParam().split) omp_set_num_threads(2);
     if (GetParam().toml.empty() && dist::world_size() > 1)
       GTEST_SKIP() << "without a plugin, ranks do not share gradients";
     if (!runs_here(GetParam()))
       GTEST_SKIP() << GetParam().name << " needs a multiple of " << GetParam().group() << " ranks";
   }
+  void TearDown() override { omp_set_num_threads(threads_); }
+  int threads_ = 1;
   const int64_t b = 2;  // per-replica batch
   const int tp = GetParam().group();                  // ranks of a replica (they see the same rows)
   const int n = dist::world_size() / GetParam().group();  // data-parallel replicas
@@ -187,7 +203,7 @@ TEST_P(Conformance, TrainingParity) {
     loss.backward();
     ref_opt.step();
   }
-  Booster booster(make(GetParam()));
+  Booster booster = booster_for(GetParam());
   auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
   auto boosted = booster.boost(model, opt);
@@ -219,7 +235,7 @@ TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
   (*ref)(batch.first, batch.second).loss.backward();
   ref_opt.step();
 
-  Booster booster(make(GetParam()));
+  Booster booster = booster_for(GetParam());
   auto model = fresh_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
@@ -244,7 +260,7 @@ TEST_P(Conformance, ClipByGlobalNorm) {
   const double ref_norm = optim::clip_grad_norm(ref->parameters(), 0.05);
   ref_opt.step();
 
-  Booster booster(make(GetParam()));
+  Booster booster = booster_for(GetParam());
   auto model = fresh_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   auto [x, y] = my_slice(batch, b, 0, 1, tp);
@@ -299,7 +315,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
       r.optimizer->step();
     }
   };
-  Booster booster(make(GetParam()));
+  Booster booster = booster_for(GetParam());
   auto model = fresh_model();
   auto run = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   train(booster, run, 0, K1, tp);
@@ -312,7 +328,8 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
     booster.save_optimizer(*run.optimizer, o, shard);
     // Load under every other configuration that can run at this world size.
     for (const auto& other : kCases) {
-      if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other)) continue;
+      // (A split case's checkpoint layout is its plugin's: loading into it is loading into that.)
+      if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other) || other.split) continue;
       SCOPED_TRACE("loading into " + other.name + (shard ? " (sharded)" : " (one file)"));
       Booster ob(make(other));
       auto m2 = fresh_model(7);
@@ -324,7 +341,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
       train(ob, r2, K1, K1 + K2, other.group());
       // The reference continues under this configuration from the same checkpoint (a
       // boosted ZeRO-3 model has no parameters of its own to clone).
-      Booster cb(make(GetParam()));
+      Booster cb = booster_for(GetParam());
       auto ref = fresh_model(9);
       auto rr = cb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
       cb.load_model(*rr.model, m);
