@@ -124,11 +124,14 @@ class BoostedModel {
     using Out = decltype(typed_->forward(cast(std::forward<Args>(args))...));
     if constexpr (sizeof...(Args) > 0 && (std::is_same_v<std::decay_t<Args>, Tensor> && ...) &&
                   nn::BatchMergeable<Out>) {
-      const std::vector<Tensor> in{cast(args)...};
-      if (const int shares = wrapper_->split_shares(in); shares > 1)
+      if (wrapper_->split_batch()) {
+        const std::vector<Tensor> in{cast(args)...};
+        const int shares = wrapper_->split_shares(in);
+        if (shares == 1) return forward_on(in, std::index_sequence_for<Args...>{});
         return nn::split_batch_as<Out>(shares, in, wrapper_->split_params(), [&](const std::vector<Tensor>& a) {
           return forward_on(a, std::index_sequence_for<Args...>{});
         });
+      }
     }
     return typed_->call_forward([&] { return typed_->forward(cast(std::forward<Args>(args))...); });
   }

@@ -49,6 +49,78 @@ void on_share_threads(int shares, const std::function<void(int)>& f) {
     if (e) std::rethrow_exception(e);
 }
 
+// t as f32 times w (a share's weight in a mean over the batch).
+Tensor weighted(const Tensor& t, double w) {
+  Tensor r = t.to(DType::f32).contiguous().clone();
+  kernels::scale_(r, w);
+  return r;
+}
+
+// The backward of split_batch's outputs: each share's backward at once on its own thread
+// (seeded with its rows of a joined output's gradient, its weight of a mean's), then the
+// parameters' gradients summed over the shares and the inputs' joined.
+struct SplitBackward {
+  std::vector<ShareOutput> outs;
+  std::vector<std::vector<Tensor>> share_args;
+  std::vector<int64_t> begin;  // share s: rows [begin[s], begin[s + 1])
+  std::vector<Tensor> trained;
+  std::vector<bool> arg_grad;  // which args require grad
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& g) const {
+    const int shares = int(outs.size());
+    const bool retain = autograd::retaining_graph();
+    std::vector<std::vector<Tensor>> grads(static_cast<size_t>(shares));
+    on_share_threads(shares, [&](int s) { grads[size_t(s)] = share_backward(s, g, retain); });
+    std::vector<Tensor> result;
+    for (size_t p = 0; p < trained.size(); ++p) {  // the first share's gradient takes the others'
+      Tensor sum;
+      for (auto& gs : grads) {
+        Tensor gp = std::move(gs[p]);
+        if (!gp.defined()) continue;
+        if (!sum.defined()) sum = gp.is_contiguous() && gp.is_sole_owner() ? gp : gp.contiguous().clone();
+        else kernels::add_(sum, gp);
+      }
+      result.push_back(sum);
+    }
+    for (size_t a = 0, k = trained.size(); a < arg_grad.size(); ++a) {
+      if (!arg_grad[a]) {
+        result.push_back(Tensor());
+        continue;
+      }
+      std::vector<Tensor> parts;
+      for (int s = 0; s < shares; ++s) {
+        const Tensor& leaf = share_args[size_t(s)][a];
+        const Tensor& gs = grads[size_t(s)][k];
+        parts.push_back(gs.defined() ? gs : Tensor::zeros(leaf.shape(), leaf.dtype()));
+      }
+      result.push_back(concat(parts, 0));
+      ++k;
+    }
+    return result;
+  }
+
+  // Share s's gradients of the parameters, then of its rows of the args that require grad.
+  std::vector<Tensor> share_backward(int s, const std::vector<Tensor>& g, bool retain) const {
+    const ShareOutput& o = outs[size_t(s)];
+    const int64_t b = begin[size_t(s)], n = begin[size_t(s) + 1] - b;
+    std::vector<Tensor> roots, seeds;
+    for (size_t i = 0, k = 0; i < o.tensors.size(); ++i) {
+      if (!o.tensors[i].defined()) continue;
+      const Tensor& gi = g[k++];  // g has the defined outputs' gradients
+      if (!gi.defined() || !o.tensors[i].requires_grad()) continue;
+      roots.push_back(o.tensors[i]);
+      seeds.push_back(o.merge[i] == BatchMerge::concat
+                          ? gi.narrow(0, b, n).contiguous()
+                          : weighted(gi, double(n) / double(begin.back())).to(o.tensors[i].dtype()));
+    }
+    std::vector<Tensor> wrt = trained;
+    for (size_t a = 0; a < arg_grad.size(); ++a)
+      if (arg_grad[a]) wrt.push_back(share_args[size_t(s)][a]);
+    if (roots.empty()) return std::vector<Tensor>(wrt.size());
+    return autograd::grad(roots, seeds, wrt, retain, /*only_inputs=*/true);
+  }
+};
+
 }  // namespace
 
 int batch_shares(int64_t rows, int threads) { return int(std::max<int64_t>(1, std::min<int64_t>(threads, rows))); }
@@ -65,40 +137,42 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     rows = a.size(0);
   }
   BOOSTER_CHECK_T(ShapeError, rows >= shares, "split_batch: ", rows, " rows cannot make ", shares, " shares");
-  std::vector<int64_t> begin(static_cast<size_t>(shares) + 1);
-  for (int s = 0; s <= shares; ++s) begin[size_t(s)] = rows * s / shares;
+  SplitBackward bw;
+  bw.begin.resize(static_cast<size_t>(shares) + 1);
+  for (int s = 0; s <= shares; ++s) bw.begin[size_t(s)] = rows * s / shares;
+  auto rows_of = [&](int s) { return bw.begin[size_t(s) + 1] - bw.begin[size_t(s)]; };
 
   // Each share's inputs: its rows of every arg, as a leaf of its own (an arg's gradient is
   // joined from the shares' in the backward, so no share's graph reaches another's).
-  std::vector<std::vector<Tensor>> share_args(static_cast<size_t>(shares));
+  bw.share_args.resize(static_cast<size_t>(shares));
   for (int s = 0; s < shares; ++s)
     for (const Tensor& a : args) {
       Tensor part;
       if (a.defined()) {
-        part = a.detach().narrow(0, begin[size_t(s)], begin[size_t(s) + 1] - begin[size_t(s)]);
+        part = a.detach().narrow(0, bw.begin[size_t(s)], rows_of(s));
         if (a.requires_grad()) part.requires_grad_(true);
       }
-      share_args[size_t(s)].push_back(part);
+      bw.share_args[size_t(s)].push_back(part);
     }
-  std::vector<Tensor> trained;  // the parameters a gradient is computed for
+  for (const Tensor& a : args) bw.arg_grad.push_back(a.defined() && a.requires_grad());
   for (const Tensor& p : params)
-    if (p.defined() && p.requires_grad()) trained.push_back(p);
+    if (p.defined() && p.requires_grad()) bw.trained.push_back(p);
 
-  std::vector<ShareOutput> outs(static_cast<size_t>(shares));
   // Each share draws (dropout) from a generator of its own, seeded from one draw of the
   // caller's: the same masks on every run of the same seed and share count, no two threads
   // advancing one generator.
+  bw.outs.resize(static_cast<size_t>(shares));
   const uint64_t seed = default_generator().next_u64();
   on_share_threads(shares, [&](int s) {
     Generator g(seed, uint64_t(s));
     DefaultGeneratorGuard own(g);
-    outs[size_t(s)] = forward(s, share_args[size_t(s)]);
+    bw.outs[size_t(s)] = forward(s, bw.share_args[size_t(s)]);
   });
-  const ShareOutput& first = outs[0];
+  const ShareOutput& first = bw.outs[0];
   BOOSTER_CHECK(first.merge.size() == first.tensors.size(), "split_batch: ", first.tensors.size(), " outputs but ",
                 first.merge.size(), " merge rules");
   for (int s = 1; s < shares; ++s) {
-    const ShareOutput& o = outs[size_t(s)];
+    const ShareOutput& o = bw.outs[size_t(s)];
     BOOSTER_CHECK(o.tensors.size() == first.tensors.size() && o.merge == first.merge, "split_batch: share ", s,
                   " returned other outputs than share 0");
     for (size_t i = 0; i < o.tensors.size(); ++i)
@@ -107,101 +181,39 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
   }
 
   // The combined outputs, without history of their own; one node gives them a backward.
-  std::vector<Tensor> merged;
+  std::vector<Tensor> merged, recorded;  // recorded: the defined ones
   for (size_t i = 0; i < first.tensors.size(); ++i) {
     if (!first.tensors[i].defined()) {
       merged.push_back(Tensor());
       continue;
     }
     std::vector<Tensor> parts;
-    for (auto& o : outs) parts.push_back(o.tensors[i].detach());
+    for (int s = 0; s < shares; ++s) {
+      const Tensor part = bw.outs[size_t(s)].tensors[i].detach();
+      if (first.merge[i] == BatchMerge::concat)
+        BOOSTER_CHECK_T(ShapeError, part.dim() >= 1 && part.size(0) == rows_of(s), "split_batch: output ", i,
+                        " of share ", s, " is ", shape_str(part.shape()), ", not the share's ", rows_of(s), " rows");
+      else
+        BOOSTER_CHECK_T(ShapeError, part.shape() == first.tensors[i].shape(), "split_batch: output ", i,
+                        " has other shapes in different shares");
+      parts.push_back(part);
+    }
+    Tensor m;
     if (first.merge[i] == BatchMerge::concat) {
-      for (int s = 0; s < shares; ++s)
-        BOOSTER_CHECK_T(ShapeError, parts[size_t(s)].dim() >= 1 && parts[size_t(s)].size(0) == begin[size_t(s) + 1] - begin[size_t(s)],
-                        "split_batch: output ", i, " of share ", s, " is ", shape_str(parts[size_t(s)].shape()),
-                        ", not the share's ", begin[size_t(s) + 1] - begin[size_t(s)], " rows");
-      merged.push_back(concat(parts, 0));
+      m = concat(parts, 0);
     } else {
       Tensor sum = Tensor::zeros(parts[0].shape(), DType::f32);
-      for (int s = 0; s < shares; ++s) {
-        BOOSTER_CHECK_T(ShapeError, parts[size_t(s)].shape() == parts[0].shape(), "split_batch: output ", i,
-                        " has other shapes in different shares");
-        Tensor w = parts[size_t(s)].to(DType::f32).contiguous().clone();
-        kernels::scale_(w, double(begin[size_t(s) + 1] - begin[size_t(s)]) / double(rows));
-        kernels::add_(sum, w);
-      }
-      merged.push_back(sum.to(parts[0].dtype()));
+      for (int s = 0; s < shares; ++s) kernels::add_(sum, weighted(parts[size_t(s)], double(rows_of(s)) / double(rows)));
+      m = sum.to(parts[0].dtype());
     }
+    merged.push_back(m);
+    recorded.push_back(m);
   }
 
-  std::vector<Tensor> inputs = trained;
+  std::vector<Tensor> inputs = bw.trained;
   inputs.insert(inputs.end(), args.begin(), args.end());
-  std::vector<Tensor> recorded;  // the defined outputs (record_multi wants tensors)
-  for (const Tensor& m : merged)
-    if (m.defined()) recorded.push_back(m);
-  auto backward = [outs, share_args, begin, rows, n_trained = trained.size(), trained,
-                   arg_grad = [&] {
-                     std::vector<bool> g;
-                     for (const Tensor& a : args) g.push_back(a.defined() && a.requires_grad());
-                     return g;
-                   }()](const std::vector<Tensor>& g) {
-    const int shares = int(outs.size());
-    // Each share's roots and seeds: its rows of a joined output's gradient, its weight of a mean's.
-    std::vector<std::vector<Tensor>> grads(static_cast<size_t>(shares));
-    on_share_threads(shares, [&](int s) {
-        std::vector<Tensor> roots, seeds;
-        const ShareOutput& o = outs[size_t(s)];
-        const int64_t b = begin[size_t(s)], n = begin[size_t(s) + 1] - b;
-        for (size_t i = 0, k = 0; i < o.tensors.size(); ++i) {
-          if (!o.tensors[i].defined()) continue;
-          const Tensor& gi = g[k++];
-          if (!gi.defined() || !o.tensors[i].requires_grad()) continue;
-          roots.push_back(o.tensors[i]);
-          if (o.merge[i] == BatchMerge::concat) {
-            seeds.push_back(gi.narrow(0, b, n).contiguous());
-          } else {
-            Tensor w = gi.to(DType::f32).contiguous().clone();
-            kernels::scale_(w, double(n) / double(rows));
-            seeds.push_back(w.to(o.tensors[i].dtype()));
-          }
-        }
-        std::vector<Tensor> wrt = trained;
-        for (size_t a = 0; a < arg_grad.size(); ++a)
-          if (arg_grad[a]) wrt.push_back(share_args[size_t(s)][a]);
-        if (!roots.empty()) grads[size_t(s)] = autograd::grad(roots, seeds, wrt);
-        else grads[size_t(s)].resize(wrt.size());
-      });
-    std::vector<Tensor> result;
-    for (size_t p = 0; p < n_trained; ++p) {  // the first share's gradient takes the others'
-      Tensor sum;
-      for (auto& gs : grads) {
-        Tensor g = std::move(gs[p]);
-        if (!g.defined()) continue;
-        if (!sum.defined()) sum = g.is_contiguous() && g.is_sole_owner() ? g : g.contiguous().clone();
-        else kernels::add_(sum, g);
-      }
-      result.push_back(sum);
-    }
-    for (size_t a = 0, k = n_trained; a < arg_grad.size(); ++a) {
-      if (!arg_grad[a]) {
-        result.push_back(Tensor());
-        continue;
-      }
-      std::vector<Tensor> parts;
-      for (int s = 0; s < shares; ++s) {
-        const Tensor& gs = grads[size_t(s)][k];
-        const Tensor& leaf = share_args[size_t(s)][a];
-        parts.push_back(gs.defined() ? gs : Tensor::zeros(leaf.shape(), leaf.dtype()));
-      }
-      result.push_back(concat(parts, 0));
-      ++k;
-    }
-    return result;
-  };
-  autograd::record_multi("split_batch", inputs, recorded, backward);
+  autograd::record_multi("split_batch", inputs, recorded, std::move(bw));
   if (!recorded.empty() && recorded[0].impl()->grad_fn) recorded[0].impl()->grad_fn->timed = false;
-  for (size_t i = 0, k = 0; i < merged.size(); ++i)
-    if (merged[i].defined()) merged[i] = recorded[k++];
   return merged;
 }
 

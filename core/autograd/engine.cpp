@@ -168,7 +168,10 @@ namespace {
 struct Capture {
   std::unordered_map<const Node*, size_t> slot;
   std::vector<Tensor> grads;
+  bool only_inputs = false;
 };
+
+thread_local bool t_retaining = false;
 
 // The engine: backward() accumulates into the leaves' .grad (capture null); grad() collects
 // the gradients of its inputs in capture and passes every other leaf over.
@@ -176,6 +179,11 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
                   Capture* capture) {
   BOOSTER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
   NoGradGuard no_grad;
+  struct Retaining {  // retaining_graph() for the nodes this backward runs
+    bool prev = t_retaining;
+    explicit Retaining(bool on) { t_retaining = on; }
+    ~Retaining() { t_retaining = prev; }
+  } retaining(retain_graph);
   g_backward_pass.fetch_add(1, std::memory_order_relaxed);
 
   // Root edges and their seed gradients.
@@ -236,7 +244,13 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
     in.resize(size_t(n->num_outputs));
     if (capture && dynamic_cast<AccumulateGrad*>(n)) {
       auto it = capture->slot.find(n);
-      if (it != capture->slot.end() && in[0].defined()) accumulate(capture->grads[it->second], in[0]);
+      if (it != capture->slot.end()) {
+        if (in[0].defined()) accumulate(capture->grads[it->second], in[0]);
+      } else {
+        BOOSTER_CHECK_T(AutogradError, !capture->only_inputs || !in[0].defined(), "grad: the backward reached ",
+                        Tensor(static_cast<AccumulateGrad*>(n)->leaf()).describe(),
+                        ", a tensor that requires grad but is not among the inputs, so its gradient would be lost");
+      }
       continue;
     }
     for (size_t k = 0; k < n->retained.size(); ++k) {
@@ -279,9 +293,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   run_backward(roots, grads, retain_graph, nullptr);
 }
 
+bool retaining_graph() { return t_retaining; }
+
 std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                         const std::vector<Tensor>& inputs, bool retain_graph) {
+                         const std::vector<Tensor>& inputs, bool retain_graph, bool only_inputs) {
   Capture capture;
+  capture.only_inputs = only_inputs;
   std::vector<std::shared_ptr<Node>> accumulators;  // alive until the backward has run
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];

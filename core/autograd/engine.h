@@ -17,8 +17,14 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 /// as torch.autograd.grad: no .grad is written and no leaf hook runs; every other leaf the
 /// backward reaches is passed over; an input it does not reach gets an undefined tensor.
 /// Threads may run it at once on graphs that share leaves.
+/// only_inputs: a leaf that requires grad, is not an input and receives a gradient is an
+/// error naming it instead (for callers that must not lose a gradient).
 std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
-                         const std::vector<Tensor>& inputs, bool retain_graph = false);
+                         const std::vector<Tensor>& inputs, bool retain_graph = false, bool only_inputs = false);
+
+/// True while a backward with retain_graph runs on this thread (a node whose backward runs
+/// a backward of its own passes it on).
+bool retaining_graph();
 
 /// An alias of t (same storage) whose backward calls hook() when t's gradient arrives,
 /// at most once per backward pass, then passes the gradient on unchanged. Module

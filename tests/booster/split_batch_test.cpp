@@ -150,3 +150,30 @@ TEST(SplitBatch, ProfileCountsTheSharesOpsNotTheirNode) {
   EXPECT_TRUE(linear_bwd);
   Profiler::reset();
 }
+
+TEST(SplitBatch, AGradientOutsideParamsAndInputsIsAnErrorNotLost) {
+  Tensor w = Tensor::ones({3, 2});
+  w.requires_grad_();
+  Tensor stray = Tensor::ones({3});  // requires grad, but split_batch is not told of it
+  stray.requires_grad_();
+  Tensor x = Tensor::ones({4, 2});
+  auto outs = nn::split_batch(2, {x}, {w}, [&](int, const std::vector<Tensor>& a) {
+    return nn::ShareOutput{{mean(add(linear(a[0], w), stray))}, {nn::BatchMerge::mean}};
+  });
+  const std::string err = testkit::error_of([&] { outs[0].backward(); });
+  EXPECT_NE(err.find("not among the inputs"), std::string::npos) << err;
+}
+
+TEST(SplitBatch, RetainGraphReachesTheShares) {
+  Tensor w = Tensor::ones({3, 2});
+  w.requires_grad_();
+  Tensor x = Tensor::ones({4, 2});
+  auto outs = nn::split_batch(2, {x}, {w}, [&](int, const std::vector<Tensor>& a) {
+    return nn::ShareOutput{{mean(linear(a[0], w))}, {nn::BatchMerge::mean}};
+  });
+  autograd::backward({outs[0]}, {Tensor()}, /*retain_graph=*/true);
+  const auto once = w.grad().to_vector();
+  outs[0].backward();  // the shares' graphs were kept
+  const auto twice = w.grad().to_vector();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2 * once[i]);
+}
