@@ -1,6 +1,7 @@
 // Booster (see booster.h).
 #include "booster/booster.h"
 
+#include <omp.h>
 #include <spdlog/spdlog.h>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
@@ -40,6 +41,9 @@ void Booster::configure(BoostedObjects& o) {
     apply_mixed_precision(o, mp);
   }
   o.model->set_split_batch(split_batch_);
+  if (split_batch_)
+    spdlog::info("Booster: split_batch: each of this rank's {} threads runs its own share of every training batch",
+                 omp_get_max_threads());
 }
 
 NoSyncScope Booster::no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) {

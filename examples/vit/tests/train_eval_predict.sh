@@ -62,6 +62,24 @@ grep -q "FAIL" flipped.txt && cat flipped.txt
 test -s hf/config.json && test -s hf/model.safetensors && test -s hf/preprocessor_config.json
 "$build/examples/vit/vit_predict" --model hf "$img" | tee predict_hf.txt
 diff predict.txt predict_hf.txt
+# One process of 2 threads, unsplit and with booster.split_batch (each thread its share of
+# every batch): the same losses (summed in another order).
+for mode in false true; do
+  OMP_NUM_THREADS=2 "$mpiexec" -np 1 -x OMP_NUM_THREADS "$build/examples/vit/vit_train" \
+    --config "$src/examples/vit/configs/torch_ddp.toml" --no-progress "${small[@]}" --set train.epochs=1 \
+    --set booster.split_batch=$mode --set run.output_dir=split_$mode 2>&1 | tee split_$mode.log
+  grep -q "done: best validation accuracy" split_$mode.log
+done
+grep -q "split_batch: each of this rank's 2 threads" split_true.log
+! grep -q "split_batch: each" split_false.log
+/usr/bin/python3 - split_false/vit_beans/metrics.jsonl split_true/vit_beans/metrics.jsonl <<'PY'
+import json, sys
+def losses(p): return [r["loss"] for r in map(json.loads, open(p)) if r.get("type") == "step"]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) > 0, (a, b)
+for x, y in zip(a, b): assert abs(x - y) <= 1e-4 * abs(x), (x, y)
+print("split_batch losses match:", b)
+PY
 # The PyTorch peer mirrors the run (its config.toml) and compares, when torch is installed.
 if /usr/bin/python3 -c "import torch, PIL" 2>/dev/null; then
   /usr/bin/python3 "$src/bench/torch_beans_train.py" --shared "$src/../shared" --run runs/vit_beans | tee peer.txt
