@@ -71,17 +71,7 @@ struct SplitBackward {
     const bool retain = autograd::retaining_graph();
     std::vector<std::vector<Tensor>> grads(static_cast<size_t>(shares));
     on_share_threads(shares, [&](int s) { grads[size_t(s)] = share_backward(s, g, retain); });
-    std::vector<Tensor> result;
-    for (size_t p = 0; p < trained.size(); ++p) {  // the first share's gradient takes the others'
-      Tensor sum;
-      for (auto& gs : grads) {
-        Tensor gp = std::move(gs[p]);
-        if (!gp.defined()) continue;
-        if (!sum.defined()) sum = gp.is_contiguous() && gp.is_sole_owner() ? gp : gp.contiguous().clone();
-        else kernels::add_(sum, gp);
-      }
-      result.push_back(sum);
-    }
+    std::vector<Tensor> result = summed_over_shares(grads);
     for (size_t a = 0, k = trained.size(); a < arg_grad.size(); ++a) {
       if (!arg_grad[a]) {
         result.push_back(Tensor());
@@ -97,6 +87,31 @@ struct SplitBackward {
       ++k;
     }
     return result;
+  }
+
+  // The parameters' gradients summed over the shares, on the share threads at once: thread t
+  // sums a run of parameters holding about 1/shares of their elements (the first share's
+  // gradient takes the others').
+  std::vector<Tensor> summed_over_shares(std::vector<std::vector<Tensor>>& grads) const {
+    ProfileScope prof_("split_batch gradient sum");
+    const int shares = int(grads.size());
+    std::vector<int64_t> upto(trained.size() + 1, 0);  // elements before parameter p
+    for (size_t p = 0; p < trained.size(); ++p) upto[p + 1] = upto[p] + trained[p].numel();
+    std::vector<Tensor> sums(trained.size());
+    on_share_threads(shares, [&](int t) {
+      ProfileShareGuard unweighted(0.0);  // the adds are timed as a whole above
+      for (size_t p = 0; p < trained.size(); ++p) {
+        if (upto[p] * shares / std::max<int64_t>(upto.back(), 1) != t) continue;  // another thread's
+        Tensor& sum = sums[p];
+        for (auto& gs : grads) {
+          Tensor g = std::move(gs[p]);
+          if (!g.defined()) continue;
+          if (!sum.defined()) sum = g.is_contiguous() && g.is_sole_owner() ? g : g.contiguous().clone();
+          else kernels::add_(sum, g);
+        }
+      }
+    });
+    return sums;
   }
 
   // Share s's gradients of the parameters, then of its rows of the args that require grad.
