@@ -1,9 +1,11 @@
 // Tensor metadata, views without copies, dtype conversion, allocator accounting, RNG.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
@@ -269,6 +271,34 @@ TEST(Allocator, HostTierReusesFreedLargeBlocks) {
   void* big = tight.allocate(n);
   tight.deallocate(big, n);
   EXPECT_EQ(tight.bytes_cached(), 0u);
+}
+
+TEST(Allocator, AThreadGetsBackTheBlocksItFreed) {
+  // Threads each running a share of a batch reuse their own blocks (their lines in their
+  // own caches), not each other's.
+  CachingHostTier tier("test_threads", size_t(64) << 20);
+  const size_t n = size_t(3) << 20;
+  std::barrier sync(2);
+  void *a1 = nullptr, *a2 = nullptr, *b1 = nullptr, *b2 = nullptr;
+  auto run = [&](void*& first, void*& again) {
+    first = tier.allocate(n);
+    sync.arrive_and_wait();
+    tier.deallocate(first, n);
+    sync.arrive_and_wait();  // both blocks idle now
+    again = tier.allocate(n);
+  };
+  std::thread t1([&] { run(a1, a2); }), t2([&] { run(b1, b2); });
+  t1.join();
+  t2.join();
+  EXPECT_NE(a1, b1);
+  EXPECT_EQ(a2, a1);
+  EXPECT_EQ(b2, b1);
+  tier.deallocate(a2, n);
+  tier.deallocate(b2, n);
+  void* c = tier.allocate(n);  // this thread has none of its own: it takes another's
+  EXPECT_TRUE(c == a1 || c == b1);
+  tier.deallocate(c, n);
+  tier.empty_cache();
 }
 
 TEST(Allocator, LargeBlocksStartOnHugePageBoundaries) {
