@@ -21,7 +21,7 @@ dnnl::algorithm gelu_alg(bool tanh_approx) {
 
 dnnl::eltwise_forward::primitive_desc gelu_fwd_pd(const dnnl::memory::desc& md, bool tanh_approx) {
   dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, gelu_alg(tanh_approx), md, 0.f, 0.f);
-  return dnnl::eltwise_forward::primitive_desc(d, primitive_attr(), cpu_engine());
+  return dnnl::eltwise_forward::primitive_desc(d, user_scratchpad_attr(), cpu_engine());
 }
 
 const CachedPrimitive& gelu_fwd_prim(const Tensor& x, bool tanh_approx) {
@@ -44,7 +44,7 @@ bool gelu_bwd_fast(const Tensor& x, const Tensor& dy, const Tensor& dx, bool tan
   const auto& cp = cached_primitive(key.str(), [&] {
     auto hint = gelu_fwd_pd(md_of(x), tanh_approx);
     dnnl::eltwise_backward::desc d(gelu_alg(tanh_approx), md_of(x), md_of(x), 0.f, 0.f);
-    dnnl::eltwise_backward::primitive_desc pd(d, primitive_attr(), cpu_engine(), hint);
+    dnnl::eltwise_backward::primitive_desc pd(d, user_scratchpad_attr(), cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::eltwise_backward(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.native()) return false;

@@ -49,7 +49,7 @@ bool dnnl_binary(BinOp op, const Tensor& a, const Tensor& b, const Tensor& c, bo
   key.add(int64_t(op)).add(a).add(b).add(c);
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
     dnnl::binary::desc d(dnnl_alg(op), md_of(a), md_of(b), md_of(c));
-    dnnl::binary::primitive_desc pd(d, primitive_attr(), cpu_engine());
+    dnnl::binary::primitive_desc pd(d, user_scratchpad_attr(), cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::binary(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.prim || (native_only && !cp.native())) return false;

@@ -25,7 +25,7 @@ dnnl::convolution_forward::primitive_desc conv_fwd_pd(const ref::ConvShape& s, b
                                                   x, w, b, y, st, pad, pad)
                 : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                                   x, w, y, st, pad, pad);
-  return dnnl::convolution_forward::primitive_desc(d, primitive_attr(), cpu_engine());
+  return dnnl::convolution_forward::primitive_desc(d, user_scratchpad_attr(), cpu_engine());
 }
 
 std::string conv_key(const char* op, const ref::ConvShape& s, bool bias) {
@@ -48,7 +48,7 @@ void conv_fwd_fast(const ref::ConvShape& s, const Tensor& x, const Tensor& w, co
                                        {DNNL_ARG_WEIGHTS, m(cp.pd, dnnl_query_weights_md, 0, w)},
                                        {DNNL_ARG_DST, m(cp.pd, dnnl_query_dst_md, 0, y)}};
   if (b.defined()) args.emplace(DNNL_ARG_BIAS, m(cp.pd, dnnl_query_weights_md, 1, b));
-  execute(cp, args);
+  execute(cp, std::move(args));
 }
 
 void conv_bwd_data_fast(const ref::ConvShape& s, const Tensor& dy, const Tensor& w, const Tensor& dx) {
@@ -56,7 +56,7 @@ void conv_bwd_data_fast(const ref::ConvShape& s, const Tensor& dy, const Tensor&
     auto hint = conv_fwd_pd(s, false);
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, hint.src_desc(), hint.weights_desc(),
                                             hint.dst_desc(), {s.sh, s.sw}, {s.ph, s.pw}, {s.ph, s.pw});
-    dnnl::convolution_backward_data::primitive_desc pd(d, primitive_attr(), cpu_engine(), hint);
+    dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad_attr(), cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::convolution_backward_data(pd)), dnnl::primitive_desc_base(pd));
   });
   execute(cp, {{DNNL_ARG_DIFF_DST, m(cp.pd, dnnl_query_diff_dst_md, 0, dy)},
@@ -75,14 +75,14 @@ void conv_bwd_weights_fast(const ref::ConvShape& s, const Tensor& x, const Tenso
                                                              st, pad, pad)
                   : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, hint.src_desc(),
                                                              hint.weights_desc(), hint.dst_desc(), st, pad, pad);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, primitive_attr(), cpu_engine(), hint);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad_attr(), cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::convolution_backward_weights(pd)), dnnl::primitive_desc_base(pd));
   });
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, m(cp.pd, dnnl_query_src_md, 0, x)},
                                        {DNNL_ARG_DIFF_DST, m(cp.pd, dnnl_query_diff_dst_md, 0, dy)},
                                        {DNNL_ARG_DIFF_WEIGHTS, m(cp.pd, dnnl_query_diff_weights_md, 0, dw)}};
   if (bias) args.emplace(DNNL_ARG_DIFF_BIAS, m(cp.pd, dnnl_query_diff_weights_md, 1, db));
-  execute(cp, args);
+  execute(cp, std::move(args));
 }
 
 // Patch embedding as matmul: x [B, C, nH*kh, nW*kw] -> patches [B*nH*nW, C*kh*kw] x w^T.

@@ -80,7 +80,7 @@ const CachedPrimitive& cached_primitive(
   try {
     auto [prim, pd] = make();
     BOOSTER_CHECK(pd.get_primitive_attr().get_scratchpad_mode() == dnnl::scratchpad_mode::user,
-                  "oneDNN primitive created without kernels::primitive_attr(): its scratchpad would be shared between threads");
+                  "oneDNN primitive created without kernels::user_scratchpad_attr(): its scratchpad would be shared between threads");
     entry.prim = prim;
     entry.pd = pd;
     const char* impl = pd.impl_info_str();
@@ -103,7 +103,7 @@ void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std
   KeyBuilder key("reorder");
   key.add(src);
   const CachedPrimitive& cp = cached_primitive(key.str() + dst_key, [&] {
-    dnnl::reorder::primitive_desc pd(cpu_engine(), src_md, cpu_engine(), dst_md, primitive_attr());
+    dnnl::reorder::primitive_desc pd(cpu_engine(), src_md, cpu_engine(), dst_md, user_scratchpad_attr());
     return std::make_pair(dnnl::primitive(dnnl::reorder(pd)), dnnl::primitive_desc_base(pd));
   });
   BOOSTER_CHECK_T(BackendError, cp.prim.has_value(), "oneDNN has no reorder from ", shape_str(src.shape()), " (",
@@ -111,9 +111,10 @@ void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std
   execute(cp, {{DNNL_ARG_FROM, mem_of(src_md, src)}, {DNNL_ARG_TO, dnnl::memory(dst_md, cpu_engine(), dst)}});
 }
 
-dnnl::primitive_attr primitive_attr(dnnl::primitive_attr base) {
-  base.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return base;
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
 }
 
 namespace {
@@ -126,10 +127,9 @@ void* thread_scratchpad(size_t bytes) {
   };
   thread_local Buffer b;
   if (bytes > b.size) {
+    void* grown = ::operator new(bytes, std::align_val_t(64));  // throws before b changes
     ::operator delete(b.p, std::align_val_t(64));
-    b.p = nullptr;
-    b.size = 0;
-    b.p = ::operator new(bytes, std::align_val_t(64));
+    b.p = grown;
     b.size = bytes;
   }
   return b.p;

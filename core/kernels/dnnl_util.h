@@ -66,11 +66,10 @@ size_t primitive_cache_size();
 /// layout) with a oneDNN reorder cached under `dst_key`, which must name dst_md.
 void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std::string& dst_key, void* dst);
 
-/// Attributes every cached primitive is created with (`base`'s, and the scratchpad in the
-/// user's hands): oneDNN 2.x's library scratchpad is one buffer for the whole process, so
+/// Attributes every cached primitive is created with (the scratchpad in the user's hands): oneDNN 2.x's library scratchpad is one buffer for the whole process, so
 /// two threads running primitives at once (threads that each run their own share of a batch)
 /// would overwrite each other's. execute() hands each thread its own.
-dnnl::primitive_attr primitive_attr(dnnl::primitive_attr base = {});
+dnnl::primitive_attr user_scratchpad_attr();
 
 /// Executes a cached primitive with arguments, on this thread's scratchpad, and waits.
 void execute(const CachedPrimitive& cp, std::unordered_map<int, dnnl::memory> args);

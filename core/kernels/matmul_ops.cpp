@@ -52,7 +52,7 @@ bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
                           : md_of(b);
     auto d = bias.defined() ? dnnl::matmul::desc(md_of(a), bmd, md_of(bias), md_of(c))
                             : dnnl::matmul::desc(md_of(a), bmd, md_of(c));
-    dnnl::primitive_attr attr = primitive_attr();
+    dnnl::primitive_attr attr = user_scratchpad_attr();
     if (alpha != 1.0) attr.set_output_scales(0, {float(alpha)});
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
@@ -69,7 +69,7 @@ bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
       {DNNL_ARG_WEIGHTS, packed.defined() ? dnnl::memory(wmd, cpu_engine(), packed.raw_data()) : mem_of(wmd, b)},
       {DNNL_ARG_DST, mem_of(cp.pd.dst_desc(), c)}};
   if (bias.defined()) args.emplace(DNNL_ARG_BIAS, mem_of(cp.pd.weights_desc(1), bias));
-  execute(cp, args);
+  execute(cp, std::move(args));
   return true;
 }
 
@@ -177,7 +177,7 @@ std::string matmul_implementation(DType t, int64_t m, int64_t k, int64_t n) {
   KeyBuilder key("matmul");
   key.add(a).add(b).add(c);
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md_of(a), md_of(b), md_of(c)), primitive_attr(), cpu_engine());
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md_of(a), md_of(b), md_of(c)), user_scratchpad_attr(), cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::matmul(pd)), dnnl::primitive_desc_base(pd));
   });
   return cp.prim ? cp.impl : "";

@@ -25,7 +25,7 @@ normalization_flags ln_flags(bool affine) {
 
 dnnl::layer_normalization_forward::primitive_desc ln_fwd_pd(const dnnl::memory::desc& md, double eps, bool affine) {
   dnnl::layer_normalization_forward::desc d(prop_kind::forward_training, md, float(eps), ln_flags(affine));
-  return dnnl::layer_normalization_forward::primitive_desc(d, primitive_attr(), cpu_engine());
+  return dnnl::layer_normalization_forward::primitive_desc(d, user_scratchpad_attr(), cpu_engine());
 }
 
 const CachedPrimitive& ln_fwd_prim(const Tensor& x2, double eps, bool affine) {
@@ -51,7 +51,7 @@ void ln_forward(const Tensor& x2, const Tensor& w, const Tensor& b, double eps, 
     args.emplace(DNNL_ARG_SCALE, mem_of(md_of(w), w));
     args.emplace(DNNL_ARG_SHIFT, mem_of(md_of(b), b));
   }
-  execute(cp, args);
+  execute(cp, std::move(args));
 }
 
 // dx (x2's dtype), dw, db (f32); false when oneDNN has no kernel for x2's dtype.
@@ -63,7 +63,7 @@ bool ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tenso
   const CachedPrimitive& cp = cached_primitive(key.str(), [&] {
     auto hint = ln_fwd_pd(md_of(x2), eps, affine);
     dnnl::layer_normalization_backward::desc d(prop_kind::backward, md_of(x2), md_of(x2), float(eps), ln_flags(affine));
-    dnnl::layer_normalization_backward::primitive_desc pd(d, primitive_attr(), cpu_engine(), hint);
+    dnnl::layer_normalization_backward::primitive_desc pd(d, user_scratchpad_attr(), cpu_engine(), hint);
     return std::make_pair(dnnl::primitive(dnnl::layer_normalization_backward(pd)), dnnl::primitive_desc_base(pd));
   });
   if (!cp.native()) return false;
@@ -78,7 +78,7 @@ bool ln_backward(const Tensor& x2, const Tensor& w, const Tensor& b, const Tenso
     args.emplace(DNNL_ARG_DIFF_SCALE, mem_of(md_of(dw), dw));
     args.emplace(DNNL_ARG_DIFF_SHIFT, mem_of(md_of(db), db));
   }
-  execute(cp, args);
+  execute(cp, std::move(args));
   return true;
 }
 
@@ -88,7 +88,7 @@ const CachedPrimitive& softmax_prim(const Tensor& x2) {
   key.add(x2);
   return cached_primitive(key.str(), [&] {
     dnnl::softmax_forward::primitive_desc pd(dnnl::softmax_forward::desc(prop_kind::forward_training, md_of(x2), 1),
-                                             primitive_attr(), cpu_engine());
+                                             user_scratchpad_attr(), cpu_engine());
     return std::make_pair(dnnl::primitive(dnnl::softmax_forward(pd)), dnnl::primitive_desc_base(pd));
   });
 }

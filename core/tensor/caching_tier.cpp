@@ -61,10 +61,11 @@ void unmap_block(void* p, size_t cls) { ::munmap(p, cls); }  // a slab's block: 
 
 constexpr size_t kSlab = 4 * kHugePage;
 
-// This thread's slot among the idle lists: threads in the order they first allocated.
-size_t thread_slot(size_t slots) {
+// This thread's slot among the idle lists (CachingHostTier::kSlots of them): threads in the
+// order they first freed or allocated a cached block.
+size_t thread_slot() {
   static std::atomic<size_t> next{0};
-  thread_local const size_t slot = next.fetch_add(1, std::memory_order_relaxed) % slots;
+  thread_local const size_t slot = next.fetch_add(1, std::memory_order_relaxed) % CachingHostTier::kSlots;
   return slot;
 }
 // Under a footprint limit (Gemini's memory cap, which counts the resident set), blocks under
@@ -91,7 +92,7 @@ void* CachingHostTier::allocate(size_t nbytes) {
   const size_t cls = size_class(nbytes);
   void* p = nullptr;
   if (cls >= kMinCached) {
-    const size_t own = thread_slot(kSlots);
+    const size_t own = thread_slot();
     std::lock_guard lock(mu_);
     for (size_t k = 0; k < kSlots && !p; ++k) {  // this thread's own idle blocks first
       auto it = free_.find(free_key(cls, (own + k) % kSlots));
@@ -101,12 +102,11 @@ void* CachingHostTier::allocate(size_t nbytes) {
         cached_ -= cls;
       }
     }
-    const size_t n = kSlab / cls;
-    if (p) {
-      // taken from the idle ones
+    if (const size_t n = kSlab / cls; p) {
+      // an idle block
     } else if (huge_pages() && cls < kHugePage && footprint_limit_ == 0 && cached_ + (n - 1) * cls <= limit_) {
       // A new slab: this block and n - 1 idle ones (not under a footprint limit, which the
-      // idle ones would eat into, nor past the cache's own limit).
+      // idle ones would eat into, nor past the cache's own limit), this thread's.
       if (auto* slab = static_cast<char*>(map_huge(n * cls))) {
         p = slab;
         for (size_t i = 1; i < n; ++i) free_[free_key(cls, own)].push_back(slab + i * cls);
@@ -137,7 +137,7 @@ void CachingHostTier::deallocate(void* p, size_t nbytes) {
     const bool keep = footprint_limit_ == 0 ||
                       (cls >= kMinKeptUnderLimit && bytes_in_use() + cached_ + cls <= footprint_limit_);
     if (cached_ + cls <= limit_ && keep) {
-      free_[free_key(cls, thread_slot(kSlots))].push_back(p);
+      free_[free_key(cls, thread_slot())].push_back(p);
       cached_ += cls;
       return;
     }

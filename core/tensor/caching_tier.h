@@ -36,6 +36,12 @@ class CachingHostTier : public MemoryTier {
   /// of runs alternated with 256 KB: 45.96, 45.40, 49.48, 49.30 -> 46.44, 46.18, 50.19,
   /// 50.01 img/s, RSS 307 -> 313 MB (16 KB: alike); f32 about even.
   static constexpr size_t kMinCached = size_t(1) << 16;
+  /// Idle blocks are kept per size class and per the thread that freed them (threads share
+  /// kSlots lists), and a thread takes its own back first: a block's cache lines sit in the
+  /// caches of the thread that last touched it, and threads that each run a share of a batch
+  /// (nn::split_batch) on different L3 domains would otherwise write over each other's lines
+  /// at every allocation.
+  static constexpr size_t kSlots = 8;
   /// The size class a request of nbytes is served from: multiples of 1/16 of its power
   /// of two (at most 6.25 % slack), so a slightly smaller last batch reuses a block.
   static size_t size_class(size_t nbytes);
@@ -44,12 +50,6 @@ class CachingHostTier : public MemoryTier {
   /// Gives back idle blocks until `incoming` more bytes keep the footprint under its limit.
   void make_room(size_t incoming);  // mu_ held
 
-  /// Idle blocks are kept per size class and per the thread that freed them (its slot,
-  /// threads_slot() below), and a thread takes its own back first: a block's cache lines
-  /// sit in the caches of the thread that last touched it, and threads that each run a
-  /// share of a batch (nn::split_batch) on different L3 domains would otherwise write over
-  /// each other's lines at every allocation.
-  static constexpr size_t kSlots = 8;
   static size_t free_key(size_t cls, size_t slot) { return cls * kSlots + slot; }
 
   size_t limit_;
