@@ -29,6 +29,11 @@ void Optimizer::fill_defaults(ParamGroup& g) const {
     }
   }
   for (auto& [k, v] : defaults_) g.options.emplace(k, v);
+  for (const char* k : {"lr", "eps", "weight_decay", "momentum", "dampening"}) {
+    auto it = g.options.find(k);
+    BOOSTER_CHECK(it == g.options.end() || it->second >= 0, type_name(), ": ", k, " must be >= 0, got ", it->second,
+                  " (parameter group ", groups_.size(), ")");
+  }
 }
 
 void Optimizer::add_param_group(ParamGroup group) {

@@ -13,7 +13,6 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& o)
                                     {"dampening", o.dampening},
                                     {"weight_decay", o.weight_decay},
                                     {"nesterov", o.nesterov ? 1.0 : 0.0}}) {
-  BOOSTER_CHECK(o.lr >= 0 && o.momentum >= 0 && o.weight_decay >= 0, "SGD: lr, momentum and weight_decay must be >= 0");
   BOOSTER_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
                 "SGD: nesterov needs a momentum > 0 and zero dampening (as PyTorch)");
 }

@@ -73,6 +73,22 @@ toml::value& parent_table(toml::value& root, const std::vector<std::string>& par
   return *t;
 }
 
+// "must be >= 0, got -5" when a number lies outside the entry's range, else "".
+std::string out_of_range(const toml::value& v, const ConfigSchema::Entry& e) {
+  if (!v.is_integer() && !v.is_floating()) return "";
+  const double x = v.is_integer() ? double(v.as_integer()) : v.as_floating();
+  if (x >= e.min && x <= e.max) return "";
+  auto num = [](double d) {
+    std::ostringstream os;
+    os << d;
+    return os.str();
+  };
+  std::string want = e.max == HUGE_VAL ? ">= " + num(e.min)
+                     : e.min == -HUGE_VAL ? "<= " + num(e.max)
+                                          : "in [" + num(e.min) + ", " + num(e.max) + "]";
+  return "must be " + want + ", got " + num(x);
+}
+
 std::string loc(const toml::value& v) {
   const auto l = v.location();
   return l.file_name() + ":" + std::to_string(l.line());
@@ -92,6 +108,13 @@ ConfigSchema& ConfigSchema::add_required(const std::string& key, ConfigType t, s
 
 ConfigSchema& ConfigSchema::open_table(const std::string& prefix) {
   open_.push_back(prefix);
+  return *this;
+}
+
+ConfigSchema& ConfigSchema::range(const std::string& key, double min, double max) {
+  auto it = entries_.find(key);
+  BOOSTER_CHECK(it != entries_.end(), "ConfigSchema::range: add '", key, "' first");
+  it->second.min = min, it->second.max = max;
   return *this;
 }
 
@@ -152,6 +175,8 @@ void Config::check(const toml::value& table, const std::string& prefix, const Co
       if (!matches(v, it->second.type))
         errors.push_back(where(key) + ": key '" + key + "' must be " + type_name(it->second.type) + ", got " +
                          value_kind(v));
+      else if (const std::string r = out_of_range(v, it->second); !r.empty())
+        errors.push_back(where(key) + ": key '" + key + "' " + r);
       continue;
     }
     bool is_table_prefix = false;

@@ -4,6 +4,7 @@
 // and the accepted keys.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <string>
 #include <toml.hpp>
@@ -22,6 +23,9 @@ class ConfigSchema {
   ConfigSchema& add_required(const std::string& key, ConfigType t, std::string doc = "");
   /// Accepts any key below `prefix` (checked later by whoever reads that table).
   ConfigSchema& open_table(const std::string& prefix);
+  /// Numeric `key` (added before) must lie in [min, max]; an error names the key, where it
+  /// was set and the value.
+  ConfigSchema& range(const std::string& key, double min, double max = HUGE_VAL);
 
   struct Entry {
     ConfigType type;
@@ -29,6 +33,7 @@ class ConfigSchema {
     bool has_default = false;
     bool required = false;
     std::string doc;
+    double min = -HUGE_VAL, max = HUGE_VAL;  // numeric keys: the accepted range
   };
   const std::map<std::string, Entry>& entries() const { return entries_; }
   bool is_open(const std::string& key) const;

@@ -49,6 +49,15 @@ ConfigSchema vit_train_schema() {
       .add("log.level", T::string, "info")
       .add("log.all_ranks", T::boolean, false)
       .open_table("plugin");
+  // Numbers outside these ranges are refused by name, with the value and where it was set.
+  for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr",
+                        "train.weight_decay", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
+                        "checkpoint.every_steps", "model.patch_size"})
+    s.range(k, 0);
+  for (const char* k : {"model.image_size", "train.epochs", "train.batch_size", "train.log_every", "checkpoint.keep_last"})
+    s.range(k, 1);
+  for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing"})
+    s.range(k, 0, 1);
   return s;
 }
 

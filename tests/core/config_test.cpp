@@ -16,7 +16,10 @@ ConfigSchema schema() {
       .add("model.name", ConfigType::string, "vit-tiny")
       .add("train.milestones", ConfigType::integer_list, toml::array{})
       .add_required("data.root", ConfigType::string, "folder of the dataset")
+      .add("data.limit", ConfigType::integer, 0)
+      .add("train.warmup_ratio", ConfigType::floating, 0.1)
       .open_table("plugin");
+  s.range("data.limit", 0).range("train.lr", 0).range("train.warmup_ratio", 0, 1);
   return s;
 }
 
@@ -57,6 +60,17 @@ TEST(Config, WrongTypeAndMissingRequired) {
   EXPECT_NE(msg.find("required key 'data.root' is missing"), std::string::npos) << msg;
   EXPECT_NE(error_of(Config::from_string("[data]\nroot = 'x'\n[oops]\na = 1\n", "r.toml")).find("unknown key 'oops'"),
             std::string::npos);
+}
+
+TEST(Config, NumbersOutOfRangeNameKeyValueAndWhere) {
+  const std::string msg = error_of(
+      Config::from_string("[data]\nroot = 'x'\nlimit = -5\n[train]\nwarmup_ratio = 1.5\n", "run.toml", {"train.lr=-0.001"}));
+  EXPECT_NE(msg.find("run.toml:3: key 'data.limit' must be >= 0, got -5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("run.toml:5: key 'train.warmup_ratio' must be in [0, 1], got 1.5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--set train.lr: key 'train.lr' must be >= 0, got -0.001"), std::string::npos) << msg;
+  EXPECT_EQ(error_of(Config::from_string("[data]\nroot = 'x'\nlimit = 0\n[train]\nwarmup_ratio = 1\n", "r")), "");
+  ConfigSchema s;
+  EXPECT_THROW(s.range("not.added", 0), ValueError);
 }
 
 TEST(Config, SetOverrides) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "core/kernels/ops.h"
 #include "nn/vit.h"
@@ -85,6 +86,19 @@ TEST(Optimizer, GroupsAndErrors) {
   ParamGroup bad{{{"x", param({1})}}, {{"momentum", 0.9}}};
   EXPECT_THROW(AdamW(std::vector<ParamGroup>{bad}), ValueError);
   EXPECT_THROW(AdamW(NamedParams{{"w", w}, {"w", w}}), ValueError);
+  // A negative hyperparameter names itself, its value and its group.
+  for (auto [key, make] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"lr", [&] { AdamW(NamedParams{{"w", w}}, AdamOptions{-0.001}); }},
+           {"momentum", [&] { SGD(NamedParams{{"w", w}}, SGDOptions{0.1, -0.5}); }},
+           {"weight_decay", [&] { AdamW(std::vector<ParamGroup>{{{{"w", w}}, {}}, {{{"b", b}}, {{"weight_decay", -1}}}}); }}}) {
+    try {
+      make();
+      ADD_FAILURE() << "a negative " << key << " was accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(key + " must be >= 0, got -"), std::string::npos) << e.what();
+      if (key == "weight_decay") EXPECT_NE(std::string(e.what()).find("(parameter group 1)"), std::string::npos) << e.what();
+    }
+  }
   // A parameter without gradient is skipped; zero_grad clears.
   set_grad(b, {1, 1});
   opt.step();
