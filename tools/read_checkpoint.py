@@ -5,9 +5,11 @@ proto/checkpoint.proto at run time (protoc), XXH3-64 from python3-xxhash.
 
 Reads a checkpoint (a sharded folder with <prefix><kind>.index, or one file) and checks the
 magic, every length-delimited message, every record against its index entry (name, dtype,
-shape, box, range, size) and every XXH3-64 checksum, and that the records of each tensor
-cover all of its elements. A step folder of vit_train (model/, optimizer/, scheduler.ckpt,
-progress.ckpt) is read whole. Exit 1 on any problem, naming it.
+shape, box, range, size) and every XXH3-64 checksum (the records', and the Seal after each
+index, scheduler state and training progress), and that the records of each tensor cover
+all of its elements. A step folder of vit_train (model/, optimizer/, scheduler.ckpt,
+progress.ckpt, and the files whose checksums the progress holds) is read whole. Exit 1 on
+any problem, naming it.
 
     /usr/bin/python3 read_checkpoint.py CHECKPOINT [--proto DIR_OF_checkpoint.proto]
 """
@@ -23,6 +25,7 @@ from pbwire import varint
 import xxhash
 
 MAGIC = b"BSTCKPT1"
+SEAL_MARKER = "booster.seal"
 DTYPE_BYTES = {0: 4, 1: 2, 2: 2, 3: 8, 4: 1}  # F32 BF16 F16 I64 U8
 
 
@@ -57,6 +60,31 @@ class Container:
             m, i = self.message_at(i, cls_first if not out else cls_rest)
             out.append(m)
         return out
+
+
+def sealed_at(pb, c, offset, cls):
+    """The message at offset, checked against the Seal after it (files written before seals
+    end after the message)."""
+    n, i = varint(c.data, offset)
+    body = c.data[i:i + n]
+    m, end = c.message_at(offset, cls)
+    if end < len(c.data):
+        seal, end = c.message_at(end, pb.Seal)
+        if seal.marker != SEAL_MARKER:
+            raise ValueError(f"{c.path}: its {cls.__name__} is followed by something other than its seal")
+        if xxhash.xxh3_64_intdigest(body) != seal.checksum:
+            raise ValueError(f"{c.path}: checksum mismatch in its {cls.__name__}")
+        if end != len(c.data):
+            raise ValueError(f"{c.path}: bytes after the seal")
+    return m
+
+
+def is_seal(pb, c, offset):
+    try:
+        seal, _ = c.message_at(offset, pb.Seal)
+        return seal.marker == SEAL_MARKER
+    except Exception:  # not a Seal's wire format
+        return False
 
 
 def check_index(pb, index, open_file, where):
@@ -108,7 +136,7 @@ def read_checkpoint(pb, path):
 
         n = 0
         for ip in indexes:
-            index, _ = Container(ip).message_at(8, pb.Index)
+            index = sealed_at(pb, Container(ip), 8, pb.Index)
             n += check_index(pb, index, open_file, ip)
             for name in files:
                 header, _ = files[name].message_at(8, pb.Shard)
@@ -120,12 +148,13 @@ def read_checkpoint(pb, path):
         return
     c = Container(path)
     header, i = c.message_at(8, pb.Shard)
-    last = None
-    while i < len(c.data):  # the records, then the Index last
-        start = i
+    starts = []
+    while i < len(c.data):  # the records, then the Index (and its Seal) last
+        starts.append(i)
         n, j = varint(c.data, i)
-        last, i = start, j + n
-    index, _ = c.message_at(last, pb.Index)
+        i = j + n
+    last = starts[-2] if len(starts) > 1 and is_seal(pb, c, starts[-1]) else starts[-1]
+    index = sealed_at(pb, c, last, pb.Index)
     if index.save_id != header.save_id:
         raise ValueError(f"{path}: save_id of the header and the index differ")
     n = check_index(pb, index, lambda name: c, path)
@@ -147,8 +176,11 @@ def main():
                 for p in (os.path.join(target, kind), os.path.join(target, kind + ".ckpt")):
                     if os.path.exists(p):
                         read_checkpoint(pb, p)
-            prog, _ = Container(os.path.join(target, "progress.ckpt")).message_at(8, pb.TrainingProgress)
-            sched, _ = Container(os.path.join(target, "scheduler.ckpt")).message_at(8, pb.SchedulerState)
+            prog = sealed_at(pb, Container(os.path.join(target, "progress.ckpt")), 8, pb.TrainingProgress)
+            sched = sealed_at(pb, Container(os.path.join(target, "scheduler.ckpt")), 8, pb.SchedulerState)
+            for name, want in prog.file_checksums.items():
+                if xxhash.xxh3_64_intdigest(open(os.path.join(target, name), "rb").read()) != want:
+                    raise ValueError(f"{os.path.join(target, name)}: checksum mismatch with progress.ckpt's")
             print(f"progress: epoch {prog.epoch} step {prog.step}, {len(prog.rng)} generator states; "
                   f"scheduler {sched.type} at {sched.last_epoch}")
         else:

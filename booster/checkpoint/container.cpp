@@ -17,6 +17,15 @@ namespace booster::ckpt {
 namespace {
 constexpr char kMagic[8] = {'B', 'S', 'T', 'C', 'K', 'P', 'T', '1'};
 constexpr uint64_t kMaxMessage = uint64_t(1) << 31;  // protobuf's parse limit
+constexpr char kSealMarker[] = "booster.seal";
+
+// Whether bytes are a Seal (another message never parses with the marker set); its checksum.
+bool as_seal(const std::string& bytes, uint64_t& sum) {
+  proto::Seal seal;
+  if (!seal.ParseFromString(bytes) || seal.marker() != kSealMarker) return false;
+  sum = seal.checksum();
+  return true;
+}
 }  // namespace
 
 uint64_t checksum(const void* data, size_t n) { return XXH3_64bits(data, n); }
@@ -105,11 +114,27 @@ void ContainerWriter::append_file(const std::string& src, uint64_t from) {
 }
 
 uint64_t ContainerWriter::append(const google::protobuf::MessageLite& m) {
-  const uint64_t at = pos_;
   std::string bytes;
   BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
                   path_, "'");
-  BOOSTER_CHECK_T(IOError, bytes.size() < kMaxMessage, "checkpoint: a ", m.GetTypeName(), " of ", bytes.size(),
+  return append_bytes(bytes, m.GetTypeName());
+}
+
+uint64_t ContainerWriter::append_sealed(const google::protobuf::MessageLite& m) {
+  std::string bytes;
+  BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
+                  path_, "'");
+  const uint64_t at = append_bytes(bytes, m.GetTypeName());
+  proto::Seal seal;
+  seal.set_marker(kSealMarker);
+  seal.set_checksum(checksum(bytes.data(), bytes.size()));
+  append(seal);
+  return at;
+}
+
+uint64_t ContainerWriter::append_bytes(const std::string& bytes, const std::string& type) {
+  const uint64_t at = pos_;
+  BOOSTER_CHECK_T(IOError, bytes.size() < kMaxMessage, "checkpoint: a ", type, " of ", bytes.size(),
                   " bytes exceeds the 2 GB message limit; lower size_per_shard");
   uint64_t v = bytes.size();
   unsigned char len[10];
@@ -177,15 +202,62 @@ bool ContainerReader::next_length(uint64_t& len, const char* what) {
   return true;
 }
 
-bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
+bool ContainerReader::next_bytes(std::string& bytes, const char* what) {
   uint64_t len;
   if (!next_length(len, what)) return false;
-  std::string bytes(len, '\0');
+  bytes.assign(len, '\0');
   const size_t got = std::fread(bytes.data(), 1, len, f_);
   BOOSTER_CHECK_T(IOError, got == len, "checkpoint: '", path_, "' is truncated: a ", what, " needs ", len,
                   " bytes, the file holds ", got);
-  BOOSTER_CHECK_T(IOError, m.ParseFromString(bytes), "checkpoint: '", path_, "' holds a corrupt ", what);
   return true;
+}
+
+bool ContainerReader::next(google::protobuf::MessageLite& m, const char* what) {
+  std::string bytes;
+  if (!next_bytes(bytes, what)) return false;
+  parse_checked(bytes, nullptr, m, what);
+  return true;
+}
+
+void ContainerReader::parse_checked(const std::string& bytes, const std::string* seal,
+                                    google::protobuf::MessageLite& m, const char* what) {
+  if (seal) {
+    uint64_t sum = 0;
+    BOOSTER_CHECK_T(IOError, as_seal(*seal, sum), "checkpoint: '", path_, "' is corrupt: its ", what,
+                    " is followed by something other than its seal");
+    BOOSTER_CHECK_T(IOError, sum == checksum(bytes.data(), bytes.size()), "checkpoint: '", path_,
+                    "' is corrupt: checksum mismatch in its ", what);
+  }
+  BOOSTER_CHECK_T(IOError, m.ParseFromString(bytes), "checkpoint: '", path_, "' holds a corrupt ", what);
+}
+
+void ContainerReader::next_sealed(google::protobuf::MessageLite& m, const char* what) {
+  std::string bytes, seal;
+  BOOSTER_CHECK_T(IOError, next_bytes(bytes, what), "checkpoint: '", path_, "' holds no ", what);
+  const bool sealed = next_bytes(seal, "seal");  // a file written before seals ends here
+  parse_checked(bytes, sealed ? &seal : nullptr, m, what);
+  BOOSTER_CHECK_T(IOError, !sealed || !skip("message"), "checkpoint: '", path_, "' holds more than one ", what);
+}
+
+int ContainerReader::last_sealed(google::protobuf::MessageLite& m, const char* what) {
+  rewind();
+  int messages = 0;
+  while (skip("message")) ++messages;
+  BOOSTER_CHECK_T(IOError, messages > 0, "checkpoint: '", path_, "' is empty");
+  rewind();
+  for (int i = 0; i + 1 < messages; ++i) skip("message");
+  std::string last, body;
+  next_bytes(last, what);
+  uint64_t sum = 0;
+  if (messages < 2 || !as_seal(last, sum)) {  // written before seals
+    parse_checked(last, nullptr, m, what);
+    return messages - 1;
+  }
+  rewind();
+  for (int i = 0; i + 2 < messages; ++i) skip("message");
+  next_bytes(body, what);
+  parse_checked(body, &last, m, what);
+  return messages - 2;
 }
 
 bool ContainerReader::skip(const char* what) {
@@ -207,13 +279,13 @@ uint64_t ContainerReader::position() const { return uint64_t(std::ftell(f_)); }
 
 void write_message_file(const std::string& path, const google::protobuf::MessageLite& m) {
   ContainerWriter w(path);
-  w.append(m);
+  w.append_sealed(m);
   w.commit();
 }
 
 void read_message_file(const std::string& path, google::protobuf::MessageLite& m, const char* what) {
   ContainerReader r(path);
-  BOOSTER_CHECK_T(IOError, r.next(m, what), "checkpoint: '", path, "' holds no ", what);
+  r.next_sealed(m, what);
 }
 
 }  // namespace booster::ckpt

@@ -42,6 +42,8 @@ class ContainerWriter {
   ContainerWriter& operator=(const ContainerWriter&) = delete;
   /// Appends a message; returns the byte offset of its length prefix in the file.
   uint64_t append(const google::protobuf::MessageLite& m);
+  /// Appends a message followed by its Seal (the checksum of its bytes); returns the offset.
+  uint64_t append_sealed(const google::protobuf::MessageLite& m);
   /// Appends the bytes of file `src` from byte `from` on, streaming (merging parts).
   void append_file(const std::string& src, uint64_t from);
   /// Bytes written so far (the magic included).
@@ -51,6 +53,8 @@ class ContainerWriter {
 
  private:
   void write(const void* p, size_t n);
+  /// Appends serialized bytes as one message.
+  uint64_t append_bytes(const std::string& bytes, const std::string& type);
   std::string path_, tmp_;
   int fd_ = -1;
   uint64_t pos_ = 0;
@@ -65,6 +69,14 @@ class ContainerReader {
   ContainerReader& operator=(const ContainerReader&) = delete;
   /// Parses the next message into m; false at the clean end of the file.
   bool next(google::protobuf::MessageLite& m, const char* what);
+  /// The next message's bytes; false at the clean end of the file.
+  bool next_bytes(std::string& bytes, const char* what);
+  /// Parses the next message into m and checks the Seal after it (a file written before
+  /// seals ends after m instead); an IOError naming the file when they disagree.
+  void next_sealed(google::protobuf::MessageLite& m, const char* what);
+  /// Parses the file's last message into m, checking its Seal when it has one (an index at
+  /// the end of an unsharded checkpoint); returns how many messages come before it.
+  int last_sealed(google::protobuf::MessageLite& m, const char* what);
   /// Skips the next message without reading it; false at the clean end of the file.
   bool skip(const char* what);
   /// Goes back to the first message.
@@ -79,14 +91,17 @@ class ContainerReader {
  private:
   /// Reads the next length prefix; false at the clean end of the file.
   bool next_length(uint64_t& len, const char* what);
+  /// Parses bytes into m, checked against the seal (when `seal` holds one).
+  void parse_checked(const std::string& bytes, const std::string* seal, google::protobuf::MessageLite& m,
+                     const char* what);
   std::string path_;
   std::FILE* f_ = nullptr;
   uint64_t size_ = 0;  // file size: no length may claim more than what is left
 };
 
-/// Writes one message as a whole container file.
+/// Writes one message, sealed, as a whole container file.
 void write_message_file(const std::string& path, const google::protobuf::MessageLite& m);
-/// Reads a container holding exactly one message of the given kind.
+/// Reads a container holding exactly one message of the given kind (and its Seal).
 void read_message_file(const std::string& path, google::protobuf::MessageLite& m, const char* what);
 
 }  // namespace booster::ckpt

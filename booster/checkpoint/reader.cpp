@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "booster/checkpoint/records.h"
 #include "booster/checkpoint/writer.h"
@@ -21,16 +22,10 @@ CheckpointReader::CheckpointReader(const std::string& path, const std::string& k
                     " (not a ", kind, " checkpoint, or a save that never finished)");
     read_message_file(source_, index_, "index");
   } else {
-    // The index is the last message: skip the others to reach it.
+    // The index is the last message (before its seal).
     source_ = path;
     ContainerReader r(path);
-    int messages = 0;
-    while (r.skip("message")) ++messages;
-    BOOSTER_CHECK_T(IOError, messages > 0, "checkpoint '", path, "' is empty");
-    r.rewind();
-    for (int i = 0; i + 1 < messages; ++i) r.skip("record");
-    single_messages_ = messages;
-    BOOSTER_CHECK_T(IOError, r.next(index_, "index"), "checkpoint '", path, "' lost its index");
+    single_messages_ = r.last_sealed(index_, "index") + 1;
   }
   BOOSTER_CHECK_T(IOError, index_.format_version() == 1 || index_.format_version() == kFormatVersion, source_,
                   ": format version ", index_.format_version(), " (this build reads 1 and ", kFormatVersion, ")");
@@ -60,6 +55,7 @@ void CheckpointReader::validate() {
   // No tensor may claim more bytes than the checkpoint's files hold (a lying index must
   // not make us allocate terabytes), and each tensor's records must tile it.
   uint64_t available = 0;
+  std::map<std::string, uint64_t> file_bytes;  // shard file -> its size
   if (!folder_) {
     available = fs::file_size(path_);
   } else {
@@ -68,8 +64,19 @@ void CheckpointReader::validate() {
       const auto sz = fs::file_size(fs::path(path_) / f, ec);
       BOOSTER_CHECK_T(IOError, !ec, source_, " lists shard '", f, "', which is missing");
       available += sz;
+      file_bytes[f] = sz;
     }
   }
+  // Format 2 locates every record: one that ends past its file's end names both.
+  auto check_record_fits = [&](const proto::TensorEntry& e, const proto::RecordLocation& loc) {
+    if (index_.format_version() < 2) return;
+    auto it = file_bytes.find(loc.file());
+    const uint64_t size = folder_ ? (it == file_bytes.end() ? 0 : it->second) : available;
+    const std::string file = folder_ ? (fs::path(path_) / loc.file()).string() : path_;
+    const uint64_t end = loc.byte_offset() + uint64_t(loc.numel()) * dtype_size(dtype_of(e));
+    BOOSTER_CHECK_T(IOError, end <= size, file, ": truncated: it holds ", size, " bytes, its record of tensor '",
+                    e.name(), "' (elements ", loc.offset(), " to ", loc.offset() + loc.numel(), ") needs ", end);
+  };
   uint64_t claimed = 0;
   for (auto& e : index_.tensors()) {
     uint64_t n = 1;
@@ -79,6 +86,7 @@ void CheckpointReader::validate() {
       n *= uint64_t(d);
     }
     claimed += n * dtype_size(dtype_of(e));
+    for (auto& loc : e.records()) check_record_fits(e, loc);
     BOOSTER_CHECK_T(IOError, claimed <= available, source_, ": its tensors claim more bytes than its files hold (at '",
                     e.name(), "'): shards missing or truncated");
     const Shape full = shape_of(e);

@@ -208,7 +208,7 @@ void write_index(const std::string& path, const std::vector<std::string>& order,
     }
   for (auto& f : files) index.add_shard_files(f);
   if (single) {
-    single->append(index);
+    single->append_sealed(index);
     single->commit();
     for (size_t r = 0; r < ranks.size(); ++r) fs::remove(part_name(path, int(r)));
     return;

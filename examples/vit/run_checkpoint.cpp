@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
+#include "booster/checkpoint/state_io.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/common/file_util.h"
@@ -17,6 +18,14 @@ namespace booster::examples {
 namespace fs = std::filesystem;
 
 namespace {
+// The step folder's files that are not checkpoint containers: progress.ckpt holds their checksums.
+constexpr const char* kSideFiles[] = {"config.json", "preprocessor_config.json"};
+
+uint64_t file_checksum(const fs::path& f) {
+  const std::string bytes = read_text_file(f.string());
+  return ckpt::checksum(bytes.data(), bytes.size());
+}
+
 std::vector<fs::path> complete_steps(const std::string& dir) {
   std::vector<fs::path> out;
   if (!fs::is_directory(dir)) return out;
@@ -38,6 +47,7 @@ std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::
     fs::create_directories(step_dir);
     s.config->save((fs::path(step_dir) / "config.json").string());
     write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), s.processor->to_json_string());
+    for (const char* f : kSideFiles) (*progress.mutable_file_checksums())[f] = file_checksum(fs::path(step_dir) / f);
   }
   booster.save_model(*s.model, (fs::path(step_dir) / (shard ? "model" : "model.ckpt")).string(), shard);
   booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard);
@@ -65,6 +75,16 @@ std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::
   return step_dir;
 }
 
+void remove_partial_checkpoints(const std::string& dir) {
+  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "progress.ckpt")) return;
+  for (auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step-", 0) != 0 || fs::exists(e.path() / "progress.ckpt")) continue;
+    spdlog::warn("removing '{}': a checkpoint whose save did not finish (it has no progress.ckpt)", e.path().string());
+    fs::remove_all(e.path());
+  }
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& dir) {
   if (fs::exists(fs::path(dir) / "progress.ckpt")) return dir;
   auto steps = complete_steps(dir);
@@ -72,13 +92,23 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return steps.back().string();
 }
 
+proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir) {
+  proto::TrainingProgress p = load_progress((fs::path(step_dir) / "progress.ckpt").string());
+  for (auto& [name, sum] : p.file_checksums())
+    BOOSTER_CHECK_T(IOError, file_checksum(fs::path(step_dir) / name) == sum, "checkpoint: '",
+                    (fs::path(step_dir) / name).string(), "' is corrupt: its checksum differs from the one ",
+                    "progress.ckpt recorded when it was saved");
+  return p;
+}
+
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir) {
   const fs::path d(step_dir);
+  proto::TrainingProgress p;
+  ckpt::on_every_rank([&] { p = verify_run_checkpoint(step_dir); }, "resuming from '" + step_dir + "'");
   const bool shard = fs::is_directory(d / "model");
   booster.load_model(*s.model, (d / (shard ? "model" : "model.ckpt")).string());
   booster.load_optimizer(*s.optimizer, (d / (shard ? "optimizer" : "optimizer.ckpt")).string());
   booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());
-  proto::TrainingProgress p = load_progress((d / "progress.ckpt").string());
   const int world = dist::is_initialized() ? dist::world_size() : 1, me = dist::is_initialized() ? dist::world_rank() : 0;
   if (p.rng_size() == world) {
     const auto& g = p.rng(me);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     if (!checkpoint.empty()) {
       auto dir = examples::latest_checkpoint(checkpoint);
       BOOSTER_CHECK_T(IOError, dir.has_value(), "no complete checkpoint under '", checkpoint, "'");
+      examples::verify_run_checkpoint(*dir);
       model = std::make_shared<nn::ViTForImageClassification>(
           nn::ViTConfig::from_json_file((fs::path(*dir) / "config.json").string()));
       proc = data::ViTImageProcessor::from_pretrained(*dir);
