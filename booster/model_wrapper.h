@@ -5,6 +5,7 @@
 // returns: it holds exactly the plugin's wrapper and calls M::forward through it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -19,13 +20,46 @@
 namespace booster {
 
 /// One tensor of a rank's checkpointed state: its logical name, its region of the logical
-/// tensor, and the local tensor holding that region (saved from, and loaded into).
+/// tensor, and the local tensor holding that region (saved from, and loaded into), or the
+/// source that holds it on the disk tier.
 struct StateTensor {
+  /// State kept on the disk tier: fetch() gives its data in RAM while a save reads it,
+  /// give_back() returns it; a load reads into a tensor of `shape` and hands it to
+  /// fill(), which writes it back without reading the old values. A save or load holds one
+  /// at a time, so state that does not fit in RAM is saved and loaded all the same.
+  struct Source {
+    DType dtype;
+    Shape shape;
+    std::function<Tensor()> fetch;
+    std::function<void()> give_back;
+    std::function<void(const Tensor&)> fill;
+  };
   std::string name;
-  Tensor tensor;
+  Tensor tensor;  // undefined when `source` holds the data
   Region region;
+  std::shared_ptr<const Source> source = nullptr;
+
+  DType dtype() const { return tensor.defined() || !source ? tensor.dtype() : source->dtype; }
 };
 using ShardedState = std::vector<StateTensor>;
+
+/// A StateTensor's data in RAM for a scope (fetched from its source, if any, and given back
+/// at the end).
+class HeldState {
+ public:
+  explicit HeldState(const StateTensor& st)
+      : st_(st), data_(st.tensor.defined() || !st.source ? st.tensor : st.source->fetch()) {}
+  ~HeldState() {
+    if (!st_.tensor.defined() && st_.source) st_.source->give_back();
+  }
+  HeldState(const HeldState&) = delete;
+  HeldState& operator=(const HeldState&) = delete;
+  const Tensor& data() const { return data_; }
+
+ private:
+  const StateTensor& st_;
+  Tensor data_;
+};
 
 /// The outermost link of type W in a chain of wrappers from `w` inward, or null.
 template <typename W, typename Link>

@@ -94,6 +94,14 @@ optim::OptimizerStateDict OptimizerWrapper::local_state_dict() const {
   return inner_ ? inner_->local_state_dict() : optim_->state_dict();
 }
 
+OptimizerWrapper::CheckpointShare OptimizerWrapper::local_checkpoint_state() const {
+  return inner_ ? inner_->local_checkpoint_state() : CheckpointShare{local_state_dict(), {}};
+}
+
+ShardedState OptimizerWrapper::local_load_targets(const std::map<std::string, std::vector<std::string>>& keys) {
+  return inner_ ? inner_->local_load_targets(keys) : ShardedState{};
+}
+
 void OptimizerWrapper::load_local_state_dict(const optim::OptimizerStateDict& sd) {
   if (inner_) return inner_->load_local_state_dict(sd);
   optim_->load_state_dict(sd);

@@ -85,6 +85,19 @@ class OptimizerWrapper {
   virtual std::vector<StateLayout> state_layout() const;
   /// The state as this rank holds it: state tensors in their local shapes.
   virtual optim::OptimizerStateDict local_state_dict() const;
+  /// What a checkpoint saves of this rank's state: local_state_dict(), except that state
+  /// kept on the disk tier stays there, as entries "<param>/<state>" in their parameters'
+  /// regions that are read only while the checkpoint writes them.
+  struct CheckpointShare {
+    optim::OptimizerStateDict dict;
+    ShardedState on_disk;
+  };
+  virtual CheckpointShare local_checkpoint_state() const;
+  /// Entries a load fills straight on the disk tier, one at a time: the states `keys` names
+  /// (parameter -> its state names in the checkpoint) that this rank keeps there, their
+  /// slots made when they do not exist yet. load_local_state_dict() then gets the steps and
+  /// the other states. Default: none.
+  virtual ShardedState local_load_targets(const std::map<std::string, std::vector<std::string>>& keys);
   /// Restores local_state_dict()'s form (state tensors in local shapes).
   virtual void load_local_state_dict(const optim::OptimizerStateDict& sd);
 

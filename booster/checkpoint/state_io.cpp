@@ -73,6 +73,15 @@ void on_every_rank(const std::function<void()>& f, const std::string& what) {
   if (failed) rethrow(tag, what + " failed on " + std::to_string(failed) + " rank(s):" + msg);
 }
 
+namespace {
+// State on the disk tier: read into RAM, then written behind (no more than one in RAM).
+void load_into_source(CheckpointReader& r, const StateTensor& st) {
+  Tensor t = Tensor::empty(st.source->shape, st.source->dtype);
+  r.read(st.name, st.region, t);
+  st.source->fill(t);
+}
+}  // namespace
+
 LoadReport load_state(CheckpointReader& r, const ShardedState& dst, bool strict, const std::string& what) {
   const World w;
   LoadReport rep;
@@ -101,6 +110,10 @@ LoadReport load_state(CheckpointReader& r, const ShardedState& dst, bool strict,
         for (auto& m : rep.mismatched) bad.insert(m.substr(0, m.find(':')));
         for (auto& st : dst) {
           if (!r.find(st.name) || bad.count(st.name)) continue;
+          if (!st.tensor.defined() && st.source) {
+            load_into_source(r, st);
+            continue;
+          }
           Tensor t = st.tensor;
           if (t.is_contiguous()) {
             r.read(st.name, st.region, t);
@@ -117,7 +130,8 @@ LoadReport load_state(CheckpointReader& r, const ShardedState& dst, bool strict,
 
 OptimizerShare optimizer_share(const OptimizerWrapper& o) {
   const World w;
-  const optim::OptimizerStateDict sd = o.local_state_dict();
+  const OptimizerWrapper::CheckpointShare local = o.local_checkpoint_state();
+  const optim::OptimizerStateDict& sd = local.dict;
   std::map<std::string, StateLayout> layout;
   for (auto& l : o.state_layout()) layout.emplace(l.name, l);
   OptimizerShare out;
@@ -138,6 +152,11 @@ OptimizerShare optimizer_share(const OptimizerWrapper& o) {
                       "' holds ", t.numel(), " elements, its parameter's share ", it->second.region.str());
       out.tensors.push_back({name + "/" + k, t, it->second.region});
     }
+  }
+  for (const StateTensor& st : local.on_disk) {  // read from the disk tier as they are written
+    BOOSTER_CHECK_T(ShapeError, layout.count(st.name.substr(0, st.name.rfind('/'))), "save_optimizer: state '",
+                    st.name, "' of a parameter the optimizer does not hold");
+    out.tensors.push_back(st);
   }
   // Merge: groups by position (param names in rank order), steps by name, the rest from rank 0.
   bool first = true;
@@ -200,6 +219,12 @@ void load_optimizer_share(CheckpointReader& r, OptimizerWrapper& o) {
                           "' is not named <parameter>/<state>");
           keys[e.name().substr(0, slash)].push_back(e.name().substr(slash + 1));
         }
+        // States the optimizer keeps on the disk tier go straight there, one at a time.
+        std::set<std::string> direct;
+        for (const StateTensor& st : o.local_load_targets(keys)) {
+          load_into_source(r, st);
+          direct.insert(st.name);
+        }
         optim::OptimizerStateDict sd;
         sd.type = meta.type();
         for (auto& [k, v] : meta.extra()) sd.extra[k] = v;
@@ -214,6 +239,7 @@ void load_optimizer_share(CheckpointReader& r, OptimizerWrapper& o) {
           if (step == meta.steps().end()) continue;  // saved before its first step
           optim::ParamState st{step->second, {}};
           for (auto& k : keys[l.name]) {
+            if (direct.count(l.name + "/" + k)) continue;
             Tensor t = Tensor::empty(l.local_shape, DType::f32);
             r.read(l.name + "/" + k, l.region, t);
             st.buffers[k] = t;

@@ -40,11 +40,12 @@ struct Piece {
 std::string describe(const ShardedState& mine) {
   proto::Index d;
   for (auto& st : mine) {
-    BOOSTER_CHECK_T(ShapeError, st.tensor.defined() && st.tensor.numel() == st.region.numel(), "save: tensor '", st.name,
-                    "' holds ", st.tensor.defined() ? st.tensor.numel() : 0, " elements for ", st.region.str());
+    BOOSTER_CHECK_T(ShapeError, st.source || (st.tensor.defined() && st.tensor.numel() == st.region.numel()),
+                    "save: tensor '", st.name, "' holds ", st.tensor.defined() ? st.tensor.numel() : 0,
+                    " elements for ", st.region.str());
     auto* e = d.add_tensors();
     e->set_name(st.name);
-    e->set_dtype(to_proto(st.tensor.dtype()));
+    e->set_dtype(to_proto(st.dtype()));
     for (int64_t v : st.region.full) e->add_shape(v);
     set_region(*e->add_records(), st.region);
   }
@@ -139,7 +140,10 @@ proto::Index write_mine(const std::string& path, const ShardedState& mine, const
   for (auto& st : mine) {
     const Piece* p = by_key.at({st.name, st.region.str()});
     if (p->writer != rank || !done.insert(st.name + "@" + st.region.str()).second) continue;
-    const Tensor data = st.tensor.detach().contiguous();
+    const HeldState held(st);  // state on the disk tier is in RAM only while it is written
+    const Tensor data = held.data().detach().contiguous();
+    BOOSTER_CHECK_T(ShapeError, data.numel() == st.region.numel(), "save: tensor '", st.name, "' holds ", data.numel(),
+                    " elements for ", st.region.str());
     const size_t es = dtype_size(data.dtype());
     const int64_t max_elems = int64_t(std::max<size_t>(1, std::min(o.max_shard_bytes, kMaxRecordBytes) / es));
     for (const Region& sub : st.region.split(max_elems)) {

@@ -104,11 +104,18 @@ void OffloadStore::pwrite_all(const void* src, size_t n, uint64_t off) {
   }
 }
 
+int64_t OffloadStore::reserve(const Shape& shape, DType dtype) {
+  const uint64_t off = file_bytes_;
+  file_bytes_ += (size_t(shape_numel(shape)) * dtype_size(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+  static_cast<DiskTier&>(disk_tier()).add(file_bytes_ - off);
+  slots_.push_back({off, shape, dtype, Tensor(), {}});
+  return int64_t(slots_.size()) - 1;
+}
+
 int64_t OffloadStore::put(const Tensor& t, bool pinned) {
   Tensor copy = t.detach().contiguous().clone();
-  const size_t n = copy.nbytes();
   const uint64_t off = file_bytes_;
-  file_bytes_ += (n + kAlignment - 1) / kAlignment * kAlignment;
+  file_bytes_ += (copy.nbytes() + kAlignment - 1) / kAlignment * kAlignment;
   static_cast<DiskTier&>(disk_tier()).add(file_bytes_ - off);
   slots_.push_back({off, copy.shape(), copy.dtype(), Tensor(), {}});
   if (pinned) {  // stays in RAM; the file gets it when unpinned
@@ -119,11 +126,7 @@ int64_t OffloadStore::put(const Tensor& t, bool pinned) {
     s.ready = done.get_future().share();
     s.pinned = s.dirty = true;
   } else {
-    // Tasks drop their tensors when done: a future's shared state keeps the task alive.
-    enqueue([this, copy, n, off]() mutable {
-      pwrite_all(copy.raw_data(), n, off);
-      copy = Tensor();
-    });
+    write_behind(copy, off);  // within the bounded window: a burst of new slots waits for the disk
   }
   return int64_t(slots_.size()) - 1;
 }

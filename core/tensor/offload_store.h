@@ -36,6 +36,9 @@ class OffloadStore {
   /// A new slot holding t's values (written behind; t need not outlive the call); its id.
   /// pinned: the values stay in RAM instead, pinned (written when unpinned).
   int64_t put(const Tensor& t, bool pinned = false);
+  /// A new slot of `shape` and `dtype` whose values are not written yet: assign() fills it
+  /// (before anything reads it). Loading a checkpoint straight into the disk tier.
+  int64_t reserve(const Shape& shape, DType dtype);
   /// Overwrites slot `id` with t's values (same element count; converted to the slot's
   /// dtype): into its RAM copy when it has one, else written behind without a read.
   /// owned: the caller gives t up (it is not changed after), so it is written as is
@@ -57,6 +60,8 @@ class OffloadStore {
   bool pinned(int64_t id) const { return slots_.at(size_t(id)).pinned; }
   /// Bytes of slot `id`.
   size_t slot_bytes(int64_t id) const;
+  DType slot_dtype(int64_t id) const { return slots_.at(size_t(id)).dtype; }
+  const Shape& slot_shape(int64_t id) const { return slots_.at(size_t(id)).shape; }
   /// Waits until every read and write issued so far is done; rethrows an IO error.
   void flush();
 

@@ -198,7 +198,7 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
         .add("extra_dp_size", &O::extra_dp_size)
         .add("enable_async_reduce", &O::enable_async_reduce)
         .add("verbose", &O::verbose)
-        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)")
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
         .add("memory_cap_mb", &O::memory_cap_mb, "auto: RAM cap per rank (0: BOOSTER_MEMORY_CAP_MB, else RAM / local ranks)");
     return bind_loss_scale(b, &O::scaler);
   }();
@@ -276,7 +276,16 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   z.offload_frac = optim_frac;
   z.offload_dir = opts_.offload_dir;
   z.master_weights = opts_.master_weights;
-  apply_low_level_zero(o, dist::ProcessGroup::world(), z);
+  // Under the cap from the start: what boost frees on the way (the fp32 parameters, the
+  // whole chunks it shards) is given back, not cached. AutoPlacement lifts the limit when it goes.
+  const size_t cap = automatic ? resolve_memory_cap(opts_.memory_cap_mb) : 0;
+  if (automatic) limit_host_footprint(cap);
+  try {
+    apply_low_level_zero(o, dist::ProcessGroup::world(), z);
+  } catch (...) {
+    host_tier().set_footprint_limit(0);
+    throw;
+  }
   auto* zm = o.model->find<LowLevelZeroModel>();
   ZeroPartition& zp = *zm->partition();
   // Static placement: shard_param_frac of the chunk memory is sharded, and of that,
@@ -295,8 +304,8 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   placement_.reset();
   auto* zo = o.optimizer->find<LowLevelZeroOptimizer>();
   if (automatic)
-    placement_ = std::make_shared<AutoPlacement>(zp, *zm->grads(), *zo, resolve_memory_cap(opts_.memory_cap_mb),
-                                                 opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
+    placement_ = std::make_shared<AutoPlacement>(zp, *zm->grads(), *zo, cap, opts_.warmup_non_model_data_ratio,
+                                                 opts_.steady_cuda_cap_ratio);
   // Chunk by chunk: a chunk's reduce-scatter buffers go before the third is launched.
   zm->grads()->set_max_inflight(2);
   auto ddp = std::make_shared<GeminiDDP>(o.model, zp, *zm->grads(), opts_.max_prefetch, chunk_elems);

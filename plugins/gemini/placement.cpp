@@ -25,16 +25,24 @@ size_t resolve_memory_cap(double memory_cap_mb) {
   return size_t(ram / std::max(1, dist::local_size()));
 }
 
+size_t limit_host_footprint(size_t cap) {
+  const size_t footprint = host_tier().bytes_in_use() + host_tier().bytes_cached(), rss = resident_set_bytes();
+  const size_t untracked = rss > footprint ? rss - footprint : 0;
+  host_tier().set_footprint_limit(cap > untracked ? cap - untracked : 1);
+  return untracked;
+}
+
 AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap,
                              double warmup_ratio, double steady_ratio)
     : zp_(zp), grads_(grads), opt_(opt), warmup_ratio_(warmup_ratio), steady_ratio_(steady_ratio) {
   BOOSTER_CHECK(zp.store(), "AutoPlacement: the partition has no disk tier");
   stats_.cap = cap;
   for (size_t b = 0; b < zp.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
+  // Idle cached blocks are resident memory too: the host tier keeps them only under the cap
+  // (less what the process holds outside the tier), from the warm-up step on.
+  limit_host_footprint(cap);
   // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
   place(double(cap) * (1.0 - warmup_ratio_));
-  // Idle cached blocks are resident memory too: the host tier keeps them only under the cap.
-  host_tier().set_footprint_limit(cap);
   host_tier().reset_peak();
 }
 
@@ -112,8 +120,7 @@ void AutoPlacement::after_step() {
   // Memory outside the host tier counts against the cap too: libraries' pages, oneDNN's
   // scratchpads, MPI's buffers, small blocks from malloc (the resident set beyond the
   // tier's blocks in use and cached).
-  const size_t footprint = host_tier().bytes_in_use() + host_tier().bytes_cached(), rss = resident_set_bytes();
-  stats_.untracked = rss > footprint ? rss - footprint : 0;
+  stats_.untracked = limit_host_footprint(stats_.cap);
   double non_model = double(peak > held ? peak - held : 0) + double(stats_.untracked);
   const auto& dp = zp_.group();
   if (dp.size() > 1) non_model = dist::all_reduce_scalar(non_model, dist::ReduceOp::max, dp);
@@ -130,7 +137,6 @@ void AutoPlacement::after_step() {
                   "BOOSTER_MEMORY_CAP_MB): it does not fit even with every chunk on disk; raise the cap or lower the "
                   "batch size");
   place(std::max(budget, 0.0));  // the warm-up's figure errs high: a steady step decides whether it fits
-  host_tier().set_footprint_limit(stats_.cap > stats_.untracked ? stats_.cap - stats_.untracked : 1);
   host_tier().reset_peak();
 }
 

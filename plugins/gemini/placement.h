@@ -23,6 +23,10 @@ namespace booster::plugins {
 /// RAM shared by the ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE).
 size_t resolve_memory_cap(double memory_cap_mb);
 
+/// Keeps the host tier's footprint (tensors in use and idle cached blocks) under `cap` less
+/// what the process holds outside the tier (libraries, MPI, small mallocs); returns that.
+size_t limit_host_footprint(size_t cap);
+
 class AutoPlacement {
  public:
   struct Stats {

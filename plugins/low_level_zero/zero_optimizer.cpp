@@ -184,6 +184,36 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::local_state_dict() const {
   return sd;
 }
 
+OptimizerWrapper::CheckpointShare LowLevelZeroOptimizer::local_checkpoint_state() const {
+  CheckpointShare out{optim_->state_dict(), {}};
+  scaling_.save(out.dict.extra);
+  for (auto& p : zp_->parts()) {
+    auto it = state_slots_.find(p.name);
+    if (it == state_slots_.end()) continue;
+    for (auto& [k, id] : it->second)
+      out.on_disk.push_back({p.name + "/" + k, Tensor(), p.region, store_source(zp_->shared_store(), id)});
+  }
+  return out;
+}
+
+ShardedState LowLevelZeroOptimizer::local_load_targets(const std::map<std::string, std::vector<std::string>>& keys) {
+  ShardedState out;
+  OffloadStore* store = zp_->store();
+  if (!store) return out;
+  for (auto& p : zp_->parts()) {
+    auto k = keys.find(p.name);
+    if (!p.offloaded || p.n == 0 || k == keys.end()) continue;
+    auto& slots = state_slots_[p.name];
+    for (auto& key : k->second) {
+      auto [it, fresh] = slots.try_emplace(key, -1);
+      // A new slot: a resident part's stays in RAM (pinned), another's is filled on disk.
+      if (fresh) it->second = p.resident ? store->put(Tensor::zeros({p.n}), true) : store->reserve({p.n}, DType::f32);
+      out.push_back({p.name + "/" + key, Tensor(), p.region, store_source(zp_->shared_store(), it->second)});
+    }
+  }
+  return out;
+}
+
 void LowLevelZeroOptimizer::load_local_state_dict(const optim::OptimizerStateDict& sd) {
   std::map<std::string, Shape> shapes;
   for (auto& p : zp_->parts()) shapes[p.name] = {p.n};

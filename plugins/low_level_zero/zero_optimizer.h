@@ -46,6 +46,10 @@ class LowLevelZeroOptimizer : public OptimizerWrapper {
   void load_state_dict(const optim::OptimizerStateDict& sd) override;
   std::vector<StateLayout> state_layout() const override;
   optim::OptimizerStateDict local_state_dict() const override;
+  /// Offloaded states stay on the disk tier: entries read one at a time by the checkpoint.
+  CheckpointShare local_checkpoint_state() const override;
+  /// Offloaded states are loaded straight into their slots on the disk tier.
+  ShardedState local_load_targets(const std::map<std::string, std::vector<std::string>>& keys) override;
   void load_local_state_dict(const optim::OptimizerStateDict& sd) override;
 
   ZeroPartition& partition() const { return *zp_; }

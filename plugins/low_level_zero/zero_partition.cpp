@@ -256,6 +256,13 @@ void ZeroPartition::wait_gather() {
   pending_.clear();
 }
 
+std::shared_ptr<const StateTensor::Source> store_source(std::shared_ptr<OffloadStore> store, int64_t id) {
+  return std::make_shared<StateTensor::Source>(StateTensor::Source{
+      store->slot_dtype(id), store->slot_shape(id), [store, id] { return store->get(id); },
+      [store, id] { store->release(id, false); },
+      [store, id](const Tensor& t) { store->assign(id, t, /*owned=*/true); }});
+}
+
 ShardedState ZeroPartition::substitute(ShardedState state) {
   wait_gather();
   if (!master_weights_) return state;
@@ -269,16 +276,17 @@ ShardedState ZeroPartition::substitute(ShardedState state) {
       continue;
     }
     const Part& p = parts_[it->second];
-    if (p.n > 0) out.push_back({p.name, master(it->second), p.region});  // a rank without a chunk holds nothing
+    if (p.n == 0) continue;  // a rank without a chunk holds nothing
+    if (p.master_slot < 0) {
+      out.push_back({p.name, p.master, p.region, nullptr});
+      continue;
+    }
+    out.push_back({p.name, Tensor(), p.region, store_source(store_, p.master_slot)});  // read as it is written
   }
   return out;
 }
 
-void ZeroPartition::after_load() {
-  if (master_weights_)
-    for (size_t i = 0; i < parts_.size(); ++i) release_master(i, true);  // offloaded: back to the store
-  refresh_working();
-}
+void ZeroPartition::after_load() { refresh_working(); }  // offloaded masters went back to the store as loaded
 
 }  // namespace booster::plugins
 

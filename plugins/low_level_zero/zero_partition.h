@@ -20,6 +20,10 @@
 
 namespace booster::plugins {
 
+/// A checkpoint entry's source for slot `id` of `store` (which it keeps alive): read into RAM
+/// while the checkpoint writes or fills it.
+std::shared_ptr<const StateTensor::Source> store_source(std::shared_ptr<OffloadStore> store, int64_t id);
+
 class ZeroPartition {
  public:
   struct Part {
@@ -49,6 +53,7 @@ class ZeroPartition {
   std::vector<Part>& parts() { return parts_; }
   const std::vector<Part>& parts() const { return parts_; }
   OffloadStore* store() const { return store_.get(); }
+  const std::shared_ptr<OffloadStore>& shared_store() const { return store_; }
   /// Parts grouped in buckets of about bucket_elems elements, last parameters first (the
   /// order backward finishes them).
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
@@ -109,11 +114,12 @@ class ZeroPartition {
   void wait_gather();
   bool gather_pending() const { return !pending_.empty(); }
 
-  /// The model's state with this rank's master chunks (flat regions of their tensors,
-  /// fetched into RAM when offloaded) in place of the partitioned parameters; without
-  /// masters, the state as given. Loading into them, then after_load(), restores them.
+  /// The model's state with this rank's master chunks (flat regions of their tensors; an
+  /// offloaded one read from the disk tier only while a checkpoint writes or fills it) in
+  /// place of the partitioned parameters; without masters, the state as given. Loading into
+  /// them, then after_load(), restores them.
   ShardedState substitute(ShardedState state);
-  /// Writes loaded (offloaded) masters back to the store and refreshes the parameters.
+  /// Refreshes the parameters from the loaded masters.
   void after_load();
 
  private:

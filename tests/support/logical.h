@@ -76,7 +76,7 @@ inline Tensor logical_param(const nn::Module& m, const std::string& name) {
 /// ranks: their fp32 master ranges).
 inline Tensor logical_state(const ShardedState& state, const std::string& name) {
   for (auto& st : state)
-    if (st.name == name) return logical(st.tensor, st.region);
+    if (st.name == name) return logical(HeldState(st).data(), st.region);
   return logical(Tensor(), Region{});
 }
 
