@@ -6,6 +6,8 @@
 
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/mixed_precision.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
 
 #include <algorithm>
 
@@ -50,6 +52,11 @@ NoSyncScope Booster::no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) {
   BOOSTER_CHECK(plugin_ != nullptr, "Booster.no_sync: there is no plugin, so nothing to skip");
   BOOSTER_CHECK(plugin_->support_no_sync(), "Booster.no_sync: plugin '", plugin_->name(), "' does not support no_sync");
   return plugin_->no_sync(model, optimizer);
+}
+
+double Booster::mean_loss(const Tensor& loss) const {
+  const std::optional<double> mine = loss.defined() ? std::optional<double>(loss.item()) : std::nullopt;
+  return dist::is_initialized() ? dist::mean_where_held(mine) : mine.value_or(0.0);
 }
 
 PipelineResult Booster::execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,

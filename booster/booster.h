@@ -55,6 +55,12 @@ class Booster {
                                   OptimizerWrapper* optimizer = nullptr, bool return_loss = true,
                                   bool return_outputs = false);
 
+  /// The global batch's mean loss, for logging, on every rank: the mean over the ranks that
+  /// hold a loss (every rank without a pipeline, the last stage with one; an undefined loss
+  /// is held by none), each its replica's mean over equally many rows. The same number under
+  /// every plugin and layout. One all-reduce of a scalar over the world.
+  double mean_loss(const Tensor& loss) const;
+
   // ---- checkpoints (Colossal-AI's names and defaults; size_per_shard in MB) ----
   void save_model(ModelWrapper& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",
                   int64_t size_per_shard = 1024);

@@ -23,18 +23,40 @@ class DiskTier : public MemoryTier {
 std::atomic<uint64_t> g_store_counter{0};
 }  // namespace
 
+namespace {
+std::mutex g_default_dir_mu;
+std::string g_default_dir;
+}  // namespace
+
+std::string default_offload_dir() {
+  std::lock_guard<std::mutex> lk(g_default_dir_mu);
+  return g_default_dir.empty() ? std::filesystem::temp_directory_path().string() : g_default_dir;
+}
+
+void set_default_offload_dir(const std::string& dir) {
+  std::lock_guard<std::mutex> lk(g_default_dir_mu);
+  g_default_dir = dir;
+}
+
 MemoryTier& disk_tier() {
   static MemoryTier& t = register_tier(std::make_unique<DiskTier>());
   return t;
 }
 
 OffloadStore::OffloadStore(const std::string& dir, size_t max_inflight_writes) : max_inflight_(max_inflight_writes) {
-  const std::filesystem::path d = dir.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(dir);
+  const std::filesystem::path d = dir.empty() ? default_offload_dir() : dir;
   std::error_code ec;
   std::filesystem::create_directories(d, ec);
+  // The file has no name while the store uses it (O_TMPFILE; where the file system lacks it,
+  // a named file unlinked at once), so it is gone however the process ends: a SIGKILL, an
+  // abort, a full disk or an error leaves nothing behind. The descriptor keeps it.
+  fd_ = ::open(d.c_str(), O_RDWR | O_TMPFILE | O_EXCL, 0600);
   path_ = (d / ("booster-offload-" + std::to_string(::getpid()) + "-" + std::to_string(g_store_counter++) + ".bin")).string();
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  BOOSTER_CHECK_T(IOError, fd_ >= 0, "offload store: cannot create '", path_, "': ", std::strerror(errno),
+  if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd_ >= 0) ::unlink(path_.c_str());
+  }
+  BOOSTER_CHECK_T(IOError, fd_ >= 0, "offload store: cannot create a file in '", d.string(), "': ", std::strerror(errno),
                   " (set the offload folder to a writable local disk)");
   disk_tier();
   thread_ = std::thread([this] { worker(); });
@@ -47,8 +69,7 @@ OffloadStore::~OffloadStore() {
   }
   cv_.notify_all();
   thread_.join();
-  ::close(fd_);
-  ::unlink(path_.c_str());
+  ::close(fd_);  // the file had no name: closing frees its blocks
   static_cast<DiskTier&>(disk_tier()).remove(file_bytes_);
 }
 

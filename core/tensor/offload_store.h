@@ -23,11 +23,17 @@ namespace booster {
 /// The tier that counts bytes held on disk by offload stores (nothing is allocated from it).
 MemoryTier& disk_tier();
 
+/// The folder of stores made without one: set_default_offload_dir's, else the system temp
+/// folder. An application gives it to its run (vit_train: `<run folder>/offload`).
+std::string default_offload_dir();
+void set_default_offload_dir(const std::string& dir);
+
 class OffloadStore {
  public:
-  /// A store in a new file under `dir` (the system temp folder when empty); the file goes
-  /// with the store. At most `max_inflight_writes` bytes wait to be written behind (release
-  /// waits for the oldest beyond it), so RAM holds a bounded window.
+  /// A store in a new file under `dir` (default_offload_dir() when empty). The file has no
+  /// name: it is gone when the store or the process ends, however it ends. At most
+  /// `max_inflight_writes` bytes wait to be written behind (release, put and assign wait for
+  /// the oldest beyond it), so RAM holds a bounded window.
   explicit OffloadStore(const std::string& dir = "", size_t max_inflight_writes = size_t(64) << 20);
   ~OffloadStore();
   OffloadStore(const OffloadStore&) = delete;
@@ -70,6 +76,7 @@ class OffloadStore {
   size_t disk_bytes() const { return file_bytes_; }
   uint64_t bytes_read() const { return bytes_read_; }
   uint64_t bytes_written() const { return bytes_written_; }
+  /// The name the store's file goes by in messages (it has none on disk).
   const std::string& path() const { return path_; }
 
  private:

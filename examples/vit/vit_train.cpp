@@ -11,6 +11,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/logger.h"
 #include "core/dist/runtime.h"
+#include "core/tensor/offload_store.h"
 #include "data/transforms.h"
 #include "evaluate.h"
 #include "nn/pretrained.h"
@@ -82,6 +83,7 @@ int eval_only(const Config& cfg, const Cli& cli) {
   BOOSTER_CHECK(!cli.checkpoint.empty(), "--eval-only needs --checkpoint <folder>");
   auto step_dir = examples::latest_checkpoint(cli.checkpoint);
   BOOSTER_CHECK_T(IOError, step_dir.has_value(), "no complete checkpoint under '", cli.checkpoint, "'");
+  examples::verify_run_checkpoint(*step_dir);
   auto proc = data::ViTImageProcessor::from_pretrained(*step_dir);
   data::ImageFolderOptions io = folder_options(cfg);
   io.limit = 0;
@@ -146,6 +148,8 @@ int train(const Config& cfg, const Cli& cli) {
   manual_seed(seed, uint64_t(coordinator.rank()));
 
   // ---- plugin, booster, the five objects ----
+  const fs::path run_dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
+  set_default_offload_dir((run_dir / "offload").string());  // a disk tier's nameless files, unless offload_dir says
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
   data::DataLoaderOptions lo;
@@ -171,7 +175,6 @@ int train(const Config& cfg, const Cli& cli) {
       booster.boost(model, optimizer, make_criterion(cfg.get_float("train.label_smoothing")), train_loader, lr_scheduler);
 
   // ---- run folder, resume ----
-  const fs::path run_dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
   const std::string ckpt_dir = cfg.get_string("checkpoint.dir").empty() ? (run_dir / "checkpoints").string()
                                                                         : cfg.get_string("checkpoint.dir");
   examples::RunState state{vit.wrapper().get(), optim_w.get(), scheduler.get(), &model_config, &processor};
@@ -180,6 +183,7 @@ int train(const Config& cfg, const Cli& cli) {
   if (!cli.resume.empty()) {
     auto step_dir = examples::latest_checkpoint(cli.resume);
     BOOSTER_CHECK_T(IOError, step_dir.has_value(), "--resume: no complete checkpoint under '", cli.resume, "'");
+    if (coordinator.is_master()) examples::remove_partial_checkpoints(cli.resume);
     auto p = examples::load_run_checkpoint(booster, state, *step_dir);
     start_epoch = p.epoch(), step = p.step(), skip_batches = p.sampler_position();
     if (p.metrics().count("best_accuracy")) best_accuracy = p.metrics().at("best_accuracy");
@@ -220,40 +224,41 @@ int train(const Config& cfg, const Cli& cli) {
                               coordinator.is_master() && !cli.no_progress && isatty(STDERR_FILENO),
                               cfg.get_int("train.log_every"));
     const auto epoch_start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
+    double loss_sum = 0, logged_loss = 0;
     int64_t loss_count = 0;
     vit->train();
     while (auto batch = dataloader->next()) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor pixels = batch->pixel_values, targets = batch->labels;
       if (mixup.alpha > 0) std::tie(pixels, targets, std::ignore) = mixup(pixels, targets, mix_rng);
-      double loss_value = 0;
+      Tensor loss;  // this rank's share of the batch's loss (none on a pipeline stage before the last)
       if (pipelined) {  // as Colossal-AI's example: the stages run the micro-batches
-        auto res = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit, stage_criterion, optim_w.get(),
-                                            true, false);
-        // The last stage has it.
-        loss_value = dist::mean_where_held(res.loss.defined() ? std::optional<double>(res.loss.item()) : std::nullopt);
+        loss = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit,
+                                        stage_criterion, optim_w.get(), true, false).loss;
       } else {
         auto outputs = vit(pixels);
-        Tensor loss = criterion(outputs.logits, targets);
+        loss = criterion(outputs.logits, targets);
         booster.backward(loss, *optim_w);
-        loss_value = loss.item();
       }
       if (max_norm > 0) optim_w->clip_grad_by_norm(max_norm);
       optim_w->step();
       optim_w->zero_grad();
       scheduler->step();
       ++step;
-      loss_sum += loss_value;
-      ++loss_count;
+      if (loss.defined()) loss_sum += loss.item(), ++loss_count;
+      const int64_t position = int64_t(dataloader->position()), log_every = cfg.get_int("train.log_every");
+      // What is logged is the global batch's mean under every plugin (one all-reduce a logged step).
+      const bool logged = step % log_every == 0 || position % log_every == 0 || position == steps_per_epoch;
+      if (logged) logged_loss = booster.mean_loss(loss);
       const double ips = double(batch->labels.size(0) * dp) /
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      bar.update(int64_t(dataloader->position()), loss_value, scheduler->get_last_lr()[0], ips);
-      if (coordinator.is_master() && step % cfg.get_int("train.log_every") == 0)
-        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss_value},
+      bar.update(position, logged_loss, scheduler->get_last_lr()[0], ips);
+      if (coordinator.is_master() && step % log_every == 0)
+        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", logged_loss},
                        {"lr", scheduler->get_last_lr()[0]}, {"images_per_s", ips}});
       const int64_t every = cfg.get_int("checkpoint.every_steps");
-      if (every > 0 && step % every == 0) checkpoint_now(epoch, int64_t(dataloader->position()));
+      if (every > 0 && step % every == 0 && step < total_steps)  // the run's last step is saved once, below
+        checkpoint_now(epoch, int64_t(dataloader->position()));
       examples::kill_for_testing(step, cfg.get_int("train.kill_after_steps"));
     }
     bar.finish();
@@ -261,7 +266,8 @@ int train(const Config& cfg, const Cli& cli) {
     const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), dp, pipelined ? &booster : nullptr);
     best_accuracy = std::max(best_accuracy, r.accuracy);
-    const double train_loss = dist::all_reduce_scalar(loss_count ? loss_sum / double(loss_count) : 0.0, dist::ReduceOp::avg);
+    // The epoch's mean over the ranks that held losses (each held as many).
+    const double train_loss = dist::mean_where_held(loss_count ? std::optional(loss_sum / double(loss_count)) : std::nullopt);
     log.info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s", epoch + 1,
              epochs, train_loss, r.loss, r.accuracy, best_accuracy, epoch_s);
     if (coordinator.is_master()) {

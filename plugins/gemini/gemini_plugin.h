@@ -55,7 +55,7 @@ struct GeminiOptions {
   int extra_dp_size = 1;
   bool enable_async_reduce = true;
   bool verbose = false;
-  std::string offload_dir;  // the disk tier's folder ("": the temp folder)
+  std::string offload_dir;  // the disk tier's folder ("": default_offload_dir(), the run's)
   double memory_cap_mb = 0;  // auto: this rank's RAM cap (0: BOOSTER_MEMORY_CAP_MB, else RAM / local ranks)
 
   /// Reads a [plugin] table (name = "gemini"); unknown keys and wrong types refused.

@@ -40,7 +40,7 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("static_graph", &O::static_graph)
         .add("zero_bucket_size_in_m", &O::zero_bucket_size_in_m)
         .add("cpu_offload", &O::cpu_offload, "ZeRO masters and optimizer states on local disk")
-        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)")
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
         .add("communication_dtype", &O::communication_dtype, "\"\" (the gradients'), fp16, bf16 or fp32")
         .add("overlap_communication", &O::overlap_communication)
         .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)")

@@ -23,7 +23,7 @@ LowLevelZeroOptions LowLevelZeroOptions::from_config(const Config& cfg, const st
         .add("overlap_communication", &O::overlap_communication)
         .add("overlap_allgather", &O::overlap_allgather)
         .add("cpu_offload", &O::cpu_offload, "masters and optimizer states on local disk")
-        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": the temp folder)")
+        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
         .add("master_weights", &O::master_weights)
         .add("verbose", &O::verbose)
         .add("cast_inputs", &O::cast_inputs);

@@ -22,7 +22,7 @@ struct LowLevelZeroOptions {
   bool overlap_communication = true;
   bool overlap_allgather = false;
   bool cpu_offload = false;             // masters and optimizer states in the disk tier
-  std::string offload_dir;              // where the disk tier's file goes ("": the temp folder)
+  std::string offload_dir;              // where the disk tier's file goes ("": default_offload_dir(), the run's)
   double offload_frac = 1.0;            // with cpu_offload: the share of the parameters offloaded (Gemini's offload_optim_frac)
   bool master_weights = true;
   bool verbose = false;
