@@ -24,6 +24,9 @@ PY
 for shard in true false; do
   train --set run.name="r_$shard" --set checkpoint.shard=$shard > "train_$shard.log" 2>&1 ||
     { cat "train_$shard.log"; echo "FAIL: training"; exit 1; }
+  # 4 steps, saved every 2: step 2, then step 4 once (the run's end saves it, not twice).
+  [ "$(grep -c "checkpoint saved: .*step-00000004" "train_$shard.log")" = 1 ] ||
+    { cat "train_$shard.log"; echo "FAIL: the last step was not saved exactly once"; exit 1; }
   step=$(ls -d runs/r_$shard/checkpoints/step-* | head -1)
   train --set run.name="ok_$shard" --set checkpoint.shard=$shard --resume "$step" > "ok_$shard.log" 2>&1 ||
     { cat "ok_$shard.log"; echo "FAIL: the untouched checkpoint did not resume"; exit 1; }
