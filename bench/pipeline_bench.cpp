@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       Tensor y = Tensor::zeros({M * mbs}, DType::i64);
       const StageCriterion ce = on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); });
       std::vector<double> step_s, ratio;
-      plugins::PipelineStepStats last;
+      pipeline::PipelineStepStats last;
       for (int i = 0; i <= steps; ++i) {  // the first is a warm-up
         b.optimizer->zero_grad();
         dist::barrier();

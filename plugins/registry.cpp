@@ -37,14 +37,6 @@ const std::map<std::string, Factory>& factories() {
 }
 }  // namespace
 
-Config checked_table(const Config& cfg_in, ConfigSchema schema, const std::string& table) {
-  Config cfg = cfg_in;
-  for (auto& top : cfg.keys(""))
-    if (top != table) schema.open_table(top);
-  cfg.apply(schema);
-  return cfg;
-}
-
 std::vector<std::string> plugin_names() {
   std::vector<std::string> n;
   for (auto& [k, v] : factories()) n.push_back(k);

@@ -9,7 +9,7 @@
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/dist/runtime.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
-#include "plugins/registry.h"
+#include "booster/plugin_options.h"
 
 namespace booster::plugins {
 

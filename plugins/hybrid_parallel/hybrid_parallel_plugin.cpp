@@ -8,7 +8,7 @@
 #include "core/dist/runtime.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
-#include "plugins/registry.h"
+#include "booster/plugin_options.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 namespace booster::plugins {
@@ -117,7 +117,7 @@ void HybridParallelOptions::validate() const {
 
 HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(std::move(opts)) {
   if (opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode.empty())
-    opts_.sequence_parallelism_mode = "split_gather";  // ShardConfig's default
+    opts_.sequence_parallelism_mode = "split_gather";  // shardformer::ShardConfig's default
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
@@ -148,9 +148,9 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
     dist::all_reduce(w, dist::ReduceOp::max, mesh_->group("pp"));
     std::vector<int64_t> weights;
     for (int64_t i = 0; i < w.numel(); ++i) weights.push_back(std::max<int64_t>(w.data<int64_t>()[i], 1));
-    per_slot = partition_balanced(weights, slots);
+    per_slot = pipeline::partition_balanced(weights, slots);
   }
-  stages_ = std::make_unique<PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
+  stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
   std::vector<std::string> held;
   for (int c = 0; c < opts_.num_model_chunks; ++c)
     for (auto& path : pm->stage_modules(stages_->stage_spec(pm->num_pipeline_layers(), c))) held.push_back(path + ".");
@@ -166,9 +166,9 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
     for (auto& g : o.optimizer->param_groups())
       g.params.erase(std::remove_if(g.params.begin(), g.params.end(), [&](auto& np) { return !is_held(np.first); }),
                      g.params.end());
-  ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
-  if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<InterleavedSchedule>(*stages_, so);
-  else schedule_ = std::make_unique<OneForwardOneBackwardSchedule>(*stages_, so);
+  pipeline::ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
+  if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<pipeline::InterleavedSchedule>(*stages_, so);
+  else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);
 }
 
 PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter, ModelWrapper& model,
@@ -180,12 +180,12 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter,
   // over the dp group once, after the last (DDP's reducer or ZeRO's gradients, which keep
   // accumulating inside a user's no_sync as they do outside a pipeline).
   auto defer_then_sync = [](auto grads) {
-    return GradSync{[grads] { grads->set_defer(true); }, [grads] {
+    return pipeline::GradSync{[grads] { grads->set_defer(true); }, [grads] {
                       grads->set_defer(false);
                       grads->sync_accumulated();
                     }};
   };
-  GradSync sync;
+  pipeline::GradSync sync;
   if (auto* ddp = model.find<TorchDDPModel>()) sync = defer_then_sync(ddp->shared_reducer());
   else if (auto* zero = model.find<LowLevelZeroModel>(); zero && zero->grads()) sync = defer_then_sync(zero->grads());
   return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs, sync);
@@ -206,12 +206,12 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   if (opts_.pp_size > 1) broadcast_module_state(*module, mesh_->group("pp"), true, true);
   broadcast_module_state(*module, tp, true);
   if (opts_.tp_size > 1) {
-    std::shared_ptr<Policy> policy = opts_.custom_policy_object
+    std::shared_ptr<shardformer::Policy> policy = opts_.custom_policy_object
                                          ? opts_.custom_policy_object
-                                         : !opts_.custom_policy.empty() ? make_policy(opts_.custom_policy) : auto_policy(*module);
+                                         : !opts_.custom_policy.empty() ? shardformer::make_policy(opts_.custom_policy) : shardformer::auto_policy(*module);
     BOOSTER_CHECK(policy != nullptr, "HybridParallelPlugin: no shardformer policy for a ", module->type_name(),
                   " model; write one and pass it as custom_policy (register_policy gives it a name for configs)");
-    ShardConfig sc;
+    shardformer::ShardConfig sc;
     sc.tensor_parallel_process_group = &tp;
     sc.enable_sequence_parallelism = opts_.enable_sequence_parallelism;
     sc.sequence_parallelism_mode = opts_.sequence_parallelism_mode;
@@ -219,7 +219,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     const uint64_t seed = default_generator().state().seed;
     sc.replicated_generator = std::make_shared<Generator>(seed, (uint64_t(1) << 32) + uint64_t(mesh_->coordinate("dp")));
     sc.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
-    shard_model(*module, *policy, sc);
+    shardformer::shard_model(*module, *policy, sc);
   }
   if (opts_.pp_size > 1) keep_stage_layers(o);
   if (opts_.zero_stage == 0) {

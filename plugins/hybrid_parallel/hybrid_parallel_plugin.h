@@ -18,8 +18,8 @@
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/mesh.h"
-#include "plugins/pipeline/schedule.h"
-#include "plugins/shardformer/policy.h"
+#include "pipeline/schedule.h"
+#include "shardformer/policy.h"
 
 namespace booster::plugins {
 
@@ -52,7 +52,7 @@ struct HybridParallelOptions {
   std::string communication_dtype;
   bool overlap_communication = true;
   std::string custom_policy;               // a registered policy's name ("" : the model's built-in one)
-  std::shared_ptr<Policy> custom_policy_object;  // from code (takes precedence)
+  std::shared_ptr<shardformer::Policy> custom_policy_object;  // from code (takes precedence)
   std::string pp_style = "1f1b";
   int num_model_chunks = 1;
   std::vector<int64_t> num_layers_per_stage;  // empty: None (distribute_layers)
@@ -87,9 +87,9 @@ class HybridParallelPlugin : public Plugin {
                                   OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) override;
   const HybridParallelOptions& options() const { return opts_; }
   /// What the last execute_pipeline measured on this stage (pp_size > 1), else null.
-  const PipelineStepStats* pipeline_stats() const { return schedule_ ? &schedule_->last_step_stats() : nullptr; }
+  const pipeline::PipelineStepStats* pipeline_stats() const { return schedule_ ? &schedule_->last_step_stats() : nullptr; }
   /// The stage manager (pp_size > 1), else null.
-  const PipelineStageManager* stage_manager() const { return stages_.get(); }
+  const pipeline::PipelineStageManager* stage_manager() const { return stages_.get(); }
   int tp_size() const { return opts_.tp_size; }
   int pp_size() const { return opts_.pp_size; }
   const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
@@ -104,8 +104,8 @@ class HybridParallelPlugin : public Plugin {
 
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
   std::shared_ptr<CheckpointIO> checkpoint_io_;
-  std::unique_ptr<PipelineStageManager> stages_;
-  std::unique_ptr<PipelineSchedule> schedule_;
+  std::unique_ptr<pipeline::PipelineStageManager> stages_;
+  std::unique_ptr<pipeline::PipelineSchedule> schedule_;
 };
 
 }  // namespace booster::plugins

@@ -6,7 +6,7 @@
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
-#include "plugins/registry.h"
+#include "booster/plugin_options.h"
 
 namespace booster::plugins {
 

@@ -2,7 +2,7 @@
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 #include "booster/checkpoint/general_checkpoint_io.h"
-#include "plugins/registry.h"
+#include "booster/plugin_options.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
 

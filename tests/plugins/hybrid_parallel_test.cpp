@@ -23,7 +23,7 @@ using namespace booster;
 
 namespace {
 
-std::shared_ptr<plugins::HybridParallelPlugin> hybrid(const std::string& extra, std::shared_ptr<plugins::Policy> policy = nullptr) {
+std::shared_ptr<plugins::HybridParallelPlugin> hybrid(const std::string& extra, std::shared_ptr<shardformer::Policy> policy = nullptr) {
   auto o = plugins::HybridParallelOptions::from_config(
       Config::from_string("[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\n" + extra, "hybrid.toml"));
   o.custom_policy_object = std::move(policy);
@@ -57,16 +57,16 @@ class MLPBlock : public nn::UnaryModule {
 };
 
 // Its policy, as a user writes one: fc1 column-parallel, fc2 row-parallel.
-class MLPPolicy : public plugins::Policy {
+class MLPPolicy : public shardformer::Policy {
  public:
   std::string name() const override { return "MLPPolicy"; }
-  void config_sanity_check(const nn::Module&, const plugins::ShardConfig&) const override {}
-  std::map<std::string, plugins::ModulePolicyDescription> module_policy(const nn::Module&,
-                                                                         const plugins::ShardConfig&) const override {
-    auto col = [](const std::shared_ptr<nn::Module>& m, const plugins::ShardConfig& c) {
+  void config_sanity_check(const nn::Module&, const shardformer::ShardConfig&) const override {}
+  std::map<std::string, shardformer::ModulePolicyDescription> module_policy(const nn::Module&,
+                                                                         const shardformer::ShardConfig&) const override {
+    auto col = [](const std::shared_ptr<nn::Module>& m, const shardformer::ShardConfig& c) {
       return nn::Linear1DCol::from_native_module(m, c.tp_group());
     };
-    auto row = [](const std::shared_ptr<nn::Module>& m, const plugins::ShardConfig& c) {
+    auto row = [](const std::shared_ptr<nn::Module>& m, const shardformer::ShardConfig& c) {
       return nn::Linear1DRow::from_native_module(m, c.tp_group());
     };
     return {{"MLPBlock", {{}, {{"fc1", col}, {"fc2", row}}}}};
@@ -156,7 +156,7 @@ TEST(HybridParallel, CustomPolicyShardsAUsersOwnModel) {
   EXPECT_EQ(sharded->get_tensor("fc2.weight").shape(), (Shape{8, 8}));
   for (auto& [n, p] : ref->named_parameters()) EXPECT_LE(max_rel_diff(sharded->get_tensor(n), p), 1e-5) << n;
   // The same policy by name from a config, ZeRO-2 over the dp group.
-  plugins::register_policy("mlp_block", [] { return std::make_shared<MLPPolicy>(); });
+  shardformer::register_policy("mlp_block", [] { return std::make_shared<MLPPolicy>(); });
   auto named = train(hybrid("precision = 'fp32'\nzero_stage = 2\ncustom_policy = 'mlp_block'\n"));
   for (auto& [n, p] : ref->named_parameters()) EXPECT_LE(max_rel_diff(named->get_tensor(n), p), 1e-5) << n;
   // Without a policy a model that is not a ViT is refused, naming what to do.

@@ -15,12 +15,12 @@
 #include "nn/vit.h"
 #include "optim/sgd.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
-#include "plugins/pipeline/stage_manager.h"
+#include "pipeline/stage_manager.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/logical.h"
 
 using namespace booster;
-using plugins::PipelineSchedule;
+using pipeline::PipelineSchedule;
 
 namespace {
 
@@ -34,7 +34,7 @@ TEST(StageManager, DistributesLayersAsColossalAI) {
   const auto& world = dist::ProcessGroup::world();
   const int S = world.size();
   for (int C : {1, 2}) {
-    plugins::PipelineStageManager sm(world, C);
+    pipeline::PipelineStageManager sm(world, C);
     const int slots = S * C;
     for (int64_t n : {int64_t(slots), int64_t(slots) + 1, int64_t(2 * slots) + 3, int64_t(12)}) {
       if (n < slots) continue;
@@ -60,11 +60,11 @@ TEST(StageManager, DistributesLayersAsColossalAI) {
     }
     EXPECT_NE(testkit::error_of([&] { sm.distribute_layers(slots - 1); }).find("cannot fill"), std::string::npos);
   }
-  plugins::PipelineStageManager given(world, 1, std::vector<int64_t>(size_t(S), 2));
+  pipeline::PipelineStageManager given(world, 1, std::vector<int64_t>(size_t(S), 2));
   EXPECT_EQ(given.distribute_layers(2 * S), std::vector<int64_t>(size_t(S), 2));
   EXPECT_NE(testkit::error_of([&] { given.distribute_layers(2 * S + 1); }).find("num_layers_per_stage sums to"),
             std::string::npos);
-  EXPECT_NE(testkit::error_of([&] { plugins::PipelineStageManager(world, 2, {1}); }).find("num_layers_per_stage has 1"),
+  EXPECT_NE(testkit::error_of([&] { pipeline::PipelineStageManager(world, 2, {1}); }).find("num_layers_per_stage has 1"),
             std::string::npos);
   // Neighbours wrap around.
   EXPECT_EQ(given.next_rank(), world.ranks()[size_t((world.rank() + 1) % S)]);
@@ -72,11 +72,11 @@ TEST(StageManager, DistributesLayersAsColossalAI) {
 }
 
 TEST(StageManager, BalancedPartitionMinimizesTheHeaviestPart) {
-  EXPECT_EQ(plugins::partition_balanced({1, 1, 1, 1, 10, 1}, 2), (std::vector<int64_t>{4, 2}));
-  EXPECT_EQ(plugins::partition_balanced({1, 1, 1, 1}, 4), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(pipeline::partition_balanced({1, 1, 1, 1, 10, 1}, 2), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(pipeline::partition_balanced({1, 1, 1, 1}, 4), (std::vector<int64_t>{1, 1, 1, 1}));
   for (auto [w, parts, best] : std::vector<std::tuple<std::vector<int64_t>, int, int64_t>>{
            {{5, 1, 1, 1, 1, 1}, 3, 5}, {{3, 3, 3, 3, 3, 3, 3, 3}, 3, 9}, {{1, 9, 1, 1, 1, 1, 1, 1, 1}, 2, 10}}) {
-    auto sizes = plugins::partition_balanced(w, parts);
+    auto sizes = pipeline::partition_balanced(w, parts);
     ASSERT_EQ(int(sizes.size()), parts);
     int64_t at = 0, heaviest = 0;
     for (int64_t k : sizes) {
@@ -97,10 +97,10 @@ TEST(Schedules, OrdersAreComplete) {
   const auto& world = dist::ProcessGroup::world();
   const int S = world.size();
   for (int C : {1, 2}) {
-    plugins::PipelineStageManager sm(world, C);
+    pipeline::PipelineStageManager sm(world, C);
     std::unique_ptr<PipelineSchedule> sch;
-    if (C == 1) sch = std::make_unique<plugins::OneForwardOneBackwardSchedule>(sm, plugins::ScheduleOptions{});
-    else sch = std::make_unique<plugins::InterleavedSchedule>(sm, plugins::ScheduleOptions{});
+    if (C == 1) sch = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(sm, pipeline::ScheduleOptions{});
+    else sch = std::make_unique<pipeline::InterleavedSchedule>(sm, pipeline::ScheduleOptions{});
     for (int64_t m : {int64_t(S), int64_t(2 * S), int64_t(4 * S)}) {
       std::map<std::pair<int, int64_t>, int> state;  // 1 after forward, 2 after backward
       int in_flight = 0, peak = 0;

@@ -1,5 +1,5 @@
 // Pipeline schedules (see schedule.h).
-#include "plugins/pipeline/schedule.h"
+#include "pipeline/schedule.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "core/kernels/ops.h"
 #include "core/tensor/allocator.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, bool training) {
   BOOSTER_CHECK(o.num_microbatches > 0 || o.microbatch_size > 0,
@@ -254,4 +254,4 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   return r;
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

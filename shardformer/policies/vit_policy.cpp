@@ -1,5 +1,5 @@
 // The ViT shardformer policy (see vit_policy.h).
-#include "plugins/policies/vit_policy.h"
+#include "shardformer/policies/vit_policy.h"
 
 #include <spdlog/spdlog.h>
 
@@ -10,7 +10,7 @@
 #include "nn/parallel/linear_1d.h"
 #include "nn/vit.h"
 
-namespace booster::plugins {
+namespace booster::shardformer {
 
 namespace {
 
@@ -131,4 +131,4 @@ void ViTPolicy::postprocess(nn::Module& model, const ShardConfig& config) const 
                                    config.tp_group()));
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer

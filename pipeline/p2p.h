@@ -18,9 +18,9 @@
 
 #include "core/dist/collectives.h"
 #include "core/tensor/tensor_map.h"
-#include "plugins/pipeline/stage_manager.h"
+#include "pipeline/stage_manager.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 /// A receive in flight: the tensors being filled and their requests.
 struct PendingRecv {
@@ -77,4 +77,4 @@ bool carries_grad(const Tensor& t);
 /// The metadata-cache key of a micro-batch of `rows` rows in a training or forward-only step.
 inline int64_t p2p_key(int64_t rows, bool training) { return rows * 2 + (training ? 1 : 0); }
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

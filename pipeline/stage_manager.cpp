@@ -1,12 +1,12 @@
 // PipelineStageManager (see stage_manager.h).
-#include "plugins/pipeline/stage_manager.h"
+#include "pipeline/stage_manager.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/common/check.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 PipelineStageManager::PipelineStageManager(const dist::ProcessGroup& pp, int num_model_chunks,
                                            std::vector<int64_t> num_layers_per_stage)
@@ -91,4 +91,4 @@ std::vector<int64_t> partition_balanced(const std::vector<int64_t>& w, int parts
   return sizes;
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

@@ -1,11 +1,11 @@
 // The sharder and the policy registry (see policy.h).
-#include "plugins/shardformer/policy.h"
+#include "shardformer/policy.h"
 
 #include <mutex>
 
-#include "plugins/policies/vit_policy.h"
+#include "shardformer/policies/vit_policy.h"
 
-namespace booster::plugins {
+namespace booster::shardformer {
 
 const dist::ProcessGroup& ShardConfig::tp_group() const {
   BOOSTER_CHECK(tensor_parallel_process_group != nullptr, "ShardConfig: no tensor-parallel process group");
@@ -82,4 +82,4 @@ std::shared_ptr<Policy> auto_policy(const nn::Module& model) {
   return nullptr;
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer

@@ -16,7 +16,7 @@
 #include "core/tensor/random.h"
 #include "nn/module.h"
 
-namespace booster::plugins {
+namespace booster::shardformer {
 
 /// What the policies shard with (Colossal-AI's ShardConfig, the fields used on a CPU).
 struct ShardConfig {
@@ -77,4 +77,4 @@ std::shared_ptr<Policy> make_policy(const std::string& name);
 /// The built-in policy for a model's root type, or null (Colossal-AI's auto policy).
 std::shared_ptr<Policy> auto_policy(const nn::Module& model);
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "booster/plugin.h"
-#include "plugins/pipeline/p2p.h"
+#include "pipeline/p2p.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 struct ScheduleOptions {
   int64_t num_microbatches = 0;  // 0: from microbatch_size
@@ -93,4 +93,4 @@ class InterleavedSchedule : public PipelineSchedule {
 /// The micro-batch sizes of a batch of `batch` rows (training: it must divide evenly).
 std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, bool training);
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

@@ -10,7 +10,7 @@
 #include "core/dist/process_group.h"
 #include "nn/pipeline.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 class PipelineStageManager {
  public:
@@ -50,4 +50,4 @@ class PipelineStageManager {
 /// part gets at least one layer.
 std::vector<int64_t> partition_balanced(const std::vector<int64_t>& weights, int parts);
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

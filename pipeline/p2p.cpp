@@ -1,12 +1,12 @@
 // Point-to-point messages between pipeline stages (see p2p.h).
-#include "plugins/pipeline/p2p.h"
+#include "pipeline/p2p.h"
 
 #include <sstream>
 
 #include "core/autograd/grad_mode.h"
 #include "core/common/check.h"
 
-namespace booster::plugins {
+namespace booster::pipeline {
 
 namespace {
 enum Kind { kMetaSize = 1, kMetaBytes = 2, kActivation = 3, kGradient = 4 };
@@ -146,4 +146,4 @@ void PipelineP2P::wait_sends() {
   sends_.clear();
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::pipeline

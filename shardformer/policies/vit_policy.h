@@ -10,9 +10,9 @@
 // linears reduce-scatter, and the encoder gathers the tokens back at its end.
 #pragma once
 
-#include "plugins/shardformer/policy.h"
+#include "shardformer/policy.h"
 
-namespace booster::plugins {
+namespace booster::shardformer {
 
 class ViTPolicy : public Policy {
  public:
@@ -23,4 +23,4 @@ class ViTPolicy : public Policy {
   void postprocess(nn::Module& model, const ShardConfig& config) const override;
 };
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer
