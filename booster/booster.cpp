@@ -61,7 +61,7 @@ double Booster::mean_loss(const Tensor& loss) const {
 
 PipelineResult Booster::execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                          OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) {
-  BOOSTER_CHECK(plugin_ != nullptr, "Booster.execute_pipeline: there is no plugin; pipelines need HybridParallelPlugin");
+  if (!plugin_) return run_as_one_stage(data_iter, model, criterion, optimizer, return_loss, return_outputs);
   return plugin_->execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
 }
 

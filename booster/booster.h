@@ -50,7 +50,8 @@ class Booster {
   void backward(const Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
   /// Gradient accumulation without synchronization for the scope's lifetime.
   NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer = nullptr);
-  /// One pipeline-parallel step (plugins without a pipeline refuse clearly).
+  /// One pipeline-parallel step; under a plugin without a pipeline (or none) the whole model
+  /// runs as one stage on one micro-batch, with the same return: one step path for all.
   PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                   OptimizerWrapper* optimizer = nullptr, bool return_loss = true,
                                   bool return_outputs = false);

@@ -64,11 +64,29 @@ std::shared_ptr<data::DataLoader> Plugin::prepare_dataloader(std::shared_ptr<con
   return std::make_shared<data::DataLoader>(std::move(dataset), o, sampler);
 }
 
-PipelineResult Plugin::execute_pipeline(const DataIter&, ModelWrapper&, const StageCriterion&, OptimizerWrapper*, bool,
-                                        bool) {
-  BOOSTER_THROW(ValueError, "plugin '", name(),
-                "' has no pipeline parallelism (support_pipeline() is false); call the model, booster.backward and "
-                "optimizer.step instead of execute_pipeline");
+PipelineResult Plugin::execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                        OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) {
+  return run_as_one_stage(data_iter, model, criterion, optimizer, return_loss, return_outputs);
+}
+
+PipelineResult run_as_one_stage(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) {
+  BOOSTER_CHECK(data_iter && criterion, "execute_pipeline: give a data iterator and a criterion (a pipeline step ",
+                "runs its batches through the model and applies the criterion on the last stage)");
+  std::optional<TensorMap> batch = data_iter();
+  BOOSTER_CHECK(batch.has_value(), "execute_pipeline: the data iterator gave no batch");
+  auto* pm = dynamic_cast<nn::PipelineModule*>(model.module().get());
+  BOOSTER_CHECK(pm != nullptr, "execute_pipeline: ", model.module()->type_name(),
+                " does not implement nn::PipelineModule; call the model and booster.backward instead");
+  model.check_whole_forward();
+  TensorMap outputs = model.stage_forward(*batch, {0, pm->num_pipeline_layers(), true, true});
+  Tensor loss = criterion(outputs, *batch);
+  if (optimizer) optimizer->backward(loss);
+  else loss.backward();
+  PipelineResult out;
+  if (return_loss) out.loss = loss.detach();
+  if (return_outputs) out.outputs = std::move(outputs);
+  return out;
 }
 
 }  // namespace booster

@@ -65,6 +65,13 @@ using DataIter = std::function<std::optional<TensorMap>()>;
 /// A DataIter giving `batch` once (Python's iter([batch])).
 DataIter single_batch(TensorMap batch);
 
+/// execute_pipeline without a pipeline: the iterator's next batch through the whole model
+/// (an nn::PipelineModule) as its only stage, the criterion on its outputs, backward through
+/// the optimizer chain (or the loss's own backward without one); the same PipelineResult as
+/// a pipeline's last stage returns.
+PipelineResult run_as_one_stage(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
+                                OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
+
 /// Every rank of `g` takes its first rank's parameters and buffers (what a data-parallel
 /// plugin does at configure, as PyTorch's DDP does at construction). skip_shards: leave
 /// tensor-parallel shards (tensors with a region) alone, as the ranks of a tensor-parallel
@@ -100,7 +107,9 @@ class Plugin {
   /// prepare_dataloader arguments: batch_size, shuffle, seed, drop_last, num_workers).
   virtual std::shared_ptr<data::DataLoader> prepare_dataloader(std::shared_ptr<const data::Dataset> dataset,
                                                                const data::DataLoaderOptions& options);
-  /// Runs one pipeline step; plugins without a pipeline say so.
+  /// Runs one pipeline step. Without a pipeline (the default): the whole model as one stage
+  /// on one micro-batch (run_as_one_stage), so a loop written for execute_pipeline runs
+  /// under every plugin.
   virtual PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                           OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
   /// The data-parallel size (Colossal-AI's plugin.dp_size): how many ranks see different

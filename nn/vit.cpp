@@ -192,7 +192,10 @@ std::vector<std::string> ViTForImageClassification::stage_modules(const StageSpe
 TensorMap ViTForImageClassification::stage_forward(const TensorMap& inputs, const StageSpec& s) {
   ViTModel& m = *vit;
   Tensor h = s.first ? m.embeddings(need(inputs, "pixel_values", "ViT stage")) : need(inputs, "hidden_states", "ViT stage");
-  h = m.encoder->forward_layers(h, s.layer_begin, s.layer_end);
+  // The whole encoder runs through its slot, so a replaced encoder (sequence parallelism's
+  // split and gather) runs as in forward(); a stage's share of the layers runs them alone.
+  const bool whole = s.layer_begin == 0 && s.layer_end == num_pipeline_layers();
+  h = whole ? m.encoder(h) : m.encoder->forward_layers(h, s.layer_begin, s.layer_end);
   if (!s.last) return {{"hidden_states", h}};
   return {{"logits", classifier(m.layernorm(h).select(1, 0))}};
 }

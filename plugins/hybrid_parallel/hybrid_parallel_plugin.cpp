@@ -174,8 +174,8 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
 PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter, ModelWrapper& model,
                                                       const StageCriterion& criterion, OptimizerWrapper* optimizer,
                                                       bool return_loss, bool return_outputs) {
-  BOOSTER_CHECK(schedule_ != nullptr, "HybridParallelPlugin.execute_pipeline: ",
-                opts_.pp_size > 1 ? "boost the model first" : "pp_size is 1; there is no pipeline (call the model)");
+  if (opts_.pp_size == 1) return Plugin::execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
+  BOOSTER_CHECK(schedule_ != nullptr, "HybridParallelPlugin.execute_pipeline: boost the model first");
   // The micro-batches' backwards accumulate locally; the stage's gradients are averaged
   // over the dp group once, after the last (DDP's reducer or ZeRO's gradients, which keep
   // accumulating inside a user's no_sync as they do outside a pipeline).

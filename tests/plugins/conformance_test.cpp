@@ -117,11 +117,12 @@ std::shared_ptr<Plugin> make(const PluginCase& c) {
 Booster booster_for(const PluginCase& c) { return Booster(make(c), "", c.split); }
 
 // One training step's forward and backward of a replica's rows: through the model, or
-// through the pipeline (return_outputs: the logits on the last stage). Returns the loss
-// where this rank has it (a pipeline's last stage; undefined elsewhere).
-Tensor forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>& r, const Tensor& x,
-                                       const Tensor& y, double loss_scale = 1.0, Tensor* logits = nullptr) {
-  if (!bo.plugin() || !bo.plugin()->support_pipeline()) {
+// through execute_pipeline (with a pipeline, or when `via_pipeline` asks; return_outputs:
+// the logits on the last stage). Returns the loss where this rank has it (a pipeline's last
+// stage; undefined elsewhere).
+Tensor forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>& r, const Tensor& x, const Tensor& y,
+                        double loss_scale = 1.0, Tensor* logits = nullptr, bool via_pipeline = false) {
+  if (!via_pipeline && (!bo.plugin() || !bo.plugin()->support_pipeline())) {
     auto out = (*r.model)(x, y);
     if (bo.split_batch()) {  // it ran as shares: the loss is their node's
       EXPECT_EQ(out.loss.impl()->grad_fn->name(), "split_batch");
@@ -186,8 +187,9 @@ class Conformance : public ::testing::TestWithParam<PluginCase> {
   const int n = dist::world_size() / GetParam().group();  // data-parallel replicas
 };
 
-// 1. K steps on per-rank batches b match one process on batches N * b.
-TEST_P(Conformance, TrainingParity) {
+// 1. K steps on per-rank batches b match one process on batches N * b (through the model
+// and backward, or through execute_pipeline: one step path under every plugin).
+void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pipeline) {
   const int K = 4;
   auto ref = fresh_model();
   optim::SGD ref_opt(ref->named_parameters(), sgd());
@@ -203,15 +205,15 @@ TEST_P(Conformance, TrainingParity) {
     loss.backward();
     ref_opt.step();
   }
-  Booster booster = booster_for(GetParam());
-  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
+  Booster booster = booster_for(c);
+  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (c.toml.empty() ? 0 : 1));  // ranks differ
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
   auto boosted = booster.boost(model, opt);
   for (int s = 0; s < K; ++s) {
     auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
     boosted.optimizer->zero_grad();
     Tensor logits;
-    auto loss = forward_backward(booster, boosted, x, y, 1.0, &logits);
+    auto loss = forward_backward(booster, boosted, x, y, 1.0, &logits, via_pipeline);
     boosted.optimizer->step();
     // What vit_train logs: the global batch's mean under every plugin.
     const double logged = booster.mean_loss(loss);
@@ -225,6 +227,9 @@ TEST_P(Conformance, TrainingParity) {
   }
   expect_params_close(*boosted.model, ref, 1e-5, "after training");
 }
+
+TEST_P(Conformance, TrainingParity) { training_parity(GetParam(), b, tp, n, false); }
+TEST_P(Conformance, TrainingParityThroughExecutePipeline) { training_parity(GetParam(), b, tp, n, true); }
 
 // 2. Accumulating A micro-batches (the first A-1 under no_sync) equals one large-batch step.
 TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
