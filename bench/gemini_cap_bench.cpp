@@ -76,6 +76,21 @@ struct Row {
   std::vector<double> losses;
 };
 
+/// A checkpoint of the run saved and loaded back (sharded, as vit_train saves), each a phase.
+void save_and_load(Booster& booster, ModelWrapper& model, OptimizerWrapper& optimizer, bool capped, PhasePeaks& rss) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("gemini_cap_bench_" + std::to_string(::getppid()) + (capped ? "_capped" : ""))).string();
+  rss.begin("save");
+  booster.save_model(model, dir + "/model", true);
+  booster.save_optimizer(optimizer, dir + "/optimizer", true);
+  rss.begin("load");
+  booster.load_model(model, dir + "/model");
+  booster.load_optimizer(optimizer, dir + "/optimizer");
+  rss.end();
+  dist::barrier();
+  if (dist::world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
 /// One row; capped: placement auto under cap_mb (0: 0.45 x this rank's model states).
 Row run(bool capped, double cap_mb, const std::string& base_toml, const std::string& precision, const nn::ViTConfig& c,
         int64_t batch, int warmup, int steps) {
@@ -138,18 +153,7 @@ Row run(bool capped, double cap_mb, const std::string& base_toml, const std::str
   dist::barrier();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.img_s = double(batch * dist::world_size() * steps) / secs;
-  // A checkpoint of the run, saved and loaded back (sharded, as vit_train saves).
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("gemini_cap_bench_" + std::to_string(::getppid()) + (capped ? "_capped" : ""))).string();
-  r.rss.begin("save");
-  booster.save_model(*b.model, dir + "/model", true);
-  booster.save_optimizer(*b.optimizer, dir + "/optimizer", true);
-  r.rss.begin("load");
-  booster.load_model(*b.model, dir + "/model");
-  booster.load_optimizer(*b.optimizer, dir + "/optimizer");
-  r.rss.end();
-  dist::barrier();
-  if (dist::world_rank() == 0) std::filesystem::remove_all(dir);
+  save_and_load(booster, *b.model, *b.optimizer, capped, r.rss);
   r.host_peak_mb = max_over_ranks(host_peak) / kMB;
   if (store) {
     r.read_mb = max_over_ranks((double(store->bytes_read()) - read0) / steps) / kMB;
