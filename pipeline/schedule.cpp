@@ -90,149 +90,225 @@ std::vector<PipelineSchedule::Op> InterleavedSchedule::order(int64_t m, bool for
   return ops;
 }
 
-PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, const DataIter& data_iter,
-                                                       const StageCriterion& criterion, OptimizerWrapper* optimizer,
-                                                       bool return_loss, bool return_outputs, const GradSync& sync) {
-  using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  const auto step_start = Clock::now();
-  stats_ = {};
-  const bool training = autograd::GradMode::enabled();
-  BOOSTER_CHECK(bool(data_iter), "execute_pipeline: no data iterator was given");
-  BOOSTER_CHECK(!training || optimizer != nullptr, "execute_pipeline: training needs the optimizer "
-                "(run evaluation with gradients off, under NoGradGuard)");
-  auto* pm = dynamic_cast<nn::PipelineModule*>(model.module().get());
-  BOOSTER_CHECK(pm != nullptr, "execute_pipeline: a ", model.module()->type_name(),
-                " cannot run as pipeline stages (it does not implement nn::PipelineModule)");
-  std::optional<TensorMap> batch = data_iter();
-  BOOSTER_CHECK(batch.has_value() && !batch->empty(), "execute_pipeline: the data iterator gave no batch");
-  const int64_t rows = batch->begin()->second.shape().at(0);
-  for (auto& [k, t] : *batch)
-    BOOSTER_CHECK(t.dim() >= 1 && t.shape()[0] == rows, "execute_pipeline: batch tensor '", k, "' has ",
-                  t.dim() ? t.shape()[0] : 0, " rows, '", batch->begin()->first, "' has ", rows,
-                  "; every tensor is cut into micro-batches along dim 0");
-  const std::vector<int64_t> sizes = microbatch_sizes(rows, opts_, training);
-  const int64_t M = int64_t(sizes.size());
-  if (training) check_microbatches(M);
-  std::vector<int64_t> offsets(size_t(M), 0);
-  for (int64_t i = 1; i < M; ++i) offsets[size_t(i)] = offsets[size_t(i - 1)] + sizes[size_t(i - 1)];
-  auto micro = [&](int64_t i) {
-    TensorMap mb;
-    for (auto& [k, t] : *batch) mb[k] = t.narrow(0, offsets[size_t(i)], sizes[size_t(i)]);
-    return mb;
-  };
-  std::vector<nn::StageSpec> specs;
-  for (int c = 0; c < sm_.num_model_chunks(); ++c) specs.push_back(sm_.stage_spec(pm->num_pipeline_layers(), c));
+namespace {
 
-  struct Live {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One forward_backward_step on this stage, as named operations: the batch cut into
+// micro-batches (begin), a micro-batch's forward on one model chunk (forward_step) and its
+// backward (backward_step), the receives posted ahead (post), and the result (finish).
+class StepRun {
+ public:
+  using Op = PipelineSchedule::Op;
+  StepRun(PipelineP2P& p2p, PipelineStepStats& stats, ModelWrapper& model, const StageCriterion& criterion,
+          OptimizerWrapper* optimizer, bool return_loss, bool return_outputs)
+      : p2p_(p2p), stats_(stats), model_(model), criterion_(criterion), optimizer_(optimizer),
+        return_loss_(return_loss), return_outputs_(return_outputs), training_(autograd::GradMode::enabled()) {}
+
+  /// Checks the arguments, takes the batch and cuts it; returns the number of micro-batches.
+  int64_t begin(const DataIter& data_iter, const ScheduleOptions& opts, const PipelineStageManager& sm);
+  /// Posts op's receive if it has one and it can be posted now (ahead: only when the
+  /// metadata is cached, so posting does not block).
+  void post(const Op& op, bool ahead);
+  /// Micro-batch op.microbatch through model chunk op.chunk: its input from the batch or the
+  /// previous stage, its output to the next stage or through the criterion.
+  void forward_step(const Op& op);
+  /// Its backward: from the loss on the last stage, else from the next stage's gradients;
+  /// the input gradients go to the previous stage.
+  void backward_step(const Op& op);
+  /// Waits for the sends, checks nothing is left over; the result (last stage only).
+  PipelineResult finish(bool last_stage);
+  bool training() const { return training_; }
+
+ private:
+  struct Live {  // a micro-batch between its forward and its backward
     TensorMap inputs, outputs;
     Tensor loss;
     size_t held = 0;  // bytes its forward left allocated
   };
-  int in_flight = 0;
-  size_t held_bytes = 0;
-  std::map<std::pair<int, int64_t>, Live> live;
-  std::map<std::tuple<bool, int, int64_t>, PendingRecv> posted;
-  auto needs_recv = [&](const Op& op) { return op.forward ? !specs[size_t(op.chunk)].first : !specs[size_t(op.chunk)].last; };
-  // Posts op's receive if it has one and can be posted now without blocking.
-  auto post = [&](const Op& op, bool ahead) {
-    const auto key = std::make_tuple(op.forward, op.chunk, op.microbatch);
-    if (!needs_recv(op) || posted.count(key)) return;
-    const int64_t mkey = p2p_key(sizes[size_t(op.microbatch)], training);
-    if (op.forward) {
-      if (ahead && !p2p_.forward_meta_cached(op.chunk, mkey)) return;
-      posted[key] = p2p_.post_recv_forward(op.chunk, mkey);
-    } else {
-      auto it = live.find({op.chunk, op.microbatch});
-      if (it == live.end() || it->second.outputs.empty()) return;  // its forward has not run yet
-      posted[key] = p2p_.post_recv_backward(op.chunk, it->second.outputs);
-    }
-  };
-  auto take = [&](const Op& op) {
-    const auto t0 = Clock::now();
-    post(op, false);
-    auto it = posted.find(std::make_tuple(op.forward, op.chunk, op.microbatch));
-    TensorMap got = p2p_.wait(it->second, training);
-    posted.erase(it);
-    stats_.wait_seconds += since(t0);
-    return got;
-  };
+  TensorMap micro(int64_t i) const;
+  /// Waits for op's receive (posting it first if needed).
+  TensorMap take(const Op& op);
+  /// The loss of a micro-batch's outputs on the last stage, weighted by its share of the batch.
+  void apply_criterion(const Op& op, Live& l, const TensorMap& out);
 
-  double loss_sum = 0;
-  bool have_loss = false;
-  std::vector<TensorMap> outs(static_cast<size_t>(M));
+  PipelineP2P& p2p_;
+  PipelineStepStats& stats_;
+  ModelWrapper& model_;
+  const StageCriterion& criterion_;
+  OptimizerWrapper* optimizer_;
+  const bool return_loss_, return_outputs_, training_;
+  std::optional<TensorMap> batch_;
+  int64_t rows_ = 0;
+  std::vector<int64_t> sizes_, offsets_;
+  std::vector<nn::StageSpec> specs_;
+  std::map<std::pair<int, int64_t>, Live> live_;
+  std::map<std::tuple<bool, int, int64_t>, PendingRecv> posted_;
+  std::vector<TensorMap> outs_;
+  int in_flight_ = 0;
+  size_t held_bytes_ = 0;
+  double loss_sum_ = 0;
+  bool have_loss_ = false;
+};
+
+int64_t StepRun::begin(const DataIter& data_iter, const ScheduleOptions& opts, const PipelineStageManager& sm) {
+  BOOSTER_CHECK(bool(data_iter), "execute_pipeline: no data iterator was given");
+  BOOSTER_CHECK(!training_ || optimizer_ != nullptr, "execute_pipeline: training needs the optimizer "
+                "(run evaluation with gradients off, under NoGradGuard)");
+  auto* pm = dynamic_cast<nn::PipelineModule*>(model_.module().get());
+  BOOSTER_CHECK(pm != nullptr, "execute_pipeline: a ", model_.module()->type_name(),
+                " cannot run as pipeline stages (it does not implement nn::PipelineModule)");
+  batch_ = data_iter();
+  BOOSTER_CHECK(batch_.has_value() && !batch_->empty(), "execute_pipeline: the data iterator gave no batch");
+  rows_ = batch_->begin()->second.shape().at(0);
+  for (auto& [k, t] : *batch_)
+    BOOSTER_CHECK(t.dim() >= 1 && t.shape()[0] == rows_, "execute_pipeline: batch tensor '", k, "' has ",
+                  t.dim() ? t.shape()[0] : 0, " rows, '", batch_->begin()->first, "' has ", rows_,
+                  "; every tensor is cut into micro-batches along dim 0");
+  sizes_ = microbatch_sizes(rows_, opts, training_);
+  offsets_.assign(sizes_.size(), 0);
+  for (size_t i = 1; i < sizes_.size(); ++i) offsets_[i] = offsets_[i - 1] + sizes_[i - 1];
+  for (int c = 0; c < sm.num_model_chunks(); ++c) specs_.push_back(sm.stage_spec(pm->num_pipeline_layers(), c));
+  outs_.resize(sizes_.size());
+  return int64_t(sizes_.size());
+}
+
+TensorMap StepRun::micro(int64_t i) const {
+  TensorMap mb;
+  for (auto& [k, t] : *batch_) mb[k] = t.narrow(0, offsets_[size_t(i)], sizes_[size_t(i)]);
+  return mb;
+}
+
+void StepRun::post(const Op& op, bool ahead) {
+  const nn::StageSpec& spec = specs_[size_t(op.chunk)];
+  const auto key = std::make_tuple(op.forward, op.chunk, op.microbatch);
+  if ((op.forward ? spec.first : spec.last) || posted_.count(key)) return;  // no receive, or posted
+  if (op.forward) {
+    const int64_t mkey = p2p_key(sizes_[size_t(op.microbatch)], training_);
+    if (ahead && !p2p_.forward_meta_cached(op.chunk, mkey)) return;
+    posted_[key] = p2p_.post_recv_forward(op.chunk, mkey);
+  } else {
+    auto it = live_.find({op.chunk, op.microbatch});
+    if (it == live_.end() || it->second.outputs.empty()) return;  // its forward has not run yet
+    posted_[key] = p2p_.post_recv_backward(op.chunk, it->second.outputs);
+  }
+}
+
+TensorMap StepRun::take(const Op& op) {
+  const auto t0 = Clock::now();
+  post(op, false);
+  auto it = posted_.find(std::make_tuple(op.forward, op.chunk, op.microbatch));
+  TensorMap got = p2p_.wait(it->second, training_);
+  posted_.erase(it);
+  stats_.wait_seconds += since(t0);
+  return got;
+}
+
+void StepRun::apply_criterion(const Op& op, Live& l, const TensorMap& out) {
+  if (!training_ && !return_loss_) return;
+  BOOSTER_CHECK(bool(criterion_), "execute_pipeline: the last stage needs a criterion for the loss");
+  // Weighted by the micro-batch's share of the batch: 1/M, and exact for a ragged last one.
+  Tensor loss = criterion_(out, micro(op.microbatch)) * (double(sizes_[size_t(op.microbatch)]) / double(rows_));
+  loss_sum_ += loss.detach().item();
+  have_loss_ = true;
+  if (training_) l.loss = loss;
+}
+
+void StepRun::forward_step(const Op& op) {
+  ProfileScope prof_("pipeline forward");
+  const nn::StageSpec& spec = specs_[size_t(op.chunk)];
+  Live& l = live_[{op.chunk, op.microbatch}];
+  TensorMap in = spec.first ? micro(op.microbatch) : take(op);
+  if (training_ && !spec.first) l.inputs = in;
+  const size_t before = host_tier().bytes_in_use();
+  TensorMap out = model_.stage_forward(in, spec);
+  if (spec.last) {
+    apply_criterion(op, l, out);
+    if (return_outputs_)
+      for (auto& [k, t] : out) outs_[size_t(op.microbatch)][k] = t.detach();
+  } else {
+    p2p_.send_forward(out, op.chunk, p2p_key(sizes_[size_t(op.microbatch)], training_));
+    if (training_) l.outputs = std::move(out);
+  }
+  if (!training_) {
+    live_.erase({op.chunk, op.microbatch});
+    return;
+  }
+  l.held = std::max(host_tier().bytes_in_use(), before) - before;
+  held_bytes_ += l.held;
+  stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, held_bytes_);
+  stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight_);
+}
+
+void StepRun::backward_step(const Op& op) {
+  ProfileScope prof_("pipeline backward");
+  const nn::StageSpec& spec = specs_[size_t(op.chunk)];
+  auto it = live_.find({op.chunk, op.microbatch});
+  BOOSTER_CHECK(it != live_.end(), "pipeline schedule: backward of micro-batch ", op.microbatch, " chunk ", op.chunk,
+                " before its forward");
+  Live& l = it->second;
+  if (spec.last) {
+    optimizer_->backward(l.loss);
+  } else {
+    TensorMap grads = take(op);
+    size_t left = grads.size();
+    for (auto& [k, g] : grads) optimizer_->backward_by_grad(l.outputs.at(k), g, /*retain_graph=*/--left > 0);
+  }
+  if (!spec.first) {
+    TensorMap input_grads;
+    for (auto& [k, t] : l.inputs)
+      if (t.requires_grad()) input_grads[k] = t.grad().defined() ? t.grad() : Tensor::zeros(t.shape(), t.dtype());
+    p2p_.send_backward(input_grads, op.chunk);
+  }
+  held_bytes_ -= std::min(held_bytes_, l.held);
+  --in_flight_;
+  live_.erase(it);
+}
+
+PipelineResult StepRun::finish(bool last_stage) {
+  const auto t0 = Clock::now();
+  p2p_.wait_sends();
+  stats_.wait_seconds += since(t0);
+  BOOSTER_CHECK(posted_.empty() && live_.empty(), "pipeline schedule: ", posted_.size(), " receives and ",
+                live_.size(), " micro-batches left over after the step");
+  PipelineResult r;
+  if (!last_stage) return r;
+  if (return_loss_ && have_loss_) r.loss = Tensor::scalar(loss_sum_);
+  if (return_outputs_) {
+    for (auto& [k, first] : outs_.front()) {
+      std::vector<Tensor> parts;
+      for (auto& o : outs_) parts.push_back(o.at(k));
+      r.outputs[k] = concat(parts, 0);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, const DataIter& data_iter,
+                                                       const StageCriterion& criterion, OptimizerWrapper* optimizer,
+                                                       bool return_loss, bool return_outputs, const GradSync& sync) {
+  const auto step_start = Clock::now();
+  stats_ = {};
+  StepRun run(p2p_, stats_, model, criterion, optimizer, return_loss, return_outputs);
+  const int64_t M = run.begin(data_iter, opts_, sm_);
+  const bool training = run.training();
+  if (training) check_microbatches(M);
   if (training && sync.defer) sync.defer();
   const std::vector<Op> ops = order(M, !training);
   for (size_t n = 0; n < ops.size(); ++n) {
-    const Op& op = ops[n];
-    const nn::StageSpec& spec = specs[size_t(op.chunk)];
     if (opts_.overlap_p2p && n + 1 < ops.size()) {
       // Receives on one channel match in the order they are posted: this op's first.
-      post(op, false);
-      post(ops[n + 1], true);
+      run.post(ops[n], false);
+      run.post(ops[n + 1], true);
     }
-    if (op.forward) {
-      ProfileScope prof_("pipeline forward");
-      Live& l = live[{op.chunk, op.microbatch}];
-      TensorMap in = spec.first ? micro(op.microbatch) : take(op);
-      if (training && !spec.first) l.inputs = in;
-      const size_t before = host_tier().bytes_in_use();
-      TensorMap out = model.stage_forward(in, spec);
-      if (spec.last) {
-        if (training || return_loss) {
-          BOOSTER_CHECK(bool(criterion), "execute_pipeline: the last stage needs a criterion for the loss");
-          // Weighted by the micro-batch's share of the batch: 1/M, and exact for a ragged last one.
-          Tensor loss = criterion(out, micro(op.microbatch)) * (double(sizes[size_t(op.microbatch)]) / double(rows));
-          loss_sum += loss.detach().item();
-          have_loss = true;
-          if (training) l.loss = loss;
-        }
-        if (return_outputs)
-          for (auto& [k, t] : out) outs[size_t(op.microbatch)][k] = t.detach();
-      } else {
-        p2p_.send_forward(out, op.chunk, p2p_key(sizes[size_t(op.microbatch)], training));
-        if (training) l.outputs = std::move(out);
-      }
-      if (training) {
-        l.held = std::max(host_tier().bytes_in_use(), before) - before;
-        held_bytes += l.held;
-        stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, held_bytes);
-        stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
-      } else {
-        live.erase({op.chunk, op.microbatch});
-      }
-    } else {
-      ProfileScope prof_("pipeline backward");
-      auto it = live.find({op.chunk, op.microbatch});
-      BOOSTER_CHECK(it != live.end(), "pipeline schedule: backward of micro-batch ", op.microbatch, " chunk ", op.chunk,
-                    " before its forward");
-      Live& l = it->second;
-      if (spec.last) {
-        optimizer->backward(l.loss);
-      } else {
-        TensorMap grads = take(op);
-        size_t left = grads.size();
-        for (auto& [k, g] : grads) optimizer->backward_by_grad(l.outputs.at(k), g, /*retain_graph=*/--left > 0);
-      }
-      if (!spec.first) {
-        TensorMap input_grads;
-        for (auto& [k, t] : l.inputs)
-          if (t.requires_grad()) input_grads[k] = t.grad().defined() ? t.grad() : Tensor::zeros(t.shape(), t.dtype());
-        p2p_.send_backward(input_grads, op.chunk);
-      }
-      held_bytes -= std::min(held_bytes, l.held);
-      --in_flight;
-      live.erase(it);
-    }
+    if (ops[n].forward) run.forward_step(ops[n]);
+    else run.backward_step(ops[n]);
     p2p_.progress();
   }
-  {
-    const auto t0 = Clock::now();
-    p2p_.wait_sends();
-    stats_.wait_seconds += since(t0);
-  }
-  BOOSTER_CHECK(posted.empty() && live.empty(), "pipeline schedule: ", posted.size(), " receives and ", live.size(),
-                " micro-batches left over after the step");
+  PipelineResult result = run.finish(sm_.is_last_stage());
   if (training && sync.sync) {
     const auto t0 = Clock::now();
     sync.sync();
@@ -240,18 +316,7 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   }
   stats_.microbatches = M;
   stats_.seconds = since(step_start);
-
-  PipelineResult r;
-  if (!sm_.is_last_stage()) return r;
-  if (return_loss && have_loss) r.loss = Tensor::scalar(loss_sum);
-  if (return_outputs) {
-    for (auto& [k, t0] : outs.front()) {
-      std::vector<Tensor> parts;
-      for (auto& o : outs) parts.push_back(o.at(k));
-      r.outputs[k] = concat(parts, 0);
-    }
-  }
-  return r;
+  return result;
 }
 
 }  // namespace booster::pipeline
