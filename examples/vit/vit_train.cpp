@@ -117,31 +117,83 @@ std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, con
   return std::make_shared<nn::ViTForImageClassification>(c);
 }
 
-int train(const Config& cfg, const Cli& cli) {
-  DistCoordinator coordinator;
-  auto& log = dist::logger();
-  const uint64_t seed = uint64_t(cfg.get_int("train.seed"));
-
-  // ---- data and model ----
+// The image processor: the pretrained model's, or the defaults at model.image_size.
+data::ViTImageProcessor make_processor(const Config& cfg) {
   const std::string pretrained = cfg.get_string("model.pretrained");
-  data::ViTImageProcessor processor = pretrained.empty() ? data::ViTImageProcessor{}
-                                                         : data::ViTImageProcessor::from_pretrained(pretrained);
-  if (pretrained.empty()) processor.height = processor.width = cfg.get_int("model.image_size");
+  if (!pretrained.empty()) return data::ViTImageProcessor::from_pretrained(pretrained);
+  data::ViTImageProcessor p;
+  p.height = p.width = cfg.get_int("model.image_size");
+  return p;
+}
+
+// The training and validation splits, which must have the same classes.
+std::pair<std::shared_ptr<data::BeansDataset>, std::shared_ptr<data::BeansDataset>> make_datasets(
+    const Config& cfg, const data::ViTImageProcessor& processor) {
   const auto io = folder_options(cfg);
   auto train_set = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.train_split"), processor,
                                                         cfg.get_bool("data.augment"), 1, io,
                                                         cfg.get_float("data.crop_scale_min"));
   auto val_set = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.val_split"), processor, false,
                                                       1, io);
-  const auto labels = train_set->label_names();
   auto joined = [](const std::vector<std::string>& v) {
     std::string s;
     for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
     return "{" + s + "}";
   };
-  BOOSTER_CHECK_T(IOError, val_set->label_names() == labels, "the classes of the '", cfg.get_string("data.val_split"),
-                  "' split ", joined(val_set->label_names()), " differ from those of the '",
-                  cfg.get_string("data.train_split"), "' split ", joined(labels), " under ", data_root(cfg));
+  BOOSTER_CHECK_T(IOError, val_set->label_names() == train_set->label_names(), "the classes of the '",
+                  cfg.get_string("data.val_split"), "' split ", joined(val_set->label_names()),
+                  " differ from those of the '", cfg.get_string("data.train_split"), "' split ",
+                  joined(train_set->label_names()), " under ", data_root(cfg));
+  return {train_set, val_set};
+}
+
+// One optimizer step on a batch; returns this rank's share of its loss (undefined on a
+// pipeline stage before the last). With a pipeline the stages run the micro-batches, as in
+// Colossal-AI's example.
+Tensor train_step(Booster& booster, BoostedModel<nn::ViTForImageClassification>& vit, OptimizerWrapper& optimizer,
+                  optim::LRScheduler& scheduler, const Criterion& criterion, const Tensor& pixels,
+                  const Tensor& targets, double max_norm) {
+  Tensor loss;
+  if (booster.plugin() && booster.plugin()->support_pipeline()) {
+    loss = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit,
+                                    on_keys(criterion, "logits", "labels"), &optimizer, true, false).loss;
+  } else {
+    loss = criterion(vit(pixels).logits, targets);
+    booster.backward(loss, optimizer);
+  }
+  if (max_norm > 0) optimizer.clip_grad_by_norm(max_norm);
+  optimizer.step();
+  optimizer.zero_grad();
+  scheduler.step();
+  return loss;
+}
+
+struct EpochMark {
+  int64_t epoch, epochs, step;
+  double seconds;
+};
+
+// An epoch's line in the log, its record in metrics.jsonl and its point on the curves.
+void log_epoch(examples::MetricsLog& metrics, const EpochMark& e, double train_loss, const examples::EvalResult& r,
+               double best_accuracy) {
+  dist::logger().info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s",
+                      e.epoch, e.epochs, train_loss, r.loss, r.accuracy, best_accuracy, e.seconds);
+  if (!DistCoordinator().is_master()) return;
+  metrics.write({{"type", "epoch"}, {"epoch", e.epoch}, {"step", e.step}, {"train_loss", train_loss}, {"val_loss", r.loss},
+                 {"val_accuracy", r.accuracy}, {"val_samples", r.samples}, {"best_accuracy", best_accuracy},
+                 {"epoch_seconds", e.seconds}, {"per_class_accuracy", r.per_class_accuracy}});
+  metrics.epoch(e.epoch, train_loss, r.loss, r.accuracy);
+}
+
+int train(const Config& cfg, const Cli& cli) {
+  DistCoordinator coordinator;
+  auto& log = dist::logger();
+  const uint64_t seed = uint64_t(cfg.get_int("train.seed"));
+
+  // ---- data and model ----
+  const data::ViTImageProcessor processor = make_processor(cfg);
+  const auto [train_set, val_set] = make_datasets(cfg, processor);
+  const auto labels = train_set->label_names();
   manual_seed(seed, 0);  // every rank builds the same initial model
   auto model = make_model(cfg, labels);
   const nn::ViTConfig model_config = model->config();
@@ -197,9 +249,7 @@ int train(const Config& cfg, const Cli& cli) {
     metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
                    {"plugin", plugin ? plugin->name() : "none"}, {"resumed", !cli.resume.empty()}});
   }
-  // With pp_size > 1 the model runs as pipeline stages through booster.execute_pipeline.
-  const bool pipelined = plugin && plugin->support_pipeline();
-  const StageCriterion stage_criterion = on_keys(criterion, "logits", "labels");
+  const bool pipelined = plugin && plugin->support_pipeline();  // evaluation runs through the stages too
   data::Mixup mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), int64_t(labels.size())};
   Generator mix_rng(seed, 7);
   const double max_norm = cfg.get_float("train.max_norm");
@@ -231,19 +281,7 @@ int train(const Config& cfg, const Cli& cli) {
       const auto t0 = std::chrono::steady_clock::now();
       Tensor pixels = batch->pixel_values, targets = batch->labels;
       if (mixup.alpha > 0) std::tie(pixels, targets, std::ignore) = mixup(pixels, targets, mix_rng);
-      Tensor loss;  // this rank's share of the batch's loss (none on a pipeline stage before the last)
-      if (pipelined) {  // as Colossal-AI's example: the stages run the micro-batches
-        loss = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit,
-                                        stage_criterion, optim_w.get(), true, false).loss;
-      } else {
-        auto outputs = vit(pixels);
-        loss = criterion(outputs.logits, targets);
-        booster.backward(loss, *optim_w);
-      }
-      if (max_norm > 0) optim_w->clip_grad_by_norm(max_norm);
-      optim_w->step();
-      optim_w->zero_grad();
-      scheduler->step();
+      const Tensor loss = train_step(booster, vit, *optim_w, *scheduler, criterion, pixels, targets, max_norm);
       ++step;
       if (loss.defined()) loss_sum += loss.item(), ++loss_count;
       const int64_t position = int64_t(dataloader->position()), log_every = cfg.get_int("train.log_every");
@@ -268,15 +306,7 @@ int train(const Config& cfg, const Cli& cli) {
     best_accuracy = std::max(best_accuracy, r.accuracy);
     // The epoch's mean over the ranks that held losses (each held as many).
     const double train_loss = dist::mean_where_held(loss_count ? std::optional(loss_sum / double(loss_count)) : std::nullopt);
-    log.info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s", epoch + 1,
-             epochs, train_loss, r.loss, r.accuracy, best_accuracy, epoch_s);
-    if (coordinator.is_master()) {
-      metrics.write({{"type", "epoch"}, {"epoch", epoch + 1}, {"step", step}, {"train_loss", train_loss}, {"val_loss", r.loss},
-                     {"val_accuracy", r.accuracy}, {"val_samples", r.samples}, {"best_accuracy", best_accuracy},
-                     {"epoch_seconds", epoch_s},
-                     {"per_class_accuracy", r.per_class_accuracy}});
-      metrics.epoch(epoch + 1, train_loss, r.loss, r.accuracy);
-    }
+    log_epoch(metrics, {epoch + 1, epochs, step, epoch_s}, train_loss, r, best_accuracy);
   }
   checkpoint_now(epochs, 0);
   coordinator.print_on_master("done: best validation accuracy " + std::to_string(best_accuracy) + ", run folder " +
