@@ -113,17 +113,19 @@ void ContainerWriter::append_file(const std::string& src, uint64_t from) {
   }
 }
 
-uint64_t ContainerWriter::append(const google::protobuf::MessageLite& m) {
+std::string ContainerWriter::serialized(const google::protobuf::MessageLite& m) const {
   std::string bytes;
   BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
                   path_, "'");
-  return append_bytes(bytes, m.GetTypeName());
+  return bytes;
+}
+
+uint64_t ContainerWriter::append(const google::protobuf::MessageLite& m) {
+  return append_bytes(serialized(m), m.GetTypeName());
 }
 
 uint64_t ContainerWriter::append_sealed(const google::protobuf::MessageLite& m) {
-  std::string bytes;
-  BOOSTER_CHECK_T(IOError, m.SerializeToString(&bytes), "checkpoint: cannot serialize a ", m.GetTypeName(), " for '",
-                  path_, "'");
+  const std::string bytes = serialized(m);
   const uint64_t at = append_bytes(bytes, m.GetTypeName());
   proto::Seal seal;
   seal.set_marker(kSealMarker);

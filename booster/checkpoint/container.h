@@ -55,6 +55,7 @@ class ContainerWriter {
   void write(const void* p, size_t n);
   /// Appends serialized bytes as one message.
   uint64_t append_bytes(const std::string& bytes, const std::string& type);
+  std::string serialized(const google::protobuf::MessageLite& m) const;
   std::string path_, tmp_;
   int fd_ = -1;
   uint64_t pos_ = 0;
