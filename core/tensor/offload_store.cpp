@@ -135,21 +135,18 @@ int64_t OffloadStore::reserve(const Shape& shape, DType dtype) {
 
 int64_t OffloadStore::put(const Tensor& t, bool pinned) {
   Tensor copy = t.detach().contiguous().clone();
-  const uint64_t off = file_bytes_;
-  file_bytes_ += (copy.nbytes() + kAlignment - 1) / kAlignment * kAlignment;
-  static_cast<DiskTier&>(disk_tier()).add(file_bytes_ - off);
-  slots_.push_back({off, copy.shape(), copy.dtype(), Tensor(), {}});
+  const int64_t id = reserve(copy.shape(), copy.dtype());
+  Slot& s = slots_.back();
   if (pinned) {  // stays in RAM; the file gets it when unpinned
-    Slot& s = slots_.back();
     std::promise<void> done;
     done.set_value();
     s.ram = copy;
     s.ready = done.get_future().share();
     s.pinned = s.dirty = true;
   } else {
-    write_behind(copy, off);  // within the bounded window: a burst of new slots waits for the disk
+    write_behind(copy, s.offset);  // within the bounded window: a burst of new slots waits for the disk
   }
-  return int64_t(slots_.size()) - 1;
+  return id;
 }
 
 void OffloadStore::assign(int64_t id, const Tensor& t, bool owned) {

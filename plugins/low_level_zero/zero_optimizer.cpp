@@ -173,15 +173,12 @@ std::vector<StateLayout> LowLevelZeroOptimizer::state_layout() const {
 }
 
 optim::OptimizerStateDict LowLevelZeroOptimizer::local_state_dict() const {
-  optim::OptimizerStateDict sd = optim_->state_dict();
-  if (OffloadStore* store = zp_->store())
-    for (auto& [name, slots] : state_slots_)
-      for (auto& [k, id] : slots) {
-        sd.state[name].buffers[k] = store->get(id).clone();
-        store->release(id, false);
-      }
-  scaling_.save(sd.extra);
-  return sd;
+  CheckpointShare share = local_checkpoint_state();
+  for (const StateTensor& st : share.on_disk) {  // the whole state in RAM, as a state dict holds it
+    const size_t slash = st.name.rfind('/');
+    share.dict.state[st.name.substr(0, slash)].buffers[st.name.substr(slash + 1)] = HeldState(st).data().clone();
+  }
+  return share.dict;
 }
 
 OptimizerWrapper::CheckpointShare LowLevelZeroOptimizer::local_checkpoint_state() const {
