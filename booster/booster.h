@@ -8,6 +8,7 @@
 #include <string>
 
 #include "booster/checkpoint_io.h"
+#include "booster/grad_sync.h"
 #include "booster/plugin.h"
 
 namespace booster {
@@ -40,7 +41,7 @@ class Booster {
                        std::shared_ptr<optim::LRScheduler> lr_scheduler = nullptr) {
     BOOSTER_CHECK(model != nullptr, "Booster.boost: the model is required");
     BoostedObjects o{std::make_shared<ModelWrapper>(std::static_pointer_cast<nn::Module>(model)),
-                     optimizer ? std::make_shared<OptimizerWrapper>(std::move(optimizer)) : nullptr,
+                     optimizer ? std::make_shared<OptimizerLeaf>(std::move(optimizer)) : nullptr,
                      std::move(criterion), std::move(dataloader), std::move(lr_scheduler)};
     configure(o);
     return {BoostedModel<M>(o.model), o.optimizer, o.criterion, o.dataloader, o.lr_scheduler};

@@ -24,11 +24,11 @@ void MixedPrecisionModel::after_load() {
 
 MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::shared_ptr<optim::Optimizer> optim,
                                                  std::shared_ptr<MasterParams> masters, MixedPrecisionOptions opts)
-    : OptimizerWrapper(std::move(optim)), masters_(std::move(masters)),
+    : OptimizerLeaf(std::move(optim)), masters_(std::move(masters)),
       scaling_(opts.precision, opts.scaler, opts.skip_nonfinite) {}
 
 void MixedPrecisionOptimizer::backward(const Tensor& loss, bool retain_graph) {
-  OptimizerWrapper::backward(scaling_.scale_loss(loss), retain_graph);
+  OptimizerLeaf::backward(scaling_.scale_loss(loss), retain_graph);
 }
 
 std::vector<Tensor> MixedPrecisionOptimizer::working_params() const {
@@ -97,7 +97,7 @@ void apply_mixed_precision(BoostedObjects& o, const MixedPrecisionOptions& opts)
   o.model = std::make_shared<MixedPrecisionModel>(o.model, masters);
   if (!o.optimizer) return;
   auto leaf = std::make_shared<MixedPrecisionOptimizer>(o.optimizer->unwrap(), masters, opts);
-  if (o.optimizer->inner()) o.optimizer->replace_leaf(leaf);
+  if (auto* d = dynamic_cast<OptimizerDecorator*>(o.optimizer.get())) d->replace_leaf(leaf);
   else o.optimizer = leaf;
 }
 

@@ -39,8 +39,8 @@ class MixedPrecisionModel : public ModelWrapper {
 };
 
 /// The optimizer leaf under mixed precision: it updates the masters and refreshes the
-/// working copies; the plugin's decorators (DDP's reduction) wrap it.
-class MixedPrecisionOptimizer : public OptimizerWrapper {
+/// working copies; a plugin's decorators wrap it.
+class MixedPrecisionOptimizer : public OptimizerLeaf {
  public:
   MixedPrecisionOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<MasterParams> masters,
                           MixedPrecisionOptions opts);

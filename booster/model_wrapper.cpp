@@ -42,6 +42,8 @@ void ModelWrapper::check_whole_forward() const {
   if (inner_) inner_->check_whole_forward();
 }
 
+GradSync* ModelWrapper::grad_sync() const { return inner_ ? inner_->grad_sync() : nullptr; }
+
 DType ModelWrapper::input_dtype() const { return inner_ ? inner_->input_dtype() : DType::f32; }
 
 Tensor ModelWrapper::cast_input(const Tensor& t) const {

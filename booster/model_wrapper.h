@@ -19,6 +19,8 @@
 
 namespace booster {
 
+class GradSync;
+
 /// One tensor of a rank's checkpointed state: its logical name, its region of the logical
 /// tensor, and the local tensor holding that region (saved from, and loaded into), or the
 /// source that holds it on the disk tier.
@@ -119,6 +121,10 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   int split_shares(const std::vector<Tensor>& args) const;
   /// The parameters a split forward computes gradients for.
   std::vector<Tensor> split_params() const;
+
+  /// The data-parallel gradient synchronization of this model (DDP's reducer, ZeRO's
+  /// gradients), or null without one. Default: the inner wrapper's.
+  virtual GradSync* grad_sync() const;
 
   // ---- checkpoints ----
   /// What this rank holds of the model's state, each tensor with its region: what

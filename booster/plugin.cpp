@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -18,8 +19,15 @@ StageCriterion on_keys(Criterion criterion, std::string output_key, std::string 
   };
 }
 
-NoSyncScope Plugin::no_sync(ModelWrapper&, OptimizerWrapper*) {
-  BOOSTER_THROW(ValueError, "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
+NoSyncScope Plugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
+  BOOSTER_CHECK(support_no_sync(), "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
+  GradSync* sync = model.grad_sync();
+  BOOSTER_CHECK(sync != nullptr, name(), ".no_sync: the model has no gradient synchronization (it is a ",
+                model.type_name(), "; was it boosted by this plugin, with an optimizer?)");
+  BOOSTER_CHECK(!sync->no_sync(), name(), ".no_sync: already inside a no_sync scope");
+  sync->set_no_sync(true);
+  auto keep = model.shared_from_this();  // the sync lives as long as its model
+  return NoSyncScope([sync, keep] { sync->set_no_sync(false); });
 }
 
 DataIter single_batch(TensorMap batch) {

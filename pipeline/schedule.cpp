@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 
+#include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
 #include "core/common/check.h"
 #include "core/common/profiler.h"
@@ -289,14 +290,16 @@ PipelineResult StepRun::finish(bool last_stage) {
 
 PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, const DataIter& data_iter,
                                                        const StageCriterion& criterion, OptimizerWrapper* optimizer,
-                                                       bool return_loss, bool return_outputs, const GradSync& sync) {
+                                                       bool return_loss, bool return_outputs) {
   const auto step_start = Clock::now();
   stats_ = {};
   StepRun run(p2p_, stats_, model, criterion, optimizer, return_loss, return_outputs);
   const int64_t M = run.begin(data_iter, opts_, sm_);
   const bool training = run.training();
   if (training) check_microbatches(M);
-  if (training && sync.defer) sync.defer();
+  // The micro-batches' backwards accumulate locally; the stage's gradients are reduced
+  // over its data-parallel group once, after the last (a user's no_sync still holds).
+  DeferredSync sync(training ? model.grad_sync() : nullptr);
   const std::vector<Op> ops = order(M, !training);
   for (size_t n = 0; n < ops.size(); ++n) {
     if (opts_.overlap_p2p && n + 1 < ops.size()) {
@@ -309,11 +312,9 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
     p2p_.progress();
   }
   PipelineResult result = run.finish(sm_.is_last_stage());
-  if (training && sync.sync) {
-    const auto t0 = Clock::now();
-    sync.sync();
-    stats_.sync_seconds = since(t0);
-  }
+  const auto t0 = Clock::now();
+  sync.sync();
+  stats_.sync_seconds = since(t0);
   stats_.microbatches = M;
   stats_.seconds = since(step_start);
   return result;

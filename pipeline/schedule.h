@@ -10,8 +10,8 @@
 //   2(S - s - 1) + (C - 1) S warm-up forwards.
 // The last slot's loss is criterion(outputs, micro_batch) / M, backward through
 // optimizer.backward (loss-scaled); the other stages call optimizer.backward_by_grad with
-// what the next stage sent. The data-parallel gradient synchronization is the plugin's: it
-// runs once after the last micro-batch (GradSync).
+// what the next stage sent. The model's data-parallel gradient synchronization (its
+// GradSync) is deferred over the micro-batches and runs once after the last.
 #pragma once
 
 #include <functional>
@@ -29,13 +29,6 @@ struct ScheduleOptions {
   int64_t microbatch_size = 0;   // 0: from num_microbatches
   bool enable_metadata_cache = true;
   bool overlap_p2p = true;
-};
-
-/// What the plugin does around a training step's micro-batch backwards: defer (gradients
-/// accumulate locally) and then synchronize once over the data-parallel group.
-struct GradSync {
-  std::function<void()> defer;
-  std::function<void()> sync;
 };
 
 /// What the last forward_backward_step measured on this stage.
@@ -56,8 +49,7 @@ class PipelineSchedule {
   /// micro-batch) when gradients are enabled, forward only otherwise (a ragged last
   /// micro-batch allowed). Loss and outputs are set on the last stage only.
   PipelineResult forward_backward_step(ModelWrapper& model, const DataIter& data_iter, const StageCriterion& criterion,
-                                       OptimizerWrapper* optimizer, bool return_loss, bool return_outputs,
-                                       const GradSync& sync = {});
+                                       OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
   const PipelineStepStats& last_step_stats() const { return stats_; }
 
   struct Op {

@@ -51,7 +51,6 @@ void GeneralCheckpointIO::load_model(ModelWrapper& model, const std::string& pat
 
 void GeneralCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard,
                                          const std::string& prefix, int64_t size_per_shard_mb) {
-  optimizer.synchronize();
   const ckpt::OptimizerShare share = ckpt::optimizer_share(optimizer);
   auto opts = options(shard, prefix, size_per_shard_mb, "optimizer", layout_);
   opts.optimizer = &share.meta;

@@ -52,8 +52,11 @@ void add_to_grad(TensorImpl& impl, Tensor g) {
 }  // namespace
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grad_outputs) {
-  if (grad_outputs[0].defined()) add_to_grad(*leaf_, std::move(grad_outputs[0]));
   Tensor leaf(leaf_);
+  if (grad_outputs[0].defined()) {
+    leaf_->pre_accumulate_grad_hooks.fire(leaf);
+    add_to_grad(*leaf_, std::move(grad_outputs[0]));
+  }
   leaf_->post_accumulate_grad_hooks.fire(leaf);
   return {};
 }
@@ -172,12 +175,41 @@ struct Capture {
 };
 
 thread_local bool t_retaining = false;
+thread_local int t_depth = 0;  // backwards running on this thread, nested ones counted
+thread_local std::vector<std::function<void()>> t_callbacks;  // the outermost one's, queued
+
+// Marks a backward running on this thread; the outermost runs the queued callbacks once its
+// graph is done (finish()), or drops them when it throws.
+struct BackwardScope {
+  BackwardScope() { ++t_depth; }
+  ~BackwardScope() {
+    if (--t_depth == 0) t_callbacks.clear();
+  }
+  void finish() {
+    if (t_depth != 1) return;
+    for (size_t i = 0; i < t_callbacks.size(); ++i) {  // a callback may queue another
+      auto fn = std::move(t_callbacks[i]);
+      fn();
+    }
+    t_callbacks.clear();
+  }
+};
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+               Capture* capture);
 
 // The engine: backward() accumulates into the leaves' .grad (capture null); grad() collects
 // the gradients of its inputs in capture and passes every other leaf over.
 void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
                   Capture* capture) {
   BOOSTER_CHECK(roots.size() == grads.size(), "backward: ", roots.size(), " roots but ", grads.size(), " gradients");
+  BackwardScope scope;
+  run_graph(roots, grads, retain_graph, capture);
+  scope.finish();
+}
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+               Capture* capture) {
   NoGradGuard no_grad;
   struct Retaining {  // retaining_graph() for the nodes this backward runs
     bool prev = t_retaining;
@@ -294,6 +326,15 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 }
 
 bool retaining_graph() { return t_retaining; }
+
+bool in_backward() { return t_depth > 0; }
+
+void queue_callback(std::function<void()> fn) {
+  BOOSTER_CHECK_T(AutogradError, t_depth > 0, "queue_callback: no backward is running on this thread (a callback "
+                  "runs at the end of one; queue it from a hook or a node's backward)");
+  BOOSTER_CHECK(fn != nullptr, "queue_callback: the callback is empty");
+  t_callbacks.push_back(std::move(fn));
+}
 
 std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                          const std::vector<Tensor>& inputs, bool retain_graph, bool only_inputs) {

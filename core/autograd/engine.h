@@ -31,6 +31,17 @@ bool retaining_graph();
 /// backward-pre hooks are built from it. Returns t itself when no history is recorded.
 Tensor on_gradient(const Tensor& t, std::function<void()> hook);
 
+/// Runs `fn` once the backward running on this thread has finished its whole graph
+/// (PyTorch's Variable._execution_engine.queue_callback): the outermost backward, when one
+/// runs inside another's node; callbacks run in the order queued, and one may queue more.
+/// Called outside a backward, it throws AutogradError. A backward that throws drops its
+/// callbacks. Data parallelism finishes its gradient reduction this way, so a plain
+/// loss.backward() leaves synchronized gradients.
+void queue_callback(std::function<void()> fn);
+
+/// True while a backward (or grad()) runs on this thread.
+bool in_backward();
+
 /// Counts backward passes (each backward() call is one); hooks use it to fire once a pass.
 uint64_t backward_pass_id();
 

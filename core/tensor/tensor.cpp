@@ -227,14 +227,27 @@ void Tensor::backward(const Tensor& grad, bool retain_graph) const {
   autograd::backward({*this}, {grad}, retain_graph);
 }
 
-HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
-  BOOSTER_CHECK_T(AutogradError, is_leaf() && requires_grad(),
-                  "register_post_accumulate_grad_hook: only leaf tensors that require grad have one");
-  const uint64_t id = impl()->post_accumulate_grad_hooks.add(std::move(hook));
-  std::weak_ptr<TensorImpl> weak = impl_;
-  return HookHandle([weak, id] {
-    if (auto impl = weak.lock()) impl->post_accumulate_grad_hooks.remove(id);
+namespace {
+// Adds a hook to one of a leaf's lists; the handle removes it while the leaf lives.
+HookHandle add_leaf_hook(const Tensor& t, HookList<std::function<void(const Tensor&)>> TensorImpl::*list,
+                         std::function<void(const Tensor&)> hook, const char* what) {
+  BOOSTER_CHECK_T(AutogradError, t.is_leaf() && t.requires_grad(), what, ": only leaf tensors that require grad have one");
+  const uint64_t id = (t.impl()->*list).add(std::move(hook));
+  std::weak_ptr<TensorImpl> weak = t.impl_ptr();
+  return HookHandle([weak, list, id] {
+    if (auto impl = weak.lock()) ((*impl).*list).remove(id);
   });
+}
+}  // namespace
+
+HookHandle Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+  return add_leaf_hook(*this, &TensorImpl::post_accumulate_grad_hooks, std::move(hook),
+                       "register_post_accumulate_grad_hook");
+}
+
+HookHandle Tensor::register_pre_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+  return add_leaf_hook(*this, &TensorImpl::pre_accumulate_grad_hooks, std::move(hook),
+                       "register_pre_accumulate_grad_hook");
 }
 
 void Tensor::set_region(const Region& r) {

@@ -35,6 +35,7 @@ struct TensorImpl {
   std::shared_ptr<autograd::Node> grad_fn;  // null for leaves
   int output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves only, created on demand
+  HookList<std::function<void(const Tensor&)>> pre_accumulate_grad_hooks;
   HookList<std::function<void(const Tensor&)>> post_accumulate_grad_hooks;
 
   // The part of a larger logical tensor this one holds (set by a sharding layer); null
@@ -176,6 +177,10 @@ class Tensor {
   /// Runs `hook(param)` once this leaf's gradient is final in a backward (after
   /// accumulation), until the returned handle is destroyed or removed.
   HookHandle register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
+  /// A hook on a leaf that runs when a backward has its gradient and is about to add it into
+  /// .grad, with the leaf (its .grad still as before): ZeRO-1 turns an averaged gradient
+  /// back into a sum there so the next average counts it once.
+  HookHandle register_pre_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
   std::shared_ptr<autograd::Node> grad_fn() const { return impl()->grad_fn; }
 
   // ---- sharding ----

@@ -78,11 +78,12 @@ class StepBench {
   /// Seconds per step over `steps` steps, all ranks together.
   double seconds(int steps) {
     dist::barrier();
-    boosted_.optimizer->reset_grad_sync_wait();
+    GradSync* sync = boosted_.model->grad_sync();
+    if (sync) sync->reset_wait_seconds();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) step();
     dist::barrier();
-    sync_wait_s_ = dist::all_reduce_scalar(boosted_.optimizer->grad_sync_wait_seconds() / steps, dist::ReduceOp::max);
+    sync_wait_s_ = dist::all_reduce_scalar((sync ? sync->wait_seconds() : 0.0) / steps, dist::ReduceOp::max);
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   }
   /// Seconds a step of the last seconds() waited for gradient communication after

@@ -326,7 +326,7 @@ std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() {
 NoSyncScope GeminiPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   BOOSTER_CHECK(opts_.enable_gradient_accumulation, "GeminiPlugin.no_sync: set enable_gradient_accumulation = true "
                 "to accumulate gradients over micro-batches");
-  return zero_no_sync(model, "GeminiPlugin");
+  return Plugin::no_sync(model, nullptr);
 }
 
 }  // namespace booster::plugins

@@ -176,19 +176,7 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter,
                                                       bool return_loss, bool return_outputs) {
   if (opts_.pp_size == 1) return Plugin::execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
   BOOSTER_CHECK(schedule_ != nullptr, "HybridParallelPlugin.execute_pipeline: boost the model first");
-  // The micro-batches' backwards accumulate locally; the stage's gradients are averaged
-  // over the dp group once, after the last (DDP's reducer or ZeRO's gradients, which keep
-  // accumulating inside a user's no_sync as they do outside a pipeline).
-  auto defer_then_sync = [](auto grads) {
-    return pipeline::GradSync{[grads] { grads->set_defer(true); }, [grads] {
-                      grads->set_defer(false);
-                      grads->sync_accumulated();
-                    }};
-  };
-  pipeline::GradSync sync;
-  if (auto* ddp = model.find<TorchDDPModel>()) sync = defer_then_sync(ddp->shared_reducer());
-  else if (auto* zero = model.find<LowLevelZeroModel>(); zero && zero->grads()) sync = defer_then_sync(zero->grads());
-  return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs, sync);
+  return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs);
 }
 
 std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
@@ -225,9 +213,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   if (opts_.zero_stage == 0) {
     TorchDDPOptions d{opts_.broadcast_buffers,       opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters,
                       opts_.check_reduction,         opts_.gradient_as_bucket_view, opts_.static_graph};
-    auto ddp = std::make_shared<TorchDDPModel>(o.model, dp, d);
-    o.model = ddp;
-    if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer, ddp->shared_reducer());
+    o.model = std::make_shared<TorchDDPModel>(o.model, dp, d);
     if (opts_.precision != "fp32") apply_mixed_precision(o, {opts_.precision, opts_.scaler, true});
   } else {
     LowLevelZeroOptions z;
@@ -252,10 +238,6 @@ std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() {
     checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
         name(), dist::world_size(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.precision));
   return checkpoint_io_;
-}
-
-NoSyncScope HybridParallelPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
-  return opts_.zero_stage == 0 ? ddp_no_sync(model, "HybridParallelPlugin") : zero_no_sync(model, "HybridParallelPlugin");
 }
 
 }  // namespace booster::plugins

@@ -80,7 +80,6 @@ class HybridParallelPlugin : public Plugin {
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
-  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
   /// One training step (or, with gradients off, a forward) of a batch through the pipeline;
   /// loss and outputs on the last stage.
   PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,

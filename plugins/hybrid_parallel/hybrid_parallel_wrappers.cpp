@@ -44,13 +44,13 @@ void HybridParallelModule::check_whole_forward() const {
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
                                                  std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm)
-    : OptimizerWrapper(std::move(inner)), mesh_(std::move(mesh)), max_norm_(max_norm) {}
+    : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), max_norm_(max_norm) {}
 
 double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
                                           const optim::NormScope& outer) {
   const auto& tp = mesh_->group("tp");
   const auto& pp = mesh_->group("pp");
-  if (tp.size() == 1 && pp.size() == 1) return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
+  if (tp.size() == 1 && pp.size() == 1) return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
   const bool first = tp.rank() == 0;
   optim::NormScope scope;
   scope.reduce = [&tp, &pp, outer](double local, bool is_max) {
@@ -61,16 +61,16 @@ double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, boo
   };
   // A shard is this rank's own; a replicated parameter is the same on every tp rank.
   scope.counts = [first, outer](const Tensor& p) { return (split_dim(p) >= 0 || first) && outer.count(p); };
-  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
+  return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
 }
 
 void HybridParallelOptimizer::step() {
   if (max_norm_ > 0) clip_norm(max_norm_, 2.0, false, {});
-  OptimizerWrapper::step();
+  OptimizerDecorator::step();
 }
 
 optim::OptimizerStateDict HybridParallelOptimizer::state_dict() const {
-  optim::OptimizerStateDict sd = OptimizerWrapper::state_dict();
+  optim::OptimizerStateDict sd = OptimizerDecorator::state_dict();
   const auto& tp = mesh_->group("tp");
   if (tp.size() == 1) return sd;
   NoGradGuard ng;
@@ -85,7 +85,7 @@ void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& f
   for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Region& r, int64_t d) {
     buf = buf.narrow(d, r.offset[size_t(d)], r.extent[size_t(d)]).contiguous().clone();
   });
-  OptimizerWrapper::load_state_dict(sd);
+  OptimizerDecorator::load_state_dict(sd);
 }
 
 }  // namespace booster::plugins

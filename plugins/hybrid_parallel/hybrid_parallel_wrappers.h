@@ -31,7 +31,7 @@ class HybridParallelModule : public ModelWrapper {
   int stage_;
 };
 
-class HybridParallelOptimizer : public OptimizerWrapper {
+class HybridParallelOptimizer : public OptimizerDecorator {
  public:
   HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh,
                           double max_norm);

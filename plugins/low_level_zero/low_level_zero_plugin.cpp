@@ -106,16 +106,6 @@ void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const
   o.model = std::make_shared<LowLevelZeroModel>(o.model, zp, grads, opts.cast_inputs ? working : DType::f32);
 }
 
-NoSyncScope zero_no_sync(ModelWrapper& model, const std::string& plugin) {
-  auto* zero = model.find<LowLevelZeroModel>();
-  BOOSTER_CHECK(zero != nullptr && zero->grads(), plugin, ".no_sync: the model was not boosted with an optimizer by ",
-                plugin, " (it is a ", model.type_name(), ")");
-  ZeroGrads* g = zero->grads();
-  BOOSTER_CHECK(!g->no_sync(), plugin, ".no_sync: already inside a no_sync scope");
-  g->set_no_sync(true);
-  return NoSyncScope([g] { g->set_no_sync(false); });
-}
-
 void LowLevelZeroPlugin::configure(BoostedObjects& o) { apply_low_level_zero(o, dist::ProcessGroup::world(), opts_); }
 
 std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() {
@@ -123,10 +113,6 @@ std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() {
     checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
         checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, opts_.precision));
   return checkpoint_io_;
-}
-
-NoSyncScope LowLevelZeroPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
-  return zero_no_sync(model, "LowLevelZeroPlugin");
 }
 
 }  // namespace booster::plugins

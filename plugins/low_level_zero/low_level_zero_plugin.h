@@ -44,6 +44,7 @@ class LowLevelZeroModel : public ModelWrapper {
   std::string type_name() const override { return "LowLevelZeroModel"; }
   void before_forward() override;
   DType input_dtype() const override { return input_dtype_; }
+  GradSync* grad_sync() const override { return grads_.get(); }
   ShardedState checkpoint_state() override;
   void after_load() override;
   /// The gradients (null when no optimizer was boosted).
@@ -61,8 +62,6 @@ class LowLevelZeroModel : public ModelWrapper {
 /// LowLevelZeroOptimizer on this rank's chunks and the model a LowLevelZeroModel (what
 /// LowLevelZeroPlugin does over the world, and HybridParallelPlugin over its dp group).
 void apply_low_level_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const LowLevelZeroOptions& opts);
-/// A no_sync scope for a model boosted by apply_low_level_zero (`plugin` names it in errors).
-NoSyncScope zero_no_sync(ModelWrapper& model, const std::string& plugin);
 
 class LowLevelZeroPlugin : public Plugin {
  public:
@@ -76,7 +75,6 @@ class LowLevelZeroPlugin : public Plugin {
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
-  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
   const LowLevelZeroOptions& options() const { return opts_; }
 
  private:

@@ -1,7 +1,7 @@
 // ZeRO gradient reduction (see zero_grads.h).
 #include "plugins/low_level_zero/zero_grads.h"
 
-#include "core/autograd/grad_mode.h"
+#include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/raw.h"
 
@@ -15,11 +15,14 @@ ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
   chunks_.resize(parts.size());
   slot_.assign(parts.size(), -1);
   has_.assign(parts.size(), false);
+  averaged_.assign(parts.size(), false);
   noted_.resize(parts.size());
   rebucket();
   for (size_t i = 0; i < parts.size(); ++i) {
     Tensor p = parts[i].param;
     hooks_.push_back(p.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_ready(i); }));
+    if (stage_ == 1)
+      hooks_.push_back(p.register_pre_accumulate_grad_hook([this, i](const Tensor&) { settle(i); }));
   }
 }
 
@@ -32,6 +35,7 @@ void ZeroGrads::rebucket() {
 
 void ZeroGrads::on_ready(size_t i) {
   if ((stage_ == 1 && no_sync_) || defer_) return;  // full gradients accumulate locally
+  if (!started_) autograd::queue_callback([this] { finish(); });  // the end of this backward
   started_ = true;
   if (ready_[i]) return;
   ready_[i] = true;
@@ -70,6 +74,7 @@ void ZeroGrads::launch(size_t b) {
   const int n = zp_.group().size();
   // [rank][parameter chunk]: block r holds every parameter's chunk r, padded with zeros.
   Tensor stage = Tensor::empty({n * width}, comm_);
+  for (size_t i : ids) settle(i);  // no gradient in this backward: its average counts once
   for (int r = 0; r < n; ++r) {
     int64_t off = int64_t(r) * width;
     for (size_t i : ids) {
@@ -104,6 +109,7 @@ void ZeroGrads::complete(size_t b) {
     auto& p = parts[i];
     Tensor mine = bk.out.narrow(0, off, p.n);
     off += p.chunk;
+    if (stage_ == 1) averaged_[i] = true;  // also without a chunk here: the other slices were counted
     if (p.n == 0) continue;
     if (stage_ == 2 && p.own_slot >= 0) {  // on the disk tier with the parameter's slice
       OffloadStore& store = *zp_.store();
@@ -154,6 +160,20 @@ void ZeroGrads::finish() {
   started_ = false;
 }
 
+void ZeroGrads::settle(size_t i) {
+  if (!averaged_.at(i)) return;
+  averaged_[i] = false;
+  const auto& p = zp_.parts()[i];
+  Tensor g = p.param.grad();
+  if (!g.defined()) return;
+  NoGradGuard ng;
+  Tensor flat = g.view({-1});
+  Tensor own = flat.narrow(0, p.lo, p.n);
+  kernels::scale_(own, double(zp_.group().size()));
+  if (p.lo > 0) flat.narrow(0, 0, p.lo).zero_();
+  if (p.lo + p.n < p.numel) flat.narrow(0, p.lo + p.n, p.numel - p.lo - p.n).zero_();
+}
+
 Tensor ZeroGrads::chunk(size_t i) const {
   const auto& p = zp_.parts().at(i);
   if (stage_ == 2) return chunks_[i];
@@ -181,6 +201,7 @@ void ZeroGrads::renote(size_t i, const Tensor& chunk) {
 void ZeroGrads::zero() {
   NoGradGuard ng;
   std::fill(has_.begin(), has_.end(), false);
+  std::fill(averaged_.begin(), averaged_.end(), false);
   for (size_t i = 0; i < zp_.parts().size(); ++i) {
     Tensor p = zp_.parts()[i].param;
     p.set_grad(Tensor());

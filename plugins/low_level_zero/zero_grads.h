@@ -2,7 +2,8 @@
 // reduce-scattered (averaged over the dp group) so that each rank receives its chunk of
 // every gradient. With overlap_communication a bucket is launched from the gradient hooks
 // as soon as backward has finished all its parameters, in bucket order on every rank;
-// otherwise, once backward is done.
+// otherwise, once backward is done: the first ready parameter queues finish() on the
+// autograd engine, which runs when the backward's graph is done.
 //   Stage 2: a launched bucket frees its full gradients; the chunks accumulate in fp32
 //   buffers (gradient memory / dp). Under no_sync the buckets are still reduced, into the
 //   chunks, so memory stays partitioned while micro-batches accumulate.
@@ -11,35 +12,39 @@
 //   (so the overflow check and clipping read no disk), read back for the update.
 //   Stage 1: full gradients stay (working dtype); each rank's chunk of the average is
 //   written into its own slice of them. Under no_sync nothing is sent: the full gradients
-//   accumulate locally and are reduced by the next synchronized backward.
+//   accumulate locally and are reduced by the next synchronized backward. A second
+//   backward before the step first settles the averaged ones (its own slice times dp, the
+//   other slices, already counted, zeroed: what a sum of this rank's gradients would be),
+//   so the next average adds exactly its own; no memory beyond the full gradients.
 #pragma once
 
 #include <chrono>
 #include <functional>
 
+#include "booster/grad_sync.h"
 #include "core/common/hook_handle.h"
 #include "plugins/low_level_zero/zero_partition.h"
 
 namespace booster::plugins {
 
-class ZeroGrads {
+class ZeroGrads : public GradSync {
  public:
   /// comm_dtype: the dtype gradients travel in (the working dtype when undefined-like f32
   /// for fp32 training).
   ZeroGrads(ZeroPartition& partition, int stage, bool overlap, DType comm_dtype);
 
   int stage() const { return stage_; }
-  void set_no_sync(bool on) { no_sync_ = on; }
+  void set_no_sync(bool on) override { no_sync_ = on; }
   /// While on, nothing is sent in either stage: full gradients accumulate locally (a
   /// pipeline stage's micro-batches), and sync_accumulated() reduces them once.
-  void set_defer(bool on) { defer_ = on; }
+  void set_defer(bool on) override { defer_ = on; }
   /// Reduces the gradients accumulated so far into the chunks, as a backward would have
   /// (nothing in stage 1 under no_sync: they keep accumulating).
-  void sync_accumulated();
-  bool no_sync() const { return no_sync_; }
+  void sync_accumulated() override;
+  bool no_sync() const override { return no_sync_; }
   /// Finishes the current backward's reduction (launches what is left, waits, writes the
   /// chunks). Parameters that received no gradient count as zero.
-  void finish();
+  void finish() override;
   /// This rank's chunk of part i's averaged gradient ([n]; fp32 in stage 2, the working
   /// dtype in stage 1), or undefined when it has none yet or it is on the disk tier.
   Tensor chunk(size_t i) const;
@@ -73,8 +78,8 @@ class ZeroGrads {
   /// Clears the gradients (full and chunks).
   void zero();
   /// Seconds finish() spent waiting on communication since the last reset.
-  double wait_seconds() const { return wait_s_; }
-  void reset_wait_seconds() { wait_s_ = 0; }
+  double wait_seconds() const override { return wait_s_; }
+  void reset_wait_seconds() override { wait_s_ = 0; }
 
  private:
   struct Bucket {
@@ -87,6 +92,9 @@ class ZeroGrads {
   void launch(size_t bucket);
   void launch_ready_in_order();
   void complete(size_t bucket);
+  /// Stage 1: part i's full gradient holds an average in its own slice (a reduction
+  /// completed since zero()): turns it back into what this rank's sum would be.
+  void settle(size_t part);
   /// Waits for the oldest bucket in flight and completes it.
   void complete_oldest();
 
@@ -100,6 +108,7 @@ class ZeroGrads {
   std::vector<Tensor> chunks_;  // stage 2: fp32 [n] per part
   std::vector<int64_t> slot_;   // its slot on the disk tier, or -1
   std::vector<bool> has_;       // a disk chunk holds this step's gradient
+  std::vector<bool> averaged_;  // stage 1: the own slice holds an average (settle before adding)
   std::vector<Noted> noted_;
   size_t next_launch_ = 0, next_complete_ = 0, max_inflight_ = 0;
   double wait_s_ = 0;

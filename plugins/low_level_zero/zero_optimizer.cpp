@@ -14,21 +14,14 @@ namespace booster::plugins {
 LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim,
                                              std::shared_ptr<ZeroPartition> partition, std::shared_ptr<ZeroGrads> grads,
                                              ZeroStepOptions opts)
-    : OptimizerWrapper(std::move(optim)), zp_(std::move(partition)), grads_(std::move(grads)), opts_(opts),
+    : OptimizerLeaf(std::move(optim)), zp_(std::move(partition)), grads_(std::move(grads)), opts_(opts),
       scaling_(opts.precision, opts.scaler) {
   BOOSTER_CHECK(optim_->elementwise(), "LowLevelZeroPlugin: ", optim_->type_name(),
                 " needs whole tensors for its update and cannot run on ZeRO's chunks; use Adam, AdamW, HybridAdam or SGD");
 }
 
 void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {
-  OptimizerWrapper::backward(scaling_.scale_loss(loss), retain_graph);
-  grads_->finish();
-}
-
-void LowLevelZeroOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  // The gradient comes scaled (the last pipeline stage scaled its loss), as Colossal-AI's.
-  OptimizerWrapper::backward_by_grad(tensor, grad, retain_graph);
-  grads_->finish();
+  OptimizerLeaf::backward(scaling_.scale_loss(loss), retain_graph);
 }
 
 std::vector<Tensor> LowLevelZeroOptimizer::chunks() const {
@@ -50,7 +43,6 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
                                         const optim::NormScope& scope) {
   BOOSTER_CHECK(norm_type == 2.0, "LowLevelZeroPlugin: only the 2-norm clips across partitions, got norm_type ",
                 norm_type);
-  grads_->finish();
   // The chunks are disjoint: their squares summed over the dp group count each element once.
   const auto& dp = zp_->group();
   double on_disk = 0;  // sums of squares noted as disk chunks were written
@@ -72,7 +64,6 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
 }
 
 void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
-  grads_->finish();
   const double bound = clip_value * scaling_.loss_scale();  // gradients are still scaled
   optim::clamp_values(chunks(), bound);
   for (size_t i = 0; i < zp_->parts().size(); ++i) {
@@ -85,7 +76,6 @@ void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
 }
 
 void LowLevelZeroOptimizer::step() {
-  grads_->finish();
   if (!scaling_.begin_step(nonfinite_anywhere())) {
     zero_grad();
     if (after_step_) after_step_();

@@ -26,20 +26,16 @@ struct ZeroStepOptions {
   bool overlap_allgather = false;
 };
 
-class LowLevelZeroOptimizer : public OptimizerWrapper {
+class LowLevelZeroOptimizer : public OptimizerLeaf {
  public:
   LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<ZeroPartition> partition,
                         std::shared_ptr<ZeroGrads> grads, ZeroStepOptions opts);
   std::string type_name() const override { return "LowLevelZeroOptimizer"; }
   void backward(const Tensor& loss, bool retain_graph = false) override;
-  void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false) override;
   void step() override;
   void zero_grad(bool set_to_none = true) override { grads_->zero(); }
-  void synchronize() override { grads_->finish(); }
   void clip_grad_by_value(double clip_value) override;
   std::optional<double> get_grad_norm() const override { return scaling_.grad_norm(); }
-  double grad_sync_wait_seconds() const override { return grads_->wait_seconds(); }
-  void reset_grad_sync_wait() override { grads_->reset_wait_seconds(); }
   /// The full state, every chunk all-gathered (collective); load_state_dict takes it back
   /// from any layout.
   optim::OptimizerStateDict state_dict() const override;

@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "core/autograd/grad_mode.h"
+#include "core/autograd/engine.h"
 
 namespace booster::plugins {
 
@@ -57,8 +57,9 @@ void Reducer::assign_buckets() {
 void Reducer::on_ready(size_t k) {
   if (no_sync_ || defer_) return;
   assign_buckets();
+  if (!started_) autograd::queue_callback([this] { finish(); });  // the end of this backward
   started_ = true;
-  if (ready_[k]) return;  // a second backward before finish(): gradients keep accumulating
+  if (ready_[k]) return;  // marked already (each leaf's hook fires once a backward)
   ready_[k] = true;
   ++buckets_[bucket_of_[k]].ready;
   launch_ready_in_order();

@@ -3,7 +3,8 @@
 // (the parameters', as PyTorch's: bf16 working copies give bf16 buckets); each parameter's
 // post-accumulate hook marks it ready, and a bucket whose parameters are all ready is
 // copied into its flat buffer and all-reduced (averaged) asynchronously, in bucket order,
-// while backward continues. finish() waits and writes the averages back.
+// while backward continues; the first ready parameter queues finish() on the autograd
+// engine, which waits and writes the averages back once the backward is done.
 #pragma once
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "booster/grad_sync.h"
 #include "core/dist/collectives.h"
 #include "optim/optimizer.h"
 
@@ -22,26 +24,22 @@ struct ReducerOptions {
   bool gradient_as_bucket_view = false;
 };
 
-class Reducer {
+class Reducer : public GradSync {
  public:
   /// `params` in registration order; hooks are registered on each and removed when the
   /// reducer is destroyed (a model boosted again gets a fresh reducer, not two).
   Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts);
-  /// True while gradients should only accumulate locally.
-  void set_no_sync(bool on) { no_sync_ = on; }
-  bool no_sync() const { return no_sync_; }
-  /// While on, gradients accumulate locally (a pipeline stage's micro-batches), to be
-  /// averaged once by sync_accumulated(); unlike no_sync, it is the plugin's, not the user's.
-  void set_defer(bool on) { defer_ = on; }
+  /// Under no_sync (or deferred) full gradients accumulate locally.
+  void set_no_sync(bool on) override { no_sync_ = on; }
+  bool no_sync() const override { return no_sync_; }
+  void set_defer(bool on) override { defer_ = on; }
   /// Waits for every bucket of the current backward and writes averaged gradients back.
   /// Buckets not launched (parameters without gradient) are an error naming them unless
   /// find_unused_parameters, in which case their missing gradients count as zero.
-  void finish();
+  void finish() override;
   /// Averages the gradients accumulated so far (every parameter; one without a gradient
-  /// counts as zero) and writes them back: a pipeline stage, whose micro-batch backwards
-  /// were deferred, synchronizes once after the last. Nothing under no_sync (they keep
-  /// accumulating).
-  void sync_accumulated();
+  /// counts as zero) and writes them back. Nothing under no_sync (they keep accumulating).
+  void sync_accumulated() override;
   /// True when a backward has launched communication that finish() has not collected.
   bool pending() const { return started_; }
   /// Buckets, assigned at the first backward (0 before it).
@@ -49,8 +47,8 @@ class Reducer {
   /// Bucket i's dtype: its parameters' at the first backward.
   DType bucket_dtype(size_t i) const { return buckets_.at(i).flat.dtype(); }
   /// Seconds finish() spent waiting on all-reduce since the last reset.
-  double wait_seconds() const { return wait_s_; }
-  void reset_wait_seconds() { wait_s_ = 0; }
+  double wait_seconds() const override { return wait_s_; }
+  void reset_wait_seconds() override { wait_s_ = 0; }
 
  private:
   struct Bucket {

@@ -39,40 +39,6 @@ void TorchDDPModel::before_forward() {
   }
 }
 
-DDPOptimizer::DDPOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<Reducer> reducer)
-    : OptimizerWrapper(std::move(inner)), reducer_(std::move(reducer)) {}
-
-void DDPOptimizer::backward(const Tensor& loss, bool retain_graph) {
-  OptimizerWrapper::backward(loss, retain_graph);
-  reducer_->finish();
-}
-
-void DDPOptimizer::backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph) {
-  OptimizerWrapper::backward_by_grad(tensor, grad, retain_graph);
-  reducer_->finish();
-}
-
-void DDPOptimizer::step() {
-  reducer_->finish();
-  OptimizerWrapper::step();
-}
-
-void DDPOptimizer::synchronize() {
-  reducer_->finish();
-  OptimizerWrapper::synchronize();
-}
-
-void DDPOptimizer::clip_grad_by_value(double clip_value) {
-  reducer_->finish();
-  OptimizerWrapper::clip_grad_by_value(clip_value);
-}
-
-double DDPOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
-                               const optim::NormScope& scope) {
-  reducer_->finish();  // averaged gradients are the same on every rank: the norm needs no reduction
-  return OptimizerWrapper::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
-}
-
 TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
   BOOSTER_CHECK(opts_.bucket_cap_mb > 0, "TorchDDPPlugin: bucket_cap_mb must be positive, got ", opts_.bucket_cap_mb);
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
@@ -81,9 +47,7 @@ TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
 }
 
 void TorchDDPPlugin::configure(BoostedObjects& o) {
-  auto model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_);
-  if (o.optimizer) o.optimizer = std::make_shared<DDPOptimizer>(o.optimizer, model->shared_reducer());
-  o.model = model;
+  o.model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_);
 }
 
 std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
@@ -92,17 +56,5 @@ std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
         checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, ""));
   return checkpoint_io_;
 }
-
-NoSyncScope ddp_no_sync(ModelWrapper& model, const std::string& plugin) {
-  auto* ddp = model.find<TorchDDPModel>();
-  BOOSTER_CHECK(ddp != nullptr, plugin, ".no_sync: the model was not boosted by ", plugin, " (it is a ",
-                model.type_name(), ")");
-  BOOSTER_CHECK(!ddp->reducer().no_sync(), plugin, ".no_sync: already inside a no_sync scope");
-  ddp->reducer().set_no_sync(true);
-  auto r = ddp->shared_reducer();
-  return NoSyncScope([r] { r->set_no_sync(false); });
-}
-
-NoSyncScope TorchDDPPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) { return ddp_no_sync(model, "TorchDDPPlugin"); }
 
 }  // namespace booster::plugins

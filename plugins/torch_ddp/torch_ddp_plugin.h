@@ -1,8 +1,8 @@
 // TorchDDPPlugin (Colossal-AI's name and options): data parallelism over all ranks.
 // configure() broadcasts rank 0's parameters and buffers, wraps the model in a
-// TorchDDPModel (which owns the gradient reducer: bucketed all-reduces launched from the
-// gradient hooks while backward runs) and the optimizer chain in a DDPOptimizer, which
-// finishes the reduction before anything reads gradients.
+// TorchDDPModel, which owns the gradient reducer (bucketed all-reduces launched from the
+// gradient hooks while backward runs, finished at the end of backward by the autograd
+// engine); the optimizer chain is left as it is, as Colossal-AI's.
 #pragma once
 
 #include "booster/plugin.h"
@@ -25,12 +25,13 @@ struct TorchDDPOptions {
 };
 
 /// The model under DDP (Colossal-AI's TorchDDPModel): broadcasts buffers before each
-/// forward and owns the reducer its optimizer waits on.
+/// forward and owns the reducer.
 class TorchDDPModel : public ModelWrapper {
  public:
   TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group, const TorchDDPOptions& opts);
   std::string type_name() const override { return "TorchDDPModel"; }
   void before_forward() override;
+  GradSync* grad_sync() const override { return reducer_.get(); }
   Reducer& reducer() const { return *reducer_; }
   const std::shared_ptr<Reducer>& shared_reducer() const { return reducer_; }
 
@@ -39,29 +40,6 @@ class TorchDDPModel : public ModelWrapper {
   bool broadcast_buffers_;
   std::shared_ptr<Reducer> reducer_;
 };
-
-/// The optimizer under DDP: gradients are averaged before they are read.
-class DDPOptimizer : public OptimizerWrapper {
- public:
-  DDPOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<Reducer> reducer);
-  std::string type_name() const override { return "DDPOptimizer"; }
-  void backward(const Tensor& loss, bool retain_graph = false) override;
-  void backward_by_grad(const Tensor& tensor, const Tensor& grad, bool retain_graph = false) override;
-  void step() override;
-  void synchronize() override;
-  void clip_grad_by_value(double clip_value) override;
-  double grad_sync_wait_seconds() const override { return reducer_->wait_seconds(); }
-  void reset_grad_sync_wait() override { reducer_->reset_wait_seconds(); }
-
- protected:
-  double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
-
- private:
-  std::shared_ptr<Reducer> reducer_;
-};
-
-/// A no_sync scope for a model with a TorchDDPModel in its chain (`plugin` names it in errors).
-NoSyncScope ddp_no_sync(ModelWrapper& model, const std::string& plugin);
 
 class TorchDDPPlugin : public Plugin {
  public:
@@ -75,7 +53,6 @@ class TorchDDPPlugin : public Plugin {
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;
-  NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer) override;
   const TorchDDPOptions& options() const { return opts_; }
 
  private:

@@ -131,7 +131,7 @@ TEST(MixedPrecision, NonFiniteUnderBf16IsSkippedOrRaised) {
   for (bool skip : {true, false}) {
     auto model = nn::vit_from_pretrained(kGolden);
     auto opt = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1});
-    BoostedObjects o{std::make_shared<ModelWrapper>(model), std::make_shared<OptimizerWrapper>(opt), {}, nullptr, nullptr};
+    BoostedObjects o{std::make_shared<ModelWrapper>(model), std::make_shared<OptimizerLeaf>(opt), {}, nullptr, nullptr};
     MixedPrecisionOptions mp;
     mp.skip_nonfinite = skip;
     apply_mixed_precision(o, mp);

@@ -20,7 +20,7 @@ TEST(Fp16Overflow, ScriptedInfOnOneRankSkipsOnAllRanks) {
   manual_seed(5);
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.01});
-  BoostedObjects o{std::make_shared<ModelWrapper>(model), std::make_shared<OptimizerWrapper>(opt), {}, nullptr, nullptr};
+  BoostedObjects o{std::make_shared<ModelWrapper>(model), std::make_shared<OptimizerLeaf>(opt), {}, nullptr, nullptr};
   MixedPrecisionOptions mp;
   mp.precision = "fp16";
   mp.scaler.initial_scale = 1024, mp.scaler.growth_interval = 3, mp.scaler.hysteresis = 2;

@@ -40,13 +40,13 @@ class CountingModel : public ModelWrapper {
 };
 
 // A plugin's optimizer decorator: counts the steps that pass through it.
-class CountingOptimizer : public OptimizerWrapper {
+class CountingOptimizer : public OptimizerDecorator {
  public:
-  using OptimizerWrapper::OptimizerWrapper;
+  using OptimizerDecorator::OptimizerDecorator;
   std::string type_name() const override { return "CountingOptimizer"; }
   void step() override {
     ++steps;
-    OptimizerWrapper::step();
+    OptimizerDecorator::step();
   }
   int steps = 0;
 };

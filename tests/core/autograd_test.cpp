@@ -182,3 +182,70 @@ TEST(Autograd, GradGivesInputGradientsAndWritesNoGrad) {
   Tensor nonleaf = a * 2.0;
   EXPECT_THROW(autograd::grad({sum(nonleaf)}, {Tensor()}, {nonleaf}), AutogradError);
 }
+
+// queue_callback (PyTorch's queue_callback): runs once the whole backward is done (every
+// leaf's gradient written), in the order queued, from the outermost backward when one runs
+// inside another's node; a callback may queue another; outside a backward it is an error,
+// and a backward that throws drops its callbacks.
+TEST(Autograd, QueuedCallbacksRunAtTheEndOfTheOutermostBackward) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3}, {1});
+  std::vector<std::string> log;
+  auto h = a.register_post_accumulate_grad_hook([&](const Tensor&) {
+    log.push_back("hook a");
+    autograd::queue_callback([&] {
+      log.push_back(b.grad().defined() ? "first, b done" : "first, b missing");
+      autograd::queue_callback([&] { log.push_back("queued by the first"); });
+    });
+    autograd::queue_callback([&] { log.push_back("second"); });
+  });
+  EXPECT_FALSE(autograd::in_backward());
+  (sum(a * 2.0) + sum(b * b)).backward();  // b's leaf may finish after a's
+  EXPECT_EQ(log, (std::vector<std::string>{"hook a", "first, b done", "second", "queued by the first"}));
+
+  // From a node whose backward runs a backward of its own: the callback waits for the outer one.
+  log.clear();
+  Tensor c = leaf({5}, {1});
+  Tensor inner = autograd::record("RunsABackward", {b}, b * 1.0, [&](const std::vector<Tensor>& g) {
+    autograd::GradMode::set_enabled(true);  // backward runs its nodes without recording
+    sum(a * 3.0).backward();                // a's hook queues its callbacks here
+    autograd::GradMode::set_enabled(false);
+    log.push_back(autograd::in_backward() ? "inner done, still in backward" : "not in backward");
+    return std::vector<Tensor>{g[0]};
+  });
+  (sum(inner) + sum(c)).backward();
+  ASSERT_GE(log.size(), 2u);
+  EXPECT_EQ(log[0], "hook a");
+  EXPECT_EQ(log[1], "inner done, still in backward");
+  EXPECT_EQ(log.back(), "queued by the first");
+  h.remove();
+
+  EXPECT_THROW(autograd::queue_callback([] {}), AutogradError);
+  bool ran = false;
+  Tensor d = leaf({1}, {1});
+  Tensor boom = autograd::record("Throws", {d}, d * 1.0, [&](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    autograd::queue_callback([&] { ran = true; });
+    throw ValueError("boom");
+  });
+  EXPECT_THROW(sum(boom).backward(), ValueError);
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE(autograd::in_backward());
+  sum(d * 2.0).backward();  // the dropped callback does not run on the next backward either
+  EXPECT_FALSE(ran);
+}
+
+// A leaf's pre-accumulate hook sees its .grad as it was, before the backward's gradient is
+// added; the post-accumulate hook sees the sum. Neither runs for a leaf the backward skips.
+TEST(Autograd, PreAccumulateHookSeesTheGradientBeforeTheAddition) {
+  Tensor a = leaf({1, 2}, {2}), b = leaf({3}, {1});
+  std::vector<std::vector<float>> seen;
+  auto pre = a.register_pre_accumulate_grad_hook([&](const Tensor& t) {
+    seen.push_back(t.grad().defined() ? t.grad().to_vector() : std::vector<float>{});
+    if (t.grad().defined()) t.grad().zero_();  // may rewrite what is already there
+  });
+  auto post = a.register_post_accumulate_grad_hook([&](const Tensor& t) { seen.push_back(t.grad().to_vector()); });
+  sum(a * 2.0).backward();
+  sum(a * 3.0).backward();
+  sum(b * 1.0).backward();  // a is not reached
+  EXPECT_EQ(seen, (std::vector<std::vector<float>>{{}, {2, 2}, {2, 2}, {3, 3}}));
+  EXPECT_THROW((void)(a * 2.0).register_pre_accumulate_grad_hook([](const Tensor&) {}), AutogradError);
+}

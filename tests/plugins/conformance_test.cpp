@@ -257,6 +257,30 @@ TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
   expect_params_close(*boosted.model, ref, 1e-5, "after accumulation");
 }
 
+// 2b. Backward completes the gradient synchronization by itself (the autograd engine runs
+// the plugin's finish at its end): a plain loss.backward(), not booster.backward, trains like
+// the reference; and two synchronized backwards before a step (no no_sync) accumulate
+// exactly as one backward over both halves.
+TEST_P(Conformance, PlainBackwardsSynchronizeAndAccumulate) {
+  if (GetParam().pp > 1) GTEST_SKIP() << "a pipeline stage has no whole forward";
+  const int A = 2;
+  auto batch = global_batch(9, n * b * A);
+  auto ref = fresh_model();
+  optim::SGD ref_opt(ref->named_parameters(), sgd());
+  (*ref)(batch.first, batch.second).loss.backward();
+  ref_opt.step();
+
+  Booster booster = booster_for(GetParam());
+  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  for (int m = 0; m < A; ++m) {
+    auto [x, y] = my_slice(batch, b, m, A, tp);
+    scale((*boosted.model)(x, y).loss, 1.0 / A).backward();
+  }
+  boosted.optimizer->step();
+  expect_params_close(*boosted.model, ref, 1e-5, "after two plain backwards");
+}
+
 // 3. Clipping by the global norm equals the single-process clip.
 TEST_P(Conformance, ClipByGlobalNorm) {
   auto batch = global_batch(3, n * b);
@@ -390,8 +414,9 @@ TEST(TorchDDP, BroadcastAtBoostAndUnusedParameters) {
   b2.optimizer->step();
 }
 
-// DDP on the seams: boost returns TorchDDPModel and DDPOptimizer; boosting the model again
-// leaves exactly one live reducer hook per parameter once the first result is gone.
+// DDP on the seams: boost returns a TorchDDPModel, whose GradSync is its reducer, and leaves
+// the optimizer as it was (backward finishes the reduction); boosting the model again leaves
+// exactly one live reducer hook per parameter once the first result is gone.
 TEST(TorchDDP, BoostReturnsItsWrappersAndReboostingDropsOldHooks) {
   auto model = fresh_model();
   auto hooks_on = [&](const std::string& n) { return model->get_tensor(n).impl()->post_accumulate_grad_hooks.size(); };
@@ -399,7 +424,10 @@ TEST(TorchDDP, BoostReturnsItsWrappersAndReboostingDropsOldHooks) {
     Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
     auto first = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
     EXPECT_NE(dynamic_cast<plugins::TorchDDPModel*>(first.model.wrapper().get()), nullptr);
-    EXPECT_NE(dynamic_cast<plugins::DDPOptimizer*>(first.optimizer.get()), nullptr);
+    auto* ddp = dynamic_cast<plugins::TorchDDPModel*>(first.model.wrapper().get());
+    ASSERT_NE(ddp, nullptr);
+    EXPECT_EQ(first.model->grad_sync(), &ddp->reducer());
+    EXPECT_EQ(first.optimizer->type_name(), "OptimizerWrapper");
     EXPECT_EQ(hooks_on("classifier.weight"), 1u);
   }
   EXPECT_EQ(hooks_on("classifier.weight"), 0u);  // the first reducer removed its hooks
@@ -448,8 +476,8 @@ TEST(TorchDDP, AveragesBf16GradientsInBf16Buckets) {
   }
 }
 
-// DDP decorates the mixed-precision leaf: its reduction runs, then the leaf updates the fp32
-// masters. On N ranks it trains like one bf16 process on the N-times batch.
+// DDP under the mixed-precision leaf: its reduction runs in backward, then the leaf updates
+// the fp32 masters. On N ranks it trains like one bf16 process on the N-times batch.
 TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
   const int64_t b = 2;
   auto ref = fresh_model();
@@ -460,8 +488,7 @@ TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
   auto d = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   EXPECT_EQ(d.model->type_name(), "MixedPrecisionModel");
   EXPECT_EQ(d.model->inner()->type_name(), "TorchDDPModel");
-  EXPECT_EQ(d.optimizer->type_name(), "DDPOptimizer");
-  EXPECT_EQ(d.optimizer->inner()->type_name(), "MixedPrecisionOptimizer");
+  EXPECT_EQ(d.optimizer->type_name(), "MixedPrecisionOptimizer");
   for (int s = 0; s < 3; ++s) {
     auto batch = global_batch(s, n_ranks() * b);
     r.optimizer->zero_grad();
