@@ -117,9 +117,10 @@ Row run(bool capped, double cap_mb, const std::string& base_toml, const std::str
   auto b = booster.boost(model, std::make_shared<optim::HybridAdam>(model->named_parameters()));
   model.reset();  // the user's handle: its parameters are the boosted ones
   auto* zm = b.model->find<plugins::LowLevelZeroModel>();
-  const auto& zp = *zm->partition();
+  const auto& zp = zm->engine()->layout();
+  const auto& shards = zm->engine()->shards();
   double states = 0;
-  for (auto& p : zp.parts()) states += double(p.n) * double(dtype_size(zp.working_dtype()) + 4 + 4 + 8);
+  for (auto& p : zp.parts()) states += double(p.n) * double(dtype_size(shards.working_dtype()) + 4 + 4 + 8);
   r.states_mb = max_over_ranks(states) / kMB;
   const auto* placement = static_cast<plugins::GeminiPlugin*>(booster.plugin())->placement();
   auto step = [&](int s) {
@@ -137,7 +138,7 @@ Row run(bool capped, double cap_mb, const std::string& base_toml, const std::str
     if (s < 2) r.rss.begin(s == 0 ? "warm-up step" : "steps");
     step(s);
   }
-  OffloadStore* store = zp.store();
+  OffloadStore* store = shards.store();
   if (store) store->flush();
   const double read0 = store ? double(store->bytes_read()) : 0, written0 = store ? double(store->bytes_written()) : 0;
   host_tier().reset_peak();

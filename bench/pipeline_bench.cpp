@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     for (const auto& m_str : bench::split_list(microbatches)) {
       const int64_t M = std::stoll(m_str);
       plugins::HybridParallelOptions o;
-      o.pp_size = S, o.precision = precision, o.num_microbatches = M, o.pp_style = style, o.num_model_chunks = C;
+      o.pp_size = S, o.zero.precision = precision, o.num_microbatches = M, o.pp_style = style, o.num_model_chunks = C;
       auto plugin = std::make_shared<plugins::HybridParallelPlugin>(o);
       nn::ViTConfig c = nn::ViTConfig::preset(preset);
       c.num_labels = 3;

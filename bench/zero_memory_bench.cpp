@@ -56,16 +56,18 @@ Row measure(const std::string& name, const std::string& plugin_toml, const std::
     const double w = precision == "fp32" ? 4 : 2;
     if (auto* z = b.optimizer->find<plugins::LowLevelZeroOptimizer>()) {
       double params = 0, held = 0, in_ram = 0, grads_in_ram = 0;
-      const auto& zp = z->partition();
+      auto& eng = z->engine();
+      const auto& zp = eng.layout();
       for (size_t i = 0; i < zp.parts().size(); ++i) {
         const auto& p = zp.parts()[i];
+        const auto& s = eng.shards().at(i);
         params += double(p.numel);
-        held += p.own_slot >= 0 ? 0.0 : zp.is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
-        if (!p.offloaded) in_ram += double(p.n);
-        if (!z->grads().on_disk(i)) grads_in_ram += double(p.n);
+        held += s.own_slot >= 0 ? 0.0 : eng.gatherer().is_sharded(zp.bucket_of(i)) ? double(p.n) : double(p.numel);  // Gemini: slices only
+        if (!s.offloaded) in_ram += double(p.n);
+        if (!eng.grads().on_disk(i)) grads_in_ram += double(p.n);
       }
       theory = held * w                                              // working parameters
-               + (z->grads().stage() == 1 ? params * w : grads_in_ram * 4)  // gradients: full, or fp32 chunks
+               + (eng.grads().stage() == 1 ? params * w : grads_in_ram * 4)  // gradients: full, or fp32 chunks
                + in_ram * 4 * 3;                                     // masters, exp_avg, exp_avg_sq not offloaded
     } else {  // DDP with Booster's mixed precision: everything in full, plus the reducer's fp32 buckets
       double params = 0;

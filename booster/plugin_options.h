@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 
 #include "booster/grad_scaler.h"
 #include "core/common/config.h"
@@ -27,11 +28,12 @@ O options_from(const Config& cfg, const std::string& table, const std::string& p
 }
 
 /// Binds Colossal-AI's loss-scale arguments (initial_scale, min_scale, growth_factor,
-/// backoff_factor, growth_interval, hysteresis, max_scale) to a GradScalerOptions field.
+/// backoff_factor, growth_interval, hysteresis, max_scale) to the GradScalerOptions that
+/// `scaler` reaches (a field of O, or of a struct O embeds).
 template <typename O>
-OptionBinder<O>& bind_loss_scale(OptionBinder<O>& b, GradScalerOptions O::*field) {
-  auto at = [field](auto member) {
-    return [field, member](O& o) -> decltype(auto) { return (o.*field).*member; };
+OptionBinder<O>& bind_loss_scale(OptionBinder<O>& b, std::function<GradScalerOptions&(O&)> scaler) {
+  auto at = [scaler](auto member) {
+    return [scaler, member](O& o) -> decltype(auto) { return scaler(o).*member; };
   };
   return b.template add_ref<double>("initial_scale", at(&GradScalerOptions::initial_scale))
       .template add_ref<double>("min_scale", at(&GradScalerOptions::min_scale))
@@ -40,6 +42,10 @@ OptionBinder<O>& bind_loss_scale(OptionBinder<O>& b, GradScalerOptions O::*field
       .template add_ref<int64_t>("growth_interval", at(&GradScalerOptions::growth_interval))
       .template add_ref<int64_t>("hysteresis", at(&GradScalerOptions::hysteresis))
       .template add_ref<double>("max_scale", at(&GradScalerOptions::max_scale));
+}
+template <typename O>
+OptionBinder<O>& bind_loss_scale(OptionBinder<O>& b, std::type_identity_t<GradScalerOptions O::*> field) {
+  return bind_loss_scale<O>(b, [field](O& o) -> GradScalerOptions& { return o.*field; });
 }
 
 }  // namespace booster

@@ -2,12 +2,12 @@
 # layout under P/include/booster, the generated checkpoint.pb.h beside them) and a package
 # config, so another project writes find_package(booster REQUIRED) and links booster::booster
 # (everything: Booster, the plugins and the layers below) or one layer (booster::core,
-# booster::nn, booster::optim, booster::data, booster::booster_api, booster::pipeline,
+# booster::nn, booster::optim, booster::data, booster::booster_api, booster::zero, booster::pipeline,
 # booster::shardformer, booster::plugins).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(BOOSTER_LAYERS booster_core booster_nn booster_optim booster_data booster_proto booster_booster booster_pipeline
+set(BOOSTER_LAYERS booster_core booster_nn booster_optim booster_data booster_proto booster_booster booster_zero booster_pipeline
                    booster_shardformer booster_plugins)
 set_target_properties(booster_core PROPERTIES EXPORT_NAME core)
 set_target_properties(booster_nn PROPERTIES EXPORT_NAME nn)
@@ -15,6 +15,7 @@ set_target_properties(booster_optim PROPERTIES EXPORT_NAME optim)
 set_target_properties(booster_data PROPERTIES EXPORT_NAME data)
 set_target_properties(booster_proto PROPERTIES EXPORT_NAME proto)
 set_target_properties(booster_booster PROPERTIES EXPORT_NAME booster_api)
+set_target_properties(booster_zero PROPERTIES EXPORT_NAME zero)
 set_target_properties(booster_pipeline PROPERTIES EXPORT_NAME pipeline)
 set_target_properties(booster_shardformer PROPERTIES EXPORT_NAME shardformer)
 set_target_properties(booster_plugins PROPERTIES EXPORT_NAME plugins)
@@ -23,7 +24,7 @@ target_link_libraries(booster_all INTERFACE booster_plugins)
 set_target_properties(booster_all PROPERTIES EXPORT_NAME booster)
 install(TARGETS ${BOOSTER_LAYERS} booster_all EXPORT boosterTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir core nn optim data booster pipeline shardformer plugins)
+foreach(dir core nn optim data booster zero pipeline shardformer plugins)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/booster
           FILES_MATCHING PATTERN "*.h")
 endforeach()

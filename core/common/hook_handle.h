@@ -3,6 +3,7 @@
 // pointing at freed memory (PyTorch's ~Reducer removes its hooks for the same reason).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <utility>
 #include <vector>

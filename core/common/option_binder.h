@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -15,10 +16,18 @@ namespace booster {
 template <typename O>
 class OptionBinder {
  public:
-  /// Binds key to a field (int, int64_t, double, bool, std::string or a list of integers).
-  template <typename T>
-  OptionBinder& add(const std::string& key, T O::*field, std::string doc = "") {
+  /// Binds key to a field (int, int64_t, double, bool, std::string or a list of integers)
+  /// of O or of a base O extends (the ZeRO options a plugin's options embed).
+  template <typename T, typename C>
+    requires std::is_base_of_v<C, O>
+  OptionBinder& add(const std::string& key, T C::*field, std::string doc = "") {
     return add_ref<T>(key, [field](O& o) -> T& { return o.*field; }, std::move(doc));
+  }
+  /// Binds key to field `member` of the struct field `outer` (HybridParallel's zero_stage is
+  /// its embedded ZeRO options' stage).
+  template <typename T, typename S>
+  OptionBinder& add(const std::string& key, S O::*outer, T S::*member, std::string doc = "") {
+    return add_ref<T>(key, [outer, member](O& o) -> T& { return (o.*outer).*member; }, std::move(doc));
   }
   /// Binds key to a nested field through an accessor, e.g. [](O& o) -> double& { return o.scaler.initial_scale; }.
   template <typename T>

@@ -23,6 +23,7 @@
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "plugins/gemini/placement.h"
+#include "zero/options.h"
 
 namespace booster::plugins {
 
@@ -39,8 +40,6 @@ struct GeminiOptions {
   double offload_param_frac = 0.0;
   double warmup_non_model_data_ratio = 0.8;
   double steady_cuda_cap_ratio = 0.9;
-  std::string precision = "fp16";
-  bool master_weights = true;
   bool pin_memory = false;
   bool force_outputs_fp32 = false;
   bool strict_ddp_mode = false;
@@ -48,15 +47,19 @@ struct GeminiOptions {
   int64_t hidden_dim = 0;  // 0: None
   double min_chunk_size_m = 32;
   double gpu_margin_mem_ratio = 0.0;
-  GradScalerOptions scaler{65536.0, 1, 2, 0.5, 1000, 2, 4294967296.0};  // initial_scale 2**16, as Colossal-AI
-  double max_norm = 0.0;
   double norm_type = 2.0;
   int tp_size = 1;
   int extra_dp_size = 1;
   bool enable_async_reduce = true;
   bool verbose = false;
-  std::string offload_dir;  // the disk tier's folder ("": default_offload_dir(), the run's)
   double memory_cap_mb = 0;  // auto: this rank's RAM cap (0: BOOSTER_MEMORY_CAP_MB, else RAM / local ranks)
+  /// The ZeRO engine's options Gemini takes under Colossal-AI's keys (precision,
+  /// master_weights, max_norm, offload_dir, the loss-scale ones); configure() derives the
+  /// rest from the chunk and placement arguments (stage 2 buckets = chunks).
+  zero::ZeroOptions zero = zero_defaults();
+
+  /// Colossal-AI's defaults for GeminiPlugin: initial_scale 2**16.
+  static zero::ZeroOptions zero_defaults();
 
   /// Reads a [plugin] table (name = "gemini"); unknown keys and wrong types refused.
   static GeminiOptions from_config(const Config& cfg, const std::string& table = "plugin");

@@ -32,12 +32,12 @@ size_t limit_host_footprint(size_t cap) {
   return untracked;
 }
 
-AutoPlacement::AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap,
-                             double warmup_ratio, double steady_ratio)
-    : zp_(zp), grads_(grads), opt_(opt), warmup_ratio_(warmup_ratio), steady_ratio_(steady_ratio) {
-  BOOSTER_CHECK(zp.store(), "AutoPlacement: the partition has no disk tier");
+AutoPlacement::AutoPlacement(zero::Engine& engine, zero::LowLevelZeroOptimizer& opt, size_t cap, double warmup_ratio,
+                             double steady_ratio)
+    : eng_(engine), layout_(engine.layout()), opt_(opt), warmup_ratio_(warmup_ratio), steady_ratio_(steady_ratio) {
+  BOOSTER_CHECK(eng_.shards().store(), "AutoPlacement: the ZeRO engine has no disk tier");
   stats_.cap = cap;
-  for (size_t b = 0; b < zp.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
   // Idle cached blocks are resident memory too: the host tier keeps them only under the cap
   // (less what the process holds outside the tier), from the warm-up step on.
   limit_host_footprint(cap);
@@ -50,46 +50,46 @@ AutoPlacement::~AutoPlacement() { host_tier().set_footprint_limit(0); }
 
 size_t AutoPlacement::chunk_bytes(size_t b, bool with_step_state) const {
   size_t n = 0;
-  for (size_t i : zp_.buckets()[b]) {
-    const auto& p = zp_.parts()[i];
-    n += size_t(p.n) * (dtype_size(zp_.working_dtype()) + 4);  // slice and master
+  for (size_t i : layout_.buckets()[b]) {
+    const auto& p = layout_.parts()[i];
+    n += size_t(p.n) * (dtype_size(eng_.shards().working_dtype()) + 4);  // slice and master
     if (!with_step_state) continue;
     n += size_t(p.n) * 4;  // gradient shard
     const auto& states = opt_.state_slots(i);
     if (states.empty()) n += size_t(p.n) * 4 * size_t(opt_.unwrap()->state_buffers());  // as planned
-    for (auto& [k, id] : states) n += zp_.store()->slot_bytes(id);
+    for (auto& [k, id] : states) n += eng_.shards().store()->slot_bytes(id);
   }
   return n;
 }
 
 bool AutoPlacement::resident(size_t b) const {
-  const auto& ids = zp_.buckets().at(b);
-  return std::all_of(ids.begin(), ids.end(), [&](size_t i) { return zp_.parts()[i].resident; });
+  const auto& ids = layout_.buckets().at(b);
+  return std::all_of(ids.begin(), ids.end(), [&](size_t i) { return eng_.shards().at(i).resident; });
 }
 
 void AutoPlacement::set_resident(size_t b, bool on) {
-  OffloadStore& store = *zp_.store();
+  OffloadStore& store = *eng_.shards().store();
   auto pin = [&](int64_t id) {
     if (id < 0) return;
     if (on) store.pin(id);
     else store.unpin(id);
   };
-  for (size_t i : zp_.buckets()[b]) {
-    auto& p = zp_.parts()[i];
-    if (p.resident == on) continue;  // after a repacking a chunk may be partly resident
-    p.resident = on;
-    pin(p.own_slot);
-    pin(p.master_slot);
-    pin(grads_.slot(i));
+  for (size_t i : layout_.buckets()[b]) {
+    zero::Shard& s = eng_.shards().at(i);
+    if (s.resident == on) continue;  // after a repacking a chunk may be partly resident
+    s.resident = on;
+    pin(s.own_slot);
+    pin(s.master_slot);
+    pin(eng_.grads().slot(i));
     for (auto& [k, id] : opt_.state_slots(i)) pin(id);
   }
   ++(on ? stats_.moves_in : stats_.moves_out);
 }
 
 void AutoPlacement::place(double budget) {
-  stats_.chunks = zp_.buckets().size();  // Gemini packs them again after the first step
+  stats_.chunks = layout_.buckets().size();  // Gemini packs them again after the first step
   // The forward uses the last chunk first (chunks are packed from the last parameters).
-  std::vector<bool> want(zp_.buckets().size(), false);
+  std::vector<bool> want(layout_.buckets().size(), false);
   double used = 0;
   for (size_t b = want.size(); b-- > 0;) {
     const double n = double(chunk_bytes(b));
@@ -97,9 +97,9 @@ void AutoPlacement::place(double budget) {
     want[b] = true;
     used += n;
   }
-  const auto& parts = zp_.parts();
+  const auto& ids = layout_.buckets();
   for (size_t b = 0; b < want.size(); ++b)  // out first: RAM is freed before it is taken
-    if (!want[b] && std::any_of(zp_.buckets()[b].begin(), zp_.buckets()[b].end(), [&](size_t i) { return parts[i].resident; }))
+    if (!want[b] && std::any_of(ids[b].begin(), ids[b].end(), [&](size_t i) { return eng_.shards().at(i).resident; }))
       set_resident(b, false);
   for (size_t b = 0; b < want.size(); ++b)
     if (!resident(b) && want[b]) set_resident(b, true);
@@ -113,7 +113,7 @@ void AutoPlacement::after_step() {
   // optimizer states were created as it went, so only the slices and masters count there
   // (the measurement errs towards more non-model memory).
   size_t held = 0;
-  for (size_t b = 0; b < zp_.buckets().size(); ++b)
+  for (size_t b = 0; b < layout_.buckets().size(); ++b)
     if (resident(b)) held += chunk_bytes(b, /*with_step_state=*/stats_.steps > 1);
   const size_t peak = host_tier().peak_bytes();
   stats_.last_peak = peak;
@@ -122,7 +122,7 @@ void AutoPlacement::after_step() {
   // tier's blocks in use and cached).
   stats_.untracked = limit_host_footprint(stats_.cap);
   double non_model = double(peak > held ? peak - held : 0) + double(stats_.untracked);
-  const auto& dp = zp_.group();
+  const auto& dp = layout_.group();
   if (dp.size() > 1) non_model = dist::all_reduce_scalar(non_model, dist::ReduceOp::max, dp);
   // The warm-up step created the optimizer states while measuring: its figure is kept only
   // until a steady step has been measured.

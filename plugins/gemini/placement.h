@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/low_level_zero/zero_optimizer.h"
+#include "zero/optimizer.h"
 
 namespace booster::plugins {
 
@@ -27,7 +27,7 @@ size_t resolve_memory_cap(double memory_cap_mb);
 /// what the process holds outside the tier (libraries, MPI, small mallocs); returns that.
 size_t limit_host_footprint(size_t cap);
 
-class AutoPlacement {
+class AutoPlacement : public zero::Placement {
  public:
   struct Stats {
     size_t cap = 0;                 // bytes
@@ -41,15 +41,15 @@ class AutoPlacement {
     int steps = 0;
   };
 
-  AutoPlacement(ZeroPartition& zp, ZeroGrads& grads, LowLevelZeroOptimizer& opt, size_t cap, double warmup_ratio,
+  AutoPlacement(zero::Engine& engine, zero::LowLevelZeroOptimizer& opt, size_t cap, double warmup_ratio,
                 double steady_ratio);
   /// Lifts the host tier's footprint limit this placement set.
-  ~AutoPlacement();
+  ~AutoPlacement() override;
   AutoPlacement(const AutoPlacement&) = delete;
   AutoPlacement& operator=(const AutoPlacement&) = delete;
   /// Measures the step just done and places the chunks for the next (every rank of the dp
   /// group calls it after each step).
-  void after_step();
+  void after_step() override;
   const Stats& stats() const { return stats_; }
 
  private:
@@ -62,9 +62,9 @@ class AutoPlacement {
   /// Keeps the chunks that fit in `budget` resident, in order of preference.
   void place(double budget);
 
-  ZeroPartition& zp_;
-  ZeroGrads& grads_;
-  LowLevelZeroOptimizer& opt_;
+  zero::Engine& eng_;
+  const zero::Layout& layout_;
+  zero::LowLevelZeroOptimizer& opt_;
   double warmup_ratio_, steady_ratio_;
   size_t steady_peak_ = 0;
   Stats stats_;

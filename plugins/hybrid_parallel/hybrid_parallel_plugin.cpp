@@ -7,7 +7,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
-#include "plugins/low_level_zero/low_level_zero_plugin.h"
+#include "zero/model.h"
 #include "booster/plugin_options.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
@@ -20,8 +20,8 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
     b.add("tp_size", &O::tp_size, "tensor-parallel size")
         .add("pp_size", &O::pp_size, "pipeline stages")
         .add("sp_size", &O::sp_size, "sequence-parallel size (0: None)")
-        .add("precision", &O::precision, "fp16, bf16 or fp32")
-        .add("zero_stage", &O::zero_stage, "0, 1 or 2")
+        .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16 or fp32")
+        .add("zero_stage", &O::zero, &zero::ZeroOptions::stage, "0, 1 or 2")
         .add("enable_all_optimization", &O::enable_all_optimization)
         .add("enable_fused_normalization", &O::enable_fused_normalization)
         .add("enable_flash_attention", &O::enable_flash_attention)
@@ -38,11 +38,11 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("check_reduction", &O::check_reduction)
         .add("gradient_as_bucket_view", &O::gradient_as_bucket_view)
         .add("static_graph", &O::static_graph)
-        .add("zero_bucket_size_in_m", &O::zero_bucket_size_in_m)
-        .add("cpu_offload", &O::cpu_offload, "ZeRO masters and optimizer states on local disk")
-        .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
-        .add("communication_dtype", &O::communication_dtype, "\"\" (the gradients'), fp16, bf16 or fp32")
-        .add("overlap_communication", &O::overlap_communication)
+        .add("zero_bucket_size_in_m", &O::zero, &zero::ZeroOptions::reduce_bucket_size_in_m)
+        .add("cpu_offload", &O::zero, &zero::ZeroOptions::cpu_offload, "ZeRO masters and optimizer states on local disk")
+        .add("offload_dir", &O::zero, &zero::ZeroOptions::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
+        .add("communication_dtype", &O::zero, &zero::ZeroOptions::communication_dtype, "\"\" (the gradients'), fp16, bf16 or fp32")
+        .add("overlap_communication", &O::zero, &zero::ZeroOptions::overlap_communication)
         .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)")
         .add("pp_style", &O::pp_style, "1f1b, interleaved or zbv")
         .add("num_model_chunks", &O::num_model_chunks)
@@ -51,19 +51,25 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("enable_metadata_cache", &O::enable_metadata_cache)
         .add("dp_outside", &O::dp_outside)
         .add("overlap_p2p", &O::overlap_p2p)
-        .add("overlap_allgather", &O::overlap_allgather);
-    return bind_loss_scale(b, &O::scaler);
+        .add("overlap_allgather", &O::zero, &zero::ZeroOptions::overlap_allgather);
+    return bind_loss_scale<O>(b, [](O& o) -> GradScalerOptions& { return o.zero.scaler; });
   }();
   return options_from(cfg, t, "hybrid_parallel", binder);
+}
+
+zero::ZeroOptions HybridParallelOptions::zero_defaults() {
+  zero::ZeroOptions z;
+  z.stage = 0;
+  z.scaler.initial_scale = 65536.0;  // 2**16, as Colossal-AI's HybridParallelPlugin
+  return z;
 }
 
 void HybridParallelOptions::validate() const {
   const char* who = "HybridParallelPlugin: ";
   BOOSTER_CHECK(tp_size >= 1, who, "tp_size must be >= 1, got ", tp_size);
   BOOSTER_CHECK(pp_size >= 1, who, "pp_size must be >= 1, got ", pp_size);
-  BOOSTER_CHECK(precision == "fp16" || precision == "bf16" || precision == "fp32", who,
-                "precision must be one of fp16, bf16, fp32, got '", precision, "'");
-  BOOSTER_CHECK(zero_stage >= 0 && zero_stage <= 2, who, "zero_stage must be 0, 1 or 2, got ", zero_stage);
+  zero.validate_common(who);
+  BOOSTER_CHECK(zero.stage >= 0 && zero.stage <= 2, who, "zero_stage must be 0, 1 or 2, got ", zero.stage);
   const std::string& m = sequence_parallelism_mode;
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
@@ -106,13 +112,10 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(num_layers_per_stage.empty() || partition_method == "uniform", who,
                 "num_layers_per_stage and partition_method balanced both say how to split the layers; give one");
   BOOSTER_CHECK(ddp_bucket_cap_mb > 0, who, "ddp_bucket_cap_mb must be positive, got ", ddp_bucket_cap_mb);
-  BOOSTER_CHECK(zero_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ", zero_bucket_size_in_m);
+  BOOSTER_CHECK(zero.reduce_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ",
+                zero.reduce_bucket_size_in_m);
   BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
-  BOOSTER_CHECK(communication_dtype.empty() || communication_dtype == "fp16" || communication_dtype == "bf16" ||
-                    communication_dtype == "fp32",
-                who, "communication_dtype must be empty, fp16, bf16 or fp32, got '", communication_dtype, "'");
-  BOOSTER_CHECK(!cpu_offload || zero_stage > 0, who, "cpu_offload needs zero_stage 1 or 2");
-  scaler.validate(who);
+  BOOSTER_CHECK(!zero.cpu_offload || zero.stage > 0, who, "cpu_offload needs zero_stage 1 or 2");
 }
 
 HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(std::move(opts)) {
@@ -210,24 +213,13 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     shardformer::shard_model(*module, *policy, sc);
   }
   if (opts_.pp_size > 1) keep_stage_layers(o);
-  if (opts_.zero_stage == 0) {
+  if (opts_.zero.stage == 0) {
     TorchDDPOptions d{opts_.broadcast_buffers,       opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters,
                       opts_.check_reduction,         opts_.gradient_as_bucket_view, opts_.static_graph};
     o.model = std::make_shared<TorchDDPModel>(o.model, dp, d);
-    if (opts_.precision != "fp32") apply_mixed_precision(o, {opts_.precision, opts_.scaler, true});
+    if (opts_.zero.precision != "fp32") apply_mixed_precision(o, {opts_.zero.precision, opts_.zero.scaler, true});
   } else {
-    LowLevelZeroOptions z;
-    z.stage = opts_.zero_stage;
-    z.precision = opts_.precision;
-    z.scaler = opts_.scaler;
-    z.max_norm = 0;  // HybridParallelOptimizer clips, counting replicated parameters once
-    z.reduce_bucket_size_in_m = opts_.zero_bucket_size_in_m;
-    z.communication_dtype = opts_.communication_dtype;
-    z.overlap_communication = opts_.overlap_communication;
-    z.overlap_allgather = opts_.overlap_allgather;
-    z.cpu_offload = opts_.cpu_offload;
-    z.offload_dir = opts_.offload_dir;
-    apply_low_level_zero(o, dp, z);
+    zero::apply_zero(o, dp, opts_.zero);  // its max_norm stays 0: HybridParallelOptimizer clips
   }
   o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1);
   if (o.optimizer) o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm);
@@ -236,7 +228,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
 std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() {
   if (!checkpoint_io_)
     checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
-        name(), dist::world_size(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.precision));
+        name(), dist::world_size(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision));
   return checkpoint_io_;
 }
 

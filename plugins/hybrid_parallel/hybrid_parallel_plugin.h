@@ -20,6 +20,7 @@
 #include "core/dist/mesh.h"
 #include "pipeline/schedule.h"
 #include "shardformer/policy.h"
+#include "zero/options.h"
 
 namespace booster::plugins {
 
@@ -27,8 +28,6 @@ struct HybridParallelOptions {
   int tp_size = 1;
   int pp_size = 1;
   int sp_size = 0;  // None
-  std::string precision = "fp16";
-  int zero_stage = 0;
   bool enable_all_optimization = false;
   bool enable_fused_normalization = false;
   bool enable_flash_attention = false;
@@ -38,19 +37,13 @@ struct HybridParallelOptions {
   bool parallel_output = true;
   int64_t num_microbatches = 0;  // 0: None
   int64_t microbatch_size = 0;   // 0: None
-  GradScalerOptions scaler{65536.0, 1, 2, 0.5, 1000, 2, 4294967296.0};  // initial_scale 2**16, as Colossal-AI
-  double max_norm = 0;
+  double max_norm = 0;  // clipped by HybridParallelOptimizer (replicated parameters counted once)
   bool broadcast_buffers = true;
   double ddp_bucket_cap_mb = 25;
   bool find_unused_parameters = false;
   bool check_reduction = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;
-  double zero_bucket_size_in_m = 12;
-  bool cpu_offload = false;
-  std::string offload_dir;
-  std::string communication_dtype;
-  bool overlap_communication = true;
   std::string custom_policy;               // a registered policy's name ("" : the model's built-in one)
   std::shared_ptr<shardformer::Policy> custom_policy_object;  // from code (takes precedence)
   std::string pp_style = "1f1b";
@@ -60,8 +53,13 @@ struct HybridParallelOptions {
   bool enable_metadata_cache = true;
   bool dp_outside = true;
   bool overlap_p2p = true;
-  bool overlap_allgather = false;
+  /// The ZeRO engine's options (precision and loss scaling serve zero_stage 0 too), bound to
+  /// Colossal-AI's keys: precision, zero_stage, zero_bucket_size_in_m, cpu_offload,
+  /// communication_dtype, overlap_communication, overlap_allgather, the loss-scale ones.
+  zero::ZeroOptions zero = zero_defaults();
 
+  /// Colossal-AI's defaults for HybridParallelPlugin: zero_stage 0, initial_scale 2**16.
+  static zero::ZeroOptions zero_defaults();
   /// Reads a [plugin] table (name = "hybrid_parallel"); unknown keys and wrong types refused.
   static HybridParallelOptions from_config(const Config& cfg, const std::string& table = "plugin");
   /// Throws ValueError naming the first bad argument (world-size checks come with the plugin).

@@ -8,9 +8,12 @@
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/process_group.h"
-#include "plugins/torch_ddp/reducer.h"
+#include "zero/reducer.h"
 
 namespace booster::plugins {
+
+using zero::Reducer;
+using zero::ReducerOptions;
 
 struct TorchDDPOptions {
   bool broadcast_buffers = true;

@@ -84,12 +84,13 @@ TEST(Gemini, ChunkConfigDictSetsTheChunks) {
     Booster booster(gemini(std::string("[plugin.chunk_config_dict]\nchunk_size = 3000\nkeep_gathered = ") +
                            (keep ? "true" : "false") + "\n"));
     auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1}));
-    const auto& zp = *b.model->find<plugins::LowLevelZeroModel>()->partition();
+    auto& eng = *b.model->find<plugins::LowLevelZeroModel>()->engine();
+    const auto& zp = eng.layout();
     for (size_t k = 0; k < zp.buckets().size(); ++k) {
       int64_t n = 0;
       for (size_t i : zp.buckets()[k]) n += zp.parts()[i].numel;
       EXPECT_LE(n, std::max<int64_t>(3000, largest)) << "chunk " << k;
-      EXPECT_EQ(zp.is_sharded(k), !keep) << "chunk " << k;
+      EXPECT_EQ(eng.gatherer().is_sharded(k), !keep) << "chunk " << k;
     }
     EXPECT_GT(zp.buckets().size(), size_t(total / std::max<int64_t>(3000, largest)));
   }
@@ -103,7 +104,7 @@ TEST(Gemini, ChunkConfigDictSetsTheChunks) {
 // reduces last), under every placement; training is the same as LowLevelZero's (which
 // never repacks).
 TEST(Gemini, ChunksFollowTheFirstForwardsOrder) {
-  auto names = [](const plugins::ZeroPartition& zp) {  // chunks in backward's order, parameters within
+  auto names = [](const zero::Layout& zp) {  // chunks in backward's order, parameters within
     std::vector<std::vector<std::string>> out;
     for (auto& b : zp.buckets()) {
       out.emplace_back();
@@ -124,7 +125,8 @@ TEST(Gemini, ChunksFollowTheFirstForwardsOrder) {
     auto model = std::make_shared<Backwards>();
     Booster booster(plugin);
     auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1, 0.9}));
-    const auto& zp = *b.model->find<plugins::LowLevelZeroModel>()->partition();
+    auto& eng = *b.model->find<plugins::LowLevelZeroModel>()->engine();
+    const auto& zp = eng.layout();
     if (check) {
       EXPECT_EQ(names(zp), registered);
     }
@@ -140,7 +142,7 @@ TEST(Gemini, ChunksFollowTheFirstForwardsOrder) {
       EXPECT_EQ(names(zp), used) << "after step " << step;
       for (size_t k = 0; k < zp.buckets().size(); ++k) {  // a chunk is wholly in RAM or wholly on disk
         int resident = 0;
-        for (size_t i : zp.buckets()[k]) resident += zp.parts()[i].resident;
+        for (size_t i : zp.buckets()[k]) resident += eng.shards().at(i).resident;
         EXPECT_TRUE(resident == 0 || resident == int(zp.buckets()[k].size())) << "chunk " << k;
       }
     }
@@ -169,8 +171,9 @@ TEST(Gemini, ParametersLiveOnlyWhileUsed) {
   for (auto& [n, p] : model->named_parameters()) total += p.numel();
   Booster booster(gemini(""));
   auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.1}));
-  auto* zp = b.model->find<plugins::LowLevelZeroModel>()->partition();
-  ASSERT_NE(zp, nullptr);
+  auto* eng = b.model->find<plugins::LowLevelZeroModel>()->engine();
+  ASSERT_NE(eng, nullptr);
+  auto* zp = &eng->layout();
   EXPECT_GT(zp->buckets().size(), 2u) << "the test wants several chunks";
   auto released = [&] {
     for (auto& [n, p] : model->named_parameters())
@@ -178,20 +181,20 @@ TEST(Gemini, ParametersLiveOnlyWhileUsed) {
     return std::string();
   };
   EXPECT_EQ(released(), "") << "a parameter is still held in full after boost";
-  EXPECT_EQ(zp->full_bytes(), 0u);
+  EXPECT_EQ(eng->gatherer().full_bytes(), 0u);
   int64_t own = 0;
   for (auto& p : zp->parts()) own += p.n;
   const int dp = dist::world_size();
   EXPECT_LE(own, (total + dp * int64_t(zp->parts().size())) / dp) << "a rank keeps about 1/dp of the parameters";
   size_t peak_full = 0;
-  auto probe = model->vit->encoder->register_forward_hook([&](nn::Module&) { peak_full = std::max(peak_full, zp->full_bytes()); });
+  auto probe = model->vit->encoder->register_forward_hook([&](nn::Module&) { peak_full = std::max(peak_full, eng->gatherer().full_bytes()); });
   for (int step = 0; step < 2; ++step) {
     auto [x, y] = batch(4, 10 + uint64_t(step));
     b.optimizer->zero_grad();
     booster.backward((*b.model)(x, y).loss, *b.optimizer);
     EXPECT_EQ(released(), "") << "after backward";
     b.optimizer->step();
-    EXPECT_EQ(zp->full_bytes(), 0u) << "after the step";
+    EXPECT_EQ(eng->gatherer().full_bytes(), 0u) << "after the step";
   }
   EXPECT_LT(peak_full, size_t(total) * sizeof(float)) << "the forward held every chunk at once";
   // Evaluation releases what it fetched too.
@@ -207,11 +210,14 @@ TEST(Gemini, EverythingOffloadedTrains) {
   auto model = vit();
   Booster booster(gemini("offload_optim_frac = 1.0\noffload_param_frac = 1.0\n"));
   auto b = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), optim::SGDOptions{0.05}));
-  auto* zp = b.model->find<plugins::LowLevelZeroModel>()->partition();
-  for (auto& p : zp->parts()) {
-    EXPECT_TRUE(p.n == 0 || !p.own.defined()) << p.name;  // a rank without a slice of it keeps an empty one
-    EXPECT_TRUE(p.n == 0 || p.own_slot >= 0) << p.name;
-    EXPECT_FALSE(p.master.defined()) << p.name;
+  auto* eng = b.model->find<plugins::LowLevelZeroModel>()->engine();
+  auto* zp = &eng->layout();
+  for (size_t i = 0; i < zp->size(); ++i) {
+    const auto& p = zp->parts()[i];
+    const auto& s = eng->shards().at(i);
+    EXPECT_TRUE(p.n == 0 || !s.own.defined()) << p.name;  // a rank without a slice of it keeps an empty one
+    EXPECT_TRUE(p.n == 0 || s.own_slot >= 0) << p.name;
+    EXPECT_FALSE(s.master.defined()) << p.name;
   }
   double first = 0, last = 0;
   for (int step = 0; step < 4; ++step) {
@@ -221,7 +227,7 @@ TEST(Gemini, EverythingOffloadedTrains) {
     booster.backward(loss, *b.optimizer);
     b.optimizer->step();
     (step == 0 ? first : last) = loss.item();
-    auto& grads = *b.model->find<plugins::LowLevelZeroModel>()->grads();
+    auto& grads = eng->grads();
     for (size_t i = 0; i < zp->parts().size(); ++i)  // the gradient shards went to the disk tier too
       if (zp->parts()[i].n > 0) {
         EXPECT_TRUE(grads.on_disk(i) && grads.has(i) && !grads.chunk(i).defined()) << zp->parts()[i].name;

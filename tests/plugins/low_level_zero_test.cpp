@@ -30,7 +30,7 @@ std::shared_ptr<nn::ViTForImageClassification> model(uint64_t seed = 42) {
   return std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
 }
 
-std::shared_ptr<Plugin> zero(const std::string& extra) {
+std::shared_ptr<Plugin> zero_plugin(const std::string& extra) {
   return make_plugin(Config::from_string("[plugin]\nname = 'low_level_zero'\n" + extra, "zero.toml"));
 }
 
@@ -45,18 +45,20 @@ std::pair<Tensor, Tensor> batch(int s) {
 TEST(LowLevelZero, EachRankHoldsItsChunksOnly) {
   for (int stage : {1, 2}) {
     auto m = model();
-    Booster booster(zero("stage = " + std::to_string(stage) + "\nprecision = 'bf16'\n"));
+    Booster booster(zero_plugin("stage = " + std::to_string(stage) + "\nprecision = 'bf16'\n"));
     auto b = booster.boost(m, std::make_shared<optim::AdamW>(m->named_parameters()));
     auto& z = *b.optimizer->find<LowLevelZeroOptimizer>();
     const int n = dist::world_size(), r = dist::world_rank();
     int64_t mine = 0, total = 0;
-    for (auto& p : z.partition().parts()) {
+    for (size_t i = 0; i < z.engine().layout().size(); ++i) {
+      const auto& p = z.engine().layout().parts()[i];
+      const auto& s = z.engine().shards().at(i);
       EXPECT_EQ(p.chunk, (p.numel + n - 1) / n) << p.name;
       EXPECT_EQ(p.lo, std::min(p.numel, p.chunk * r));
       EXPECT_EQ(p.param.dtype(), DType::bf16) << p.name;  // the working copy
       if (p.n > 0) {
-        EXPECT_EQ(p.master.dtype(), DType::f32);
-        EXPECT_EQ(p.master.numel(), p.n);
+        EXPECT_EQ(s.master.dtype(), DType::f32);
+        EXPECT_EQ(s.master.numel(), p.n);
       }
       mine += p.n, total += p.numel;
     }
@@ -84,7 +86,7 @@ TEST(LowLevelZero, EachRankHoldsItsChunksOnly) {
 
 TEST(LowLevelZero, Fp16OverflowOnOneRankSkipsEverywhere) {
   auto m = model();
-  Booster booster(zero("stage = 2\nprecision = 'fp16'\ninitial_scale = 1024\nhysteresis = 1\n"));
+  Booster booster(zero_plugin("stage = 2\nprecision = 'fp16'\ninitial_scale = 1024\nhysteresis = 1\n"));
   auto b = booster.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), optim::SGDOptions{0.01}));
   auto& z = *b.optimizer->find<LowLevelZeroOptimizer>();
   auto [x, y] = batch(1);
@@ -93,8 +95,8 @@ TEST(LowLevelZero, Fp16OverflowOnOneRankSkipsEverywhere) {
   booster.backward(loss, *b.optimizer);
   const int last = dist::world_size() - 1;
   if (dist::world_rank() == last)  // poison this rank's chunk of one gradient
-    for (size_t i = 0; i < z.partition().parts().size(); ++i)
-      if (Tensor g = z.grads().chunk(i); g.defined() && g.numel() > 0) {
+    for (size_t i = 0; i < z.engine().layout().parts().size(); ++i)
+      if (Tensor g = z.engine().grads().chunk(i); g.defined() && g.numel() > 0) {
         g.fill_(INFINITY);
         break;
       }
@@ -112,7 +114,7 @@ TEST(LowLevelZero, Fp16OverflowOnOneRankSkipsEverywhere) {
 TEST(LowLevelZero, OverlappedAllGatherAndNoMastersTrainLikeTheDefault) {
   auto run = [](const std::string& extra) {
     auto m = model();
-    Booster booster(zero("stage = 2\nprecision = 'fp32'\n" + extra));
+    Booster booster(zero_plugin("stage = 2\nprecision = 'fp32'\n" + extra));
     auto b = booster.boost(m, std::make_shared<optim::AdamW>(m->named_parameters()));
     std::vector<float> losses;
     for (int s = 0; s < 3; ++s) {
@@ -134,28 +136,28 @@ TEST(LowLevelZero, OverlappedAllGatherAndNoMastersTrainLikeTheDefault) {
 TEST(LowLevelZero, OffloadKeepsMastersAndStatesOnDisk) {
   auto m = model();
   const std::string dir = (testkit::temp_path("zero_offload") / std::to_string(dist::world_rank())).string();
-  Booster booster(zero("stage = 2\nprecision = 'bf16'\ncpu_offload = true\noffload_dir = '" + dir + "'\n"));
+  Booster booster(zero_plugin("stage = 2\nprecision = 'bf16'\ncpu_offload = true\noffload_dir = '" + dir + "'\n"));
   auto b = booster.boost(m, std::make_shared<optim::AdamW>(m->named_parameters()));
   auto& z = *b.optimizer->find<LowLevelZeroOptimizer>();
-  ASSERT_NE(z.partition().store(), nullptr);
-  EXPECT_EQ(z.partition().store()->path().rfind(dir, 0), 0u);
+  ASSERT_NE(z.engine().shards().store(), nullptr);
+  EXPECT_EQ(z.engine().shards().store()->path().rfind(dir, 0), 0u);
   for (int s = 0; s < 2; ++s) {
     auto [x, y] = batch(s);
     b.optimizer->zero_grad();
     booster.backward(b.model(x, y).loss, *b.optimizer);
     b.optimizer->step();
   }
-  z.partition().store()->flush();
+  z.engine().shards().store()->flush();
   // Masters and both Adam states of every chunk live in the file; RAM keeps the step counts.
   int64_t elems = 0;
-  for (auto& p : z.partition().parts()) elems += p.n;
-  EXPECT_GE(z.partition().store()->disk_bytes(), size_t(elems) * 4 * 3);
+  for (auto& p : z.engine().layout().parts()) elems += p.n;
+  EXPECT_GE(z.engine().shards().store()->disk_bytes(), size_t(elems) * 4 * 3);
   EXPECT_GE(disk_tier().bytes_in_use(), size_t(elems) * 4 * 3);
   for (auto& [name, st] : b.optimizer->unwrap()->state()) {
     EXPECT_TRUE(st.buffers.empty()) << name;
     EXPECT_EQ(st.step, 2) << name;
   }
-  EXPECT_GT(z.partition().store()->bytes_read(), 0u);
+  EXPECT_GT(z.engine().shards().store()->bytes_read(), 0u);
   // The state still reads back whole (gathered over the ranks).
   auto sd = b.optimizer->state_dict();
   EXPECT_EQ(sd.state.at("classifier.weight").buffers.at("exp_avg").shape(), (Shape{3, 16}));
@@ -166,7 +168,7 @@ TEST(LowLevelZero, MaxNormClipsEveryStepAsAnExplicitClip) {
   // update as calling clip_grad_by_norm(max_norm) before each step.
   auto run = [](const std::string& extra, double explicit_clip) {
     auto m = model();
-    Booster booster(zero("stage = 2\nprecision = 'fp32'\n" + extra));
+    Booster booster(zero_plugin("stage = 2\nprecision = 'fp32'\n" + extra));
     auto b = booster.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), optim::SGDOptions{0.5}));
     std::optional<double> norm;
     for (int s = 0; s < 2; ++s) {
@@ -190,7 +192,7 @@ TEST(LowLevelZero, MaxNormClipsEveryStepAsAnExplicitClip) {
 }
 
 TEST(LowLevelZero, BadArgumentsAreNamed) {
-  auto msg = [](const std::string& extra) { return testkit::error_of([&] { zero(extra); }); };
+  auto msg = [](const std::string& extra) { return testkit::error_of([&] { zero_plugin(extra); }); };
   EXPECT_NE(msg("stage = 3\n").find("stage must be 1 or 2, got 3"), std::string::npos) << msg("stage = 3\n");
   EXPECT_NE(msg("precision = 'fp8'\n").find("precision must be one of fp16, bf16, fp32, got 'fp8'"), std::string::npos);
   EXPECT_NE(msg("reduce_bucket_size_in_m = 0\n").find("reduce_bucket_size_in_m must be positive, got 0"),
@@ -200,7 +202,7 @@ TEST(LowLevelZero, BadArgumentsAreNamed) {
   EXPECT_NE(msg("offload = true\n").find("unknown key 'plugin.offload'"), std::string::npos);
   // Lamb's trust ratio needs whole tensors: refused with the reason.
   auto m = model();
-  Booster booster(zero("stage = 1\n"));
+  Booster booster(zero_plugin("stage = 1\n"));
   const std::string e = testkit::error_of([&] {
     booster.boost(m, std::make_shared<optim::Lamb>(m->named_parameters()));
   });

@@ -1,4 +1,4 @@
-// ZeroGrads: a ZeRO rank's gradients. Buckets of parameters (ZeroPartition's) are
+// GradReducer: a ZeRO rank's gradients, the reduce-scatter driver. The layout's buckets are
 // reduce-scattered (averaged over the dp group) so that each rank receives its chunk of
 // every gradient. With overlap_communication a bucket is launched from the gradient hooks
 // as soon as backward has finished all its parameters, in bucket order on every rank;
@@ -7,6 +7,7 @@
 //   Stage 2: a launched bucket frees its full gradients; the chunks accumulate in fp32
 //   buffers (gradient memory / dp). Under no_sync the buckets are still reduced, into the
 //   chunks, so memory stays partitioned while micro-batches accumulate.
+//   A launched bucket of a sharded (ZeRO-3) bucket releases its parameters (Gemini).
 //   A part whose parameter slice lives on the disk tier (Gemini) keeps its chunk there
 //   too: written behind once reduced, its finiteness and sum of squares noted on the way
 //   (so the overflow check and clipping read no disk), read back for the update.
@@ -19,19 +20,18 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 
 #include "booster/grad_sync.h"
 #include "core/common/hook_handle.h"
-#include "plugins/low_level_zero/zero_partition.h"
+#include "zero/gatherer.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
-class ZeroGrads : public GradSync {
+class GradReducer : public GradSync {
  public:
   /// comm_dtype: the dtype gradients travel in (the working dtype when undefined-like f32
   /// for fp32 training).
-  ZeroGrads(ZeroPartition& partition, int stage, bool overlap, DType comm_dtype);
+  GradReducer(Layout& layout, ShardStore& shards, Gatherer& gatherer, int stage, bool overlap, DType comm_dtype);
 
   int stage() const { return stage_; }
   void set_no_sync(bool on) override { no_sync_ = on; }
@@ -67,13 +67,10 @@ class ZeroGrads : public GradSync {
   const Noted& noted(size_t i) const { return noted_.at(i); }
   /// Notes a disk chunk changed in RAM (clip by value) before its release.
   void renote(size_t i, const Tensor& chunk);
-  /// Called with a bucket's index once its reduction is launched (its full gradients read):
-  /// ZeRO-3 releases the bucket's parameters then.
-  void set_after_launch(std::function<void(size_t)> f) { after_launch_ = std::move(f); }
   /// At most n buckets in flight (0: no bound): launching one more first completes the
   /// oldest, so its staging and output buffers go (Gemini bounds its transient memory).
   void set_max_inflight(size_t n) { max_inflight_ = n; }
-  /// Follows the partition's buckets after ZeroPartition::rebucket (between steps).
+  /// Follows the layout's buckets after Gatherer::rebucket (between steps).
   void rebucket();
   /// Clears the gradients (full and chunks).
   void zero();
@@ -98,7 +95,9 @@ class ZeroGrads : public GradSync {
   /// Waits for the oldest bucket in flight and completes it.
   void complete_oldest();
 
-  ZeroPartition& zp_;
+  Layout& layout_;
+  ShardStore& shards_;
+  Gatherer& gatherer_;
   int stage_;
   bool overlap_, no_sync_ = false, defer_ = false, started_ = false;
   DType comm_;
@@ -112,8 +111,7 @@ class ZeroGrads : public GradSync {
   std::vector<Noted> noted_;
   size_t next_launch_ = 0, next_complete_ = 0, max_inflight_ = 0;
   double wait_s_ = 0;
-  std::function<void(size_t)> after_launch_;
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };
 
-}  // namespace booster::plugins
+}  // namespace booster::zero

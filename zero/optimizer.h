@@ -1,6 +1,6 @@
 // LowLevelZeroOptimizer: the optimizer leaf under ZeRO stage 1 and 2 (Colossal-AI's
 // LowLevelZeroOptimizer). It owns precision: the loss scaling and skip rule of every
-// precision owner (LossScaling), the fp32 master chunks of ZeroPartition, and the optimizer
+// precision owner (LossScaling), the fp32 master chunks of the engine's shard store, and the optimizer
 // state of this rank's chunks only. A step checks every rank's chunks for non-finite values,
 // unscales and clips by the global norm inside the fused update of its chunks, writes them
 // into the working parameters and all-gathers them (in the background with
@@ -9,15 +9,14 @@
 // next one read ahead.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 
 #include "booster/loss_scaling.h"
 #include "booster/optimizer_wrapper.h"
-#include "plugins/low_level_zero/zero_grads.h"
+#include "zero/engine.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
 struct ZeroStepOptions {
   std::string precision = "fp16";
@@ -28,12 +27,11 @@ struct ZeroStepOptions {
 
 class LowLevelZeroOptimizer : public OptimizerLeaf {
  public:
-  LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<ZeroPartition> partition,
-                        std::shared_ptr<ZeroGrads> grads, ZeroStepOptions opts);
+  LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<Engine> engine, ZeroStepOptions opts);
   std::string type_name() const override { return "LowLevelZeroOptimizer"; }
   void backward(const Tensor& loss, bool retain_graph = false) override;
   void step() override;
-  void zero_grad(bool set_to_none = true) override { grads_->zero(); }
+  void zero_grad(bool set_to_none = true) override { eng_->grads().zero(); }
   void clip_grad_by_value(double clip_value) override;
   std::optional<double> get_grad_norm() const override { return scaling_.grad_norm(); }
   /// The full state, every chunk all-gathered (collective); load_state_dict takes it back
@@ -48,11 +46,8 @@ class LowLevelZeroOptimizer : public OptimizerLeaf {
   ShardedState local_load_targets(const std::map<std::string, std::vector<std::string>>& keys) override;
   void load_local_state_dict(const optim::OptimizerStateDict& sd) override;
 
-  ZeroPartition& partition() const { return *zp_; }
-  ZeroGrads& grads() const { return *grads_; }
+  Engine& engine() const { return *eng_; }
   const LossScaling& scaling() const { return scaling_; }
-  /// Called at the end of every step() (applied or skipped): Gemini's placement.
-  void set_after_step(std::function<void()> f) { after_step_ = std::move(f); }
   /// Part i's optimizer states on the disk tier (state -> slot; empty before its first step).
   const std::map<std::string, int64_t>& state_slots(size_t i) const;
 
@@ -67,12 +62,10 @@ class LowLevelZeroOptimizer : public OptimizerLeaf {
   void install_state(size_t i);
   void stash_state(size_t i);
 
-  std::shared_ptr<ZeroPartition> zp_;
-  std::shared_ptr<ZeroGrads> grads_;
+  std::shared_ptr<Engine> eng_;
   ZeroStepOptions opts_;
   LossScaling scaling_;
-  std::function<void()> after_step_;
   std::map<std::string, std::map<std::string, int64_t>> state_slots_;  // offload: parameter -> state -> slot
 };
 
-}  // namespace booster::plugins
+}  // namespace booster::zero

@@ -1,15 +1,15 @@
-// ZeRO gradient reduction (see zero_grads.h).
-#include "plugins/low_level_zero/zero_grads.h"
+// ZeRO gradient reduction (see grad_reducer.h).
+#include "zero/grad_reducer.h"
 
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/raw.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
-ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
-    : zp_(zp), stage_(stage), overlap_(overlap), comm_(comm) {
-  const auto& parts = zp_.parts();
+GradReducer::GradReducer(Layout& layout, ShardStore& shards, Gatherer& gatherer, int stage, bool overlap, DType comm)
+    : layout_(layout), shards_(shards), gatherer_(gatherer), stage_(stage), overlap_(overlap), comm_(comm) {
+  const auto& parts = layout_.parts();
   bucket_of_.resize(parts.size());
   ready_.assign(parts.size(), false);
   chunks_.resize(parts.size());
@@ -26,14 +26,14 @@ ZeroGrads::ZeroGrads(ZeroPartition& zp, int stage, bool overlap, DType comm)
   }
 }
 
-void ZeroGrads::rebucket() {
-  BOOSTER_CHECK(!started_ && next_launch_ == 0, "ZeroGrads.rebucket: a reduction is in progress");
-  buckets_.assign(zp_.buckets().size(), Bucket{});
-  for (size_t b = 0; b < zp_.buckets().size(); ++b)
-    for (size_t i : zp_.buckets()[b]) bucket_of_.at(i) = b;
+void GradReducer::rebucket() {
+  BOOSTER_CHECK(!started_ && next_launch_ == 0, "ZeRO GradReducer.rebucket: a reduction is in progress");
+  buckets_.assign(layout_.buckets().size(), Bucket{});
+  for (size_t b = 0; b < layout_.buckets().size(); ++b)
+    for (size_t i : layout_.buckets()[b]) bucket_of_.at(i) = b;
 }
 
-void ZeroGrads::on_ready(size_t i) {
+void GradReducer::on_ready(size_t i) {
   if ((stage_ == 1 && no_sync_) || defer_) return;  // full gradients accumulate locally
   if (!started_) autograd::queue_callback([this] { finish(); });  // the end of this backward
   started_ = true;
@@ -46,15 +46,15 @@ void ZeroGrads::on_ready(size_t i) {
     if (buckets_[b].work) buckets_[b].work->test();
 }
 
-void ZeroGrads::launch_ready_in_order() {
+void GradReducer::launch_ready_in_order() {
   // Buckets launch strictly in order, so every rank issues the same collective sequence.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == zp_.buckets()[next_launch_].size()) {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == layout_.buckets()[next_launch_].size()) {
     launch(next_launch_++);
     while (max_inflight_ > 0 && next_launch_ - next_complete_ > max_inflight_) complete_oldest();
   }
 }
 
-void ZeroGrads::complete_oldest() {
+void GradReducer::complete_oldest() {
   const auto t0 = std::chrono::steady_clock::now();
   {
     ProfileScope prof_("zero reduce-scatter wait");
@@ -64,14 +64,14 @@ void ZeroGrads::complete_oldest() {
   complete(next_complete_++);
 }
 
-void ZeroGrads::launch(size_t b) {
+void GradReducer::launch(size_t b) {
   ProfileScope prof_("zero reduce-scatter launch");
   NoGradGuard ng;
-  const auto& ids = zp_.buckets()[b];
-  auto& parts = zp_.parts();
+  const auto& ids = layout_.buckets()[b];
+  auto& parts = layout_.parts();
   int64_t width = 0;
   for (size_t i : ids) width += parts[i].chunk;
-  const int n = zp_.group().size();
+  const int n = layout_.group().size();
   // [rank][parameter chunk]: block r holds every parameter's chunk r, padded with zeros.
   Tensor stage = Tensor::empty({n * width}, comm_);
   for (size_t i : ids) settle(i);  // no gradient in this backward: its average counts once
@@ -79,7 +79,7 @@ void ZeroGrads::launch(size_t b) {
     int64_t off = int64_t(r) * width;
     for (size_t i : ids) {
       const auto& p = parts[i];
-      const int64_t lo = std::min(p.numel, p.chunk * r), len = std::min(p.numel, lo + p.chunk) - lo;
+      const auto [lo, len] = p.range_of(r);
       Tensor g = p.param.grad();
       Tensor dst = stage.narrow(0, off, p.chunk);
       if (g.defined() && len > 0) dst.narrow(0, 0, len).copy_(g.view({-1}).narrow(0, lo, len));
@@ -91,28 +91,28 @@ void ZeroGrads::launch(size_t b) {
   Bucket& bk = buckets_[b];
   bk.out = Tensor::empty({width}, comm_);
   bk.stage = stage;
-  bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, zp_.group(), /*async_op=*/true);
+  bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, layout_.group(), /*async_op=*/true);
   if (stage_ == 2)
     for (size_t i : ids) {  // only the chunks are kept
       Tensor p = parts[i].param;
       p.set_grad(Tensor());
     }
-  if (after_launch_) after_launch_(b);
+  gatherer_.release(b);  // ZeRO-3: the bucket's parameters go once their gradients are read
 }
 
-void ZeroGrads::complete(size_t b) {
+void GradReducer::complete(size_t b) {
   NoGradGuard ng;
   Bucket& bk = buckets_[b];
-  auto& parts = zp_.parts();
+  auto& parts = layout_.parts();
   int64_t off = 0;
-  for (size_t i : zp_.buckets()[b]) {
+  for (size_t i : layout_.buckets()[b]) {
     auto& p = parts[i];
     Tensor mine = bk.out.narrow(0, off, p.n);
     off += p.chunk;
     if (stage_ == 1) averaged_[i] = true;  // also without a chunk here: the other slices were counted
     if (p.n == 0) continue;
-    if (stage_ == 2 && p.own_slot >= 0) {  // on the disk tier with the parameter's slice
-      OffloadStore& store = *zp_.store();
+    if (stage_ == 2 && shards_.at(i).own_slot >= 0) {  // on the disk tier with the parameter's slice
+      OffloadStore& store = *shards_.store();
       if (has_[i]) {  // accumulating over micro-batches
         Tensor acc = store.get(slot_[i]);
         kernels::add_(acc, mine);
@@ -121,7 +121,7 @@ void ZeroGrads::complete(size_t b) {
       } else {
         Tensor value = mine.dtype() == DType::f32 ? mine.clone() : mine.to(DType::f32);  // one copy, given to the store
         renote(i, value);
-        if (slot_[i] < 0) slot_[i] = store.put(value, p.resident);
+        if (slot_[i] < 0) slot_[i] = store.put(value, shards_.at(i).resident);
         else store.assign(slot_[i], value, /*owned=*/true);
         has_[i] = true;
       }
@@ -140,13 +140,13 @@ void ZeroGrads::complete(size_t b) {
   bk.ready = 0;
 }
 
-void ZeroGrads::sync_accumulated() {
+void GradReducer::sync_accumulated() {
   if (stage_ == 1 && no_sync_) return;
   started_ = true;
   finish();
 }
 
-void ZeroGrads::finish() {
+void GradReducer::finish() {
   if (!started_) return;
   for (size_t i = 0; i < ready_.size(); ++i)
     if (!ready_[i]) {  // no gradient this backward: counts as zero
@@ -160,53 +160,53 @@ void ZeroGrads::finish() {
   started_ = false;
 }
 
-void ZeroGrads::settle(size_t i) {
+void GradReducer::settle(size_t i) {
   if (!averaged_.at(i)) return;
   averaged_[i] = false;
-  const auto& p = zp_.parts()[i];
+  const auto& p = layout_.parts()[i];
   Tensor g = p.param.grad();
   if (!g.defined()) return;
   NoGradGuard ng;
   Tensor flat = g.view({-1});
   Tensor own = flat.narrow(0, p.lo, p.n);
-  kernels::scale_(own, double(zp_.group().size()));
+  kernels::scale_(own, double(layout_.group().size()));
   if (p.lo > 0) flat.narrow(0, 0, p.lo).zero_();
   if (p.lo + p.n < p.numel) flat.narrow(0, p.lo + p.n, p.numel - p.lo - p.n).zero_();
 }
 
-Tensor ZeroGrads::chunk(size_t i) const {
-  const auto& p = zp_.parts().at(i);
+Tensor GradReducer::chunk(size_t i) const {
+  const auto& p = layout_.parts().at(i);
   if (stage_ == 2) return chunks_[i];
   Tensor g = p.param.grad();
   return g.defined() ? g.view({-1}).narrow(0, p.lo, p.n) : Tensor();
 }
 
-Tensor ZeroGrads::fetch(size_t i) const {
+Tensor GradReducer::fetch(size_t i) const {
   if (!on_disk(i)) return chunk(i);
-  return has_[i] ? zp_.store()->get(slot_[i]) : Tensor();
+  return has_[i] ? shards_.store()->get(slot_[i]) : Tensor();
 }
 
-void ZeroGrads::prefetch(size_t i) const {
-  if (on_disk(i) && has_[i]) zp_.store()->prefetch(slot_[i]);
+void GradReducer::prefetch(size_t i) const {
+  if (on_disk(i) && has_[i]) shards_.store()->prefetch(slot_[i]);
 }
 
-void ZeroGrads::release(size_t i, bool dirty) const {
-  if (on_disk(i) && has_[i]) zp_.store()->release(slot_[i], dirty);
+void GradReducer::release(size_t i, bool dirty) const {
+  if (on_disk(i) && has_[i]) shards_.store()->release(slot_[i], dirty);
 }
 
-void ZeroGrads::renote(size_t i, const Tensor& chunk) {
+void GradReducer::renote(size_t i, const Tensor& chunk) {
   noted_.at(i) = {kernels::all_finite(chunk), kernels::sum_squares(chunk)};
 }
 
-void ZeroGrads::zero() {
+void GradReducer::zero() {
   NoGradGuard ng;
   std::fill(has_.begin(), has_.end(), false);
   std::fill(averaged_.begin(), averaged_.end(), false);
-  for (size_t i = 0; i < zp_.parts().size(); ++i) {
-    Tensor p = zp_.parts()[i].param;
+  for (size_t i = 0; i < layout_.parts().size(); ++i) {
+    Tensor p = layout_.parts()[i].param;
     p.set_grad(Tensor());
     chunks_[i] = Tensor();
   }
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::zero

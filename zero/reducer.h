@@ -1,4 +1,4 @@
-// DDP's gradient reducer: parameters grouped into buckets of at most bucket_cap_mb in
+// DDP's gradient reducer (ZeRO stage 0: nothing partitioned, gradients all-reduced): parameters grouped into buckets of at most bucket_cap_mb in
 // reverse registration order (the order backward finishes them), one dtype per bucket
 // (the parameters', as PyTorch's: bf16 working copies give bf16 buckets); each parameter's
 // post-accumulate hook marks it ready, and a bucket whose parameters are all ready is
@@ -16,12 +16,13 @@
 #include "core/dist/collectives.h"
 #include "optim/optimizer.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
 struct ReducerOptions {
   double bucket_cap_mb = 25;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  std::string owner = "TorchDDPPlugin";  // who errors name
 };
 
 class Reducer : public GradSync {
@@ -74,4 +75,4 @@ class Reducer : public GradSync {
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };
 
-}  // namespace booster::plugins
+}  // namespace booster::zero

@@ -1,5 +1,5 @@
 // The ZeRO optimizer leaf (see zero_optimizer.h).
-#include "plugins/low_level_zero/zero_optimizer.h"
+#include "zero/optimizer.h"
 
 #include <cmath>
 #include <set>
@@ -9,12 +9,11 @@
 #include "core/dist/runtime.h"
 #include "core/kernels/raw.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
-LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim,
-                                             std::shared_ptr<ZeroPartition> partition, std::shared_ptr<ZeroGrads> grads,
+LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> optim, std::shared_ptr<Engine> engine,
                                              ZeroStepOptions opts)
-    : OptimizerLeaf(std::move(optim)), zp_(std::move(partition)), grads_(std::move(grads)), opts_(opts),
+    : OptimizerLeaf(std::move(optim)), eng_(std::move(engine)), opts_(opts),
       scaling_(opts.precision, opts.scaler) {
   BOOSTER_CHECK(optim_->elementwise(), "LowLevelZeroPlugin: ", optim_->type_name(),
                 " needs whole tensors for its update and cannot run on ZeRO's chunks; use Adam, AdamW, HybridAdam or SGD");
@@ -26,15 +25,15 @@ void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {
 
 std::vector<Tensor> LowLevelZeroOptimizer::chunks() const {
   std::vector<Tensor> out;
-  for (size_t i = 0; i < zp_->parts().size(); ++i)
-    if (Tensor g = grads_->chunk(i); g.defined()) out.push_back(g);
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
+    if (Tensor g = eng_->grads().chunk(i); g.defined()) out.push_back(g);
   return out;
 }
 
 bool LowLevelZeroOptimizer::nonfinite_anywhere() const {
   bool bad = !kernels::all_finite(chunks());
-  for (size_t i = 0; i < zp_->parts().size() && !bad; ++i)  // chunks on disk: noted when written
-    bad = grads_->on_disk(i) && grads_->has(i) && !grads_->noted(i).finite;
+  for (size_t i = 0; i < eng_->layout().parts().size() && !bad; ++i)  // chunks on disk: noted when written
+    bad = eng_->grads().on_disk(i) && eng_->grads().has(i) && !eng_->grads().noted(i).finite;
   // Every rank decides alike (Colossal-AI reduces the flag over the world).
   return dist::world_size() > 1 ? dist::all_reduce_scalar(bad ? 1.0 : 0.0, dist::ReduceOp::max) > 0 : bad;
 }
@@ -44,10 +43,10 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
   BOOSTER_CHECK(norm_type == 2.0, "LowLevelZeroPlugin: only the 2-norm clips across partitions, got norm_type ",
                 norm_type);
   // The chunks are disjoint: their squares summed over the dp group count each element once.
-  const auto& dp = zp_->group();
+  const auto& dp = eng_->layout().group();
   double on_disk = 0;  // sums of squares noted as disk chunks were written
-  for (size_t i = 0; i < zp_->parts().size(); ++i)
-    if (grads_->on_disk(i) && grads_->has(i) && scope.count(zp_->parts()[i].param)) on_disk += grads_->noted(i).sum_squares;
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
+    if (eng_->grads().on_disk(i) && eng_->grads().has(i) && scope.count(eng_->layout().parts()[i].param)) on_disk += eng_->grads().noted(i).sum_squares;
   const optim::NormReducer over_dp = [&](double local, bool is_max) {
     local += on_disk;
     const double v = dp.size() > 1 ? dist::all_reduce_scalar(local, is_max ? dist::ReduceOp::max : dist::ReduceOp::sum, dp)
@@ -55,8 +54,8 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
     return scope.combine(v, is_max);
   };
   std::vector<Tensor> counted;  // a part replicated over an outer group (tensor parallelism) counts once there
-  for (size_t i = 0; i < zp_->parts().size(); ++i)
-    if (Tensor g = grads_->chunk(i); g.defined() && scope.count(zp_->parts()[i].param)) counted.push_back(g);
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
+    if (Tensor g = eng_->grads().chunk(i); g.defined() && scope.count(eng_->layout().parts()[i].param)) counted.push_back(g);
   const double norm = optim::norm_of(counted, 2.0, over_dp) / scaling_.loss_scale();
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
   scaling_.set_clip(norm, max_norm);
@@ -66,98 +65,98 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
 void LowLevelZeroOptimizer::clip_grad_by_value(double clip_value) {
   const double bound = clip_value * scaling_.loss_scale();  // gradients are still scaled
   optim::clamp_values(chunks(), bound);
-  for (size_t i = 0; i < zp_->parts().size(); ++i) {
-    if (!grads_->on_disk(i) || !grads_->has(i)) continue;  // the ones in RAM are clamped above
-    Tensor g = grads_->fetch(i);
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i) {
+    if (!eng_->grads().on_disk(i) || !eng_->grads().has(i)) continue;  // the ones in RAM are clamped above
+    Tensor g = eng_->grads().fetch(i);
     optim::clamp_values({g}, bound);
-    grads_->renote(i, g);
-    grads_->release(i, true);
+    eng_->grads().renote(i, g);
+    eng_->grads().release(i, true);
   }
 }
 
 void LowLevelZeroOptimizer::step() {
   if (!scaling_.begin_step(nonfinite_anywhere())) {
     zero_grad();
-    if (after_step_) after_step_();
+    eng_->after_step();
     return;
   }
   if (opts_.max_norm > 0) clip_norm(opts_.max_norm, 2.0, false, {});
   const double div = scaling_.take_divisor();
   NoGradGuard ng;
-  auto& parts = zp_->parts();
+  auto& parts = eng_->layout().parts();
   std::vector<size_t> todo;  // parts with a chunk here and a gradient
   for (size_t i = 0; i < parts.size(); ++i)
-    if (parts[i].n > 0 && grads_->has(i)) todo.push_back(i);
+    if (parts[i].n > 0 && eng_->grads().has(i)) todo.push_back(i);
   // Without masters the chunk of the working parameter is updated through an fp32 copy.
   auto value_of = [&](size_t i) {
-    return zp_->has_masters() ? zp_->master(i) : zp_->own_slice(i).to(DType::f32).contiguous().clone();
+    return eng_->shards().has_masters() ? eng_->shards().master(i) : eng_->shards().own_slice(i).to(DType::f32).contiguous().clone();
   };
   std::vector<size_t> ram, disk;  // by where the part's master and state live
-  for (size_t i : todo) (parts[i].offloaded ? disk : ram).push_back(i);
+  for (size_t i : todo) (eng_->shards().at(i).offloaded ? disk : ram).push_back(i);
   {
     // Unscaling, clipping and the refresh of this rank's slice of the working parameter
     // happen inside the update.
     std::vector<optim::UpdateTarget> targets;
-    for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), grads_->chunk(i), zp_->own_slice(i)});
+    for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), eng_->grads().chunk(i), eng_->shards().own_slice(i)});
     if (!targets.empty()) optim_->step_on(targets, div);
-    for (size_t i : ram) zp_->release_own(i, true);
+    for (size_t i : ram) eng_->shards().release_own(i, true);
   }
   for (size_t k = 0; k < disk.size(); ++k) {  // one parameter in RAM at a time, the next read ahead
     const size_t i = disk[k];
     if (k + 1 < disk.size()) {
-      zp_->prefetch_master(disk[k + 1]);
-      zp_->prefetch_own(disk[k + 1]);
+      eng_->shards().prefetch_master(disk[k + 1]);
+      eng_->shards().prefetch_own(disk[k + 1]);
       prefetch_state(disk[k + 1]);
-      grads_->prefetch(disk[k + 1]);
+      eng_->grads().prefetch(disk[k + 1]);
     }
     install_state(i);
-    optim_->step_on({{parts[i].name, value_of(i), grads_->fetch(i), zp_->own_slice(i)}}, div);
-    grads_->release(i, false);
+    optim_->step_on({{parts[i].name, value_of(i), eng_->grads().fetch(i), eng_->shards().own_slice(i)}}, div);
+    eng_->grads().release(i, false);
     stash_state(i);
-    zp_->release_own(i, true);
-    zp_->release_master(i, true);
+    eng_->shards().release_own(i, true);
+    eng_->shards().release_master(i, true);
   }
-  zp_->gather(opts_.overlap_allgather);
+  eng_->gatherer().gather(opts_.overlap_allgather);
   scaling_.end_step();
-  if (after_step_) after_step_();
+  eng_->after_step();
 }
 
 const std::map<std::string, int64_t>& LowLevelZeroOptimizer::state_slots(size_t i) const {
   static const std::map<std::string, int64_t> none;
-  auto it = state_slots_.find(zp_->parts().at(i).name);
+  auto it = state_slots_.find(eng_->layout().parts().at(i).name);
   return it == state_slots_.end() ? none : it->second;
 }
 
 void LowLevelZeroOptimizer::prefetch_state(size_t i) {
-  for (auto& [k, id] : state_slots_[zp_->parts()[i].name]) zp_->store()->prefetch(id);
+  for (auto& [k, id] : state_slots_[eng_->layout().parts()[i].name]) eng_->shards().store()->prefetch(id);
 }
 
 void LowLevelZeroOptimizer::install_state(size_t i) {
-  const std::string& name = zp_->parts()[i].name;
-  for (auto& [k, id] : state_slots_[name]) optim_->state()[name].buffers[k] = zp_->store()->get(id);
+  const std::string& name = eng_->layout().parts()[i].name;
+  for (auto& [k, id] : state_slots_[name]) optim_->state()[name].buffers[k] = eng_->shards().store()->get(id);
 }
 
 void LowLevelZeroOptimizer::stash_state(size_t i) {
-  const std::string& name = zp_->parts()[i].name;
+  const std::string& name = eng_->layout().parts()[i].name;
   auto it = optim_->state().find(name);
   if (it == optim_->state().end()) return;
   auto& slots = state_slots_[name];
   for (auto& [k, t] : it->second.buffers) {
     auto s = slots.find(k);
     if (s == slots.end()) {
-      slots[k] = zp_->store()->put(t, zp_->parts()[i].resident);  // state created by this step: into the store
+      slots[k] = eng_->shards().store()->put(t, eng_->shards().at(i).resident);  // state created by this step: into the store
       continue;
     }
-    Tensor ram = zp_->store()->get(s->second);
+    Tensor ram = eng_->shards().store()->get(s->second);
     if (!ram.is_same(t)) ram.copy_(t);
-    zp_->store()->release(s->second, true);
+    eng_->shards().store()->release(s->second, true);
   }
   it->second.buffers.clear();  // RAM keeps the step count only
 }
 
 std::vector<StateLayout> LowLevelZeroOptimizer::state_layout() const {
   std::vector<StateLayout> out;
-  for (auto& p : zp_->parts())
+  for (auto& p : eng_->layout().parts())
     if (p.n > 0) out.push_back({p.name, {p.n}, p.region});
   return out;
 }
@@ -174,28 +173,30 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::local_state_dict() const {
 OptimizerWrapper::CheckpointShare LowLevelZeroOptimizer::local_checkpoint_state() const {
   CheckpointShare out{optim_->state_dict(), {}};
   scaling_.save(out.dict.extra);
-  for (auto& p : zp_->parts()) {
+  for (auto& p : eng_->layout().parts()) {
     auto it = state_slots_.find(p.name);
     if (it == state_slots_.end()) continue;
     for (auto& [k, id] : it->second)
-      out.on_disk.push_back({p.name + "/" + k, Tensor(), p.region, store_source(zp_->shared_store(), id)});
+      out.on_disk.push_back({p.name + "/" + k, Tensor(), p.region, store_source(eng_->shards().shared_store(), id)});
   }
   return out;
 }
 
 ShardedState LowLevelZeroOptimizer::local_load_targets(const std::map<std::string, std::vector<std::string>>& keys) {
   ShardedState out;
-  OffloadStore* store = zp_->store();
+  OffloadStore* store = eng_->shards().store();
   if (!store) return out;
-  for (auto& p : zp_->parts()) {
+  for (size_t i = 0; i < eng_->layout().size(); ++i) {
+    const Part& p = eng_->layout().parts()[i];
+    const Shard& s = eng_->shards().at(i);
     auto k = keys.find(p.name);
-    if (!p.offloaded || p.n == 0 || k == keys.end()) continue;
+    if (!s.offloaded || p.n == 0 || k == keys.end()) continue;
     auto& slots = state_slots_[p.name];
     for (auto& key : k->second) {
       auto [it, fresh] = slots.try_emplace(key, -1);
       // A new slot: a resident part's stays in RAM (pinned), another's is filled on disk.
-      if (fresh) it->second = p.resident ? store->put(Tensor::zeros({p.n}), true) : store->reserve({p.n}, DType::f32);
-      out.push_back({p.name + "/" + key, Tensor(), p.region, store_source(zp_->shared_store(), it->second)});
+      if (fresh) it->second = s.resident ? store->put(Tensor::zeros({p.n}), true) : store->reserve({p.n}, DType::f32);
+      out.push_back({p.name + "/" + key, Tensor(), p.region, store_source(eng_->shards().shared_store(), it->second)});
     }
   }
   return out;
@@ -203,16 +204,16 @@ ShardedState LowLevelZeroOptimizer::local_load_targets(const std::map<std::strin
 
 void LowLevelZeroOptimizer::load_local_state_dict(const optim::OptimizerStateDict& sd) {
   std::map<std::string, Shape> shapes;
-  for (auto& p : zp_->parts()) shapes[p.name] = {p.n};
+  for (auto& p : eng_->layout().parts()) shapes[p.name] = {p.n};
   optim_->load_state_dict(sd, shapes);
   scaling_.load(sd.extra);
-  for (size_t i = 0; i < zp_->parts().size(); ++i)
-    if (zp_->parts()[i].offloaded) stash_state(i);
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
+    if (eng_->shards().at(i).offloaded) stash_state(i);
 }
 
 optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
   const optim::OptimizerStateDict local = local_state_dict();
-  const auto& dp = zp_->group();
+  const auto& dp = eng_->layout().group();
   // Which states each parameter has (a rank without a chunk of it has none): over all ranks.
   std::ostringstream mine;
   for (auto& [name, st] : local.state) {
@@ -235,7 +236,7 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
   }
   optim::OptimizerStateDict full{local.type, local.param_groups, {}, local.extra};
   NoGradGuard ng;
-  for (auto& p : zp_->parts()) {  // every rank walks the parts in the same order
+  for (auto& p : eng_->layout().parts()) {  // every rank walks the parts in the same order
     auto it = known.find(p.name);
     if (it == known.end()) continue;
     optim::ParamState st{it->second.first, {}};
@@ -255,7 +256,7 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
 
 void LowLevelZeroOptimizer::load_state_dict(const optim::OptimizerStateDict& sd) {
   optim::OptimizerStateDict local{sd.type, sd.param_groups, {}, sd.extra};
-  for (auto& p : zp_->parts()) {
+  for (auto& p : eng_->layout().parts()) {
     auto it = sd.state.find(p.name);
     if (it == sd.state.end() || p.n == 0) continue;
     optim::ParamState st{it->second.step, {}};
@@ -269,4 +270,4 @@ void LowLevelZeroOptimizer::load_state_dict(const optim::OptimizerStateDict& sd)
   load_local_state_dict(local);
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::zero

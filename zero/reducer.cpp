@@ -1,11 +1,11 @@
 // Reducer (see reducer.h).
-#include "plugins/torch_ddp/reducer.h"
+#include "zero/reducer.h"
 
 #include <map>
 
 #include "core/autograd/engine.h"
 
-namespace booster::plugins {
+namespace booster::zero {
 
 Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts)
     : group_(group), opts_(opts) {
@@ -106,7 +106,7 @@ void Reducer::finish() {
     ready_[k] = true;
     ++buckets_[bucket_of_[k]].ready;
   }
-  BOOSTER_CHECK(unused.empty(), "TorchDDPPlugin: parameters received no gradient in this backward: ", unused,
+  BOOSTER_CHECK(unused.empty(), opts_.owner, ": parameters received no gradient in this backward: ", unused,
                 ". Set find_unused_parameters = true if parts of the model are not used every step.");
   launch_ready_in_order();
   const auto t0 = std::chrono::steady_clock::now();
@@ -133,4 +133,4 @@ void Reducer::finish() {
   started_ = false;
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::zero
