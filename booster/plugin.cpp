@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
@@ -28,6 +29,13 @@ NoSyncScope Plugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   sync->set_no_sync(true);
   auto keep = model.shared_from_this();  // the sync lives as long as its model
   return NoSyncScope([sync, keep] { sync->set_no_sync(false); });
+}
+
+std::shared_ptr<CheckpointIO> Plugin::layout_checkpoint_io(int dp, int tp, int pp, const std::string& precision) {
+  if (!checkpoint_io_)
+    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
+        checkpoint_layout(name(), dist::world_size(), dp, tp, pp, precision));
+  return checkpoint_io_;
 }
 
 DataIter single_batch(TensorMap batch) {

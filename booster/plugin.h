@@ -101,7 +101,8 @@ class Plugin {
   virtual void configure(BoostedObjects& objects) = 0;
   /// The plugin's checkpoint IO.
   virtual std::shared_ptr<CheckpointIO> get_checkpoint_io() = 0;
-  /// Gradient accumulation without communication until the scope ends.
+  /// Gradient accumulation without communication until the scope ends (default: through
+  /// the model's GradSync, when support_no_sync()).
   virtual NoSyncScope no_sync(ModelWrapper& model, OptimizerWrapper* optimizer);
   /// A DataLoader whose sampler gives this rank its data-parallel share (Colossal-AI's
   /// prepare_dataloader arguments: batch_size, shuffle, seed, drop_last, num_workers).
@@ -121,6 +122,15 @@ class Plugin {
  protected:
   /// This rank's data-parallel group: rank and size (all ranks by default).
   virtual std::pair<int, int> dp_rank_size() const;
+
+ protected:
+  /// The checkpoint IO of a plugin whose ranks form (dp, tp, pp) of the world, holding
+  /// `precision`: a GeneralCheckpointIO recording that layout, made once. A plugin's
+  /// get_checkpoint_io() returns it.
+  std::shared_ptr<CheckpointIO> layout_checkpoint_io(int dp, int tp, int pp, const std::string& precision);
+
+ private:
+  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace booster

@@ -8,6 +8,7 @@
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
+#include "plugins/torch_fsdp/torch_fsdp_plugin.h"
 
 namespace booster::plugins {
 
@@ -27,6 +28,10 @@ const std::map<std::string, Factory>& factories() {
       {"hybrid_parallel",
        [](const Config& c, const std::string& t) {
          return std::make_shared<HybridParallelPlugin>(HybridParallelOptions::from_config(c, t));
+       }},
+      {"torch_fsdp",
+       [](const Config& c, const std::string& t) {
+         return std::make_shared<TorchFSDPPlugin>(TorchFSDPOptions::from_config(c, t));
        }},
       {"low_level_zero",
        [](const Config& c, const std::string& t) {

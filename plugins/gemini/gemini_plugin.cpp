@@ -6,7 +6,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/dist/runtime.h"
 #include "zero/model.h"
 #include "booster/plugin_options.h"
@@ -191,12 +190,7 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   o.model = std::make_shared<GeminiDDP>(o.model);
 }
 
-std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() {
-  if (!checkpoint_io_)
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
-        checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, opts_.zero.precision));
-  return checkpoint_io_;
-}
+std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, opts_.zero.precision); }
 
 NoSyncScope GeminiPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   BOOSTER_CHECK(opts_.enable_gradient_accumulation, "GeminiPlugin.no_sync: set enable_gradient_accumulation = true "

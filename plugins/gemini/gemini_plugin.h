@@ -93,7 +93,6 @@ class GeminiPlugin : public Plugin {
  private:
   GeminiOptions opts_;
   std::shared_ptr<AutoPlacement> placement_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace booster::plugins

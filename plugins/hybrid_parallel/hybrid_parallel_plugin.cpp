@@ -1,7 +1,6 @@
 // HybridParallelPlugin (see hybrid_parallel_plugin.h).
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 
-#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/mixed_precision.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
@@ -225,11 +224,6 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   if (o.optimizer) o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm);
 }
 
-std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() {
-  if (!checkpoint_io_)
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(
-        name(), dist::world_size(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision));
-  return checkpoint_io_;
-}
+std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() { return layout_checkpoint_io(mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision); }
 
 }  // namespace booster::plugins

@@ -100,7 +100,6 @@ class HybridParallelPlugin : public Plugin {
   void keep_stage_layers(BoostedObjects& o);
 
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
   std::unique_ptr<pipeline::PipelineStageManager> stages_;
   std::unique_ptr<pipeline::PipelineSchedule> schedule_;
 };

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "booster/checkpoint/general_checkpoint_io.h"
 #include "core/dist/runtime.h"
 #include "booster/plugin_options.h"
 
@@ -51,11 +50,6 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(LowLevelZeroOptions opts) : opts_(std::mo
 
 void LowLevelZeroPlugin::configure(BoostedObjects& o) { zero::apply_zero(o, dist::ProcessGroup::world(), opts_); }
 
-std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() {
-  if (!checkpoint_io_)
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
-        checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, opts_.precision));
-  return checkpoint_io_;
-}
+std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, opts_.precision); }
 
 }  // namespace booster::plugins

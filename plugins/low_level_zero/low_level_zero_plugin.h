@@ -40,7 +40,6 @@ class LowLevelZeroPlugin : public Plugin {
 
  private:
   LowLevelZeroOptions opts_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace booster::plugins

@@ -1,7 +1,6 @@
 // TorchDDPPlugin (see torch_ddp_plugin.h).
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
-#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin_options.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
@@ -50,11 +49,7 @@ void TorchDDPPlugin::configure(BoostedObjects& o) {
   o.model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_);
 }
 
-std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() {
-  if (!checkpoint_io_)  // precision belongs to the Booster's mixed-precision layer, not to DDP
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
-        checkpoint_layout(name(), dist::world_size(), dist::world_size(), 1, 1, ""));
-  return checkpoint_io_;
-}
+// Precision belongs to the Booster's mixed-precision layer, not to DDP.
+std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, ""); }
 
 }  // namespace booster::plugins

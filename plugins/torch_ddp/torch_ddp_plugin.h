@@ -60,7 +60,6 @@ class TorchDDPPlugin : public Plugin {
 
  private:
   TorchDDPOptions opts_;
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace booster::plugins

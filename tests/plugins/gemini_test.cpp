@@ -37,13 +37,7 @@ std::shared_ptr<nn::ViTForImageClassification> vit(uint64_t seed = 1) {
   return std::make_shared<nn::ViTForImageClassification>(c);
 }
 
-std::pair<Tensor, Tensor> batch(int64_t rows, uint64_t seed) {
-  Tensor x = Tensor::empty({rows, 3, 8, 8});
-  Generator(seed).normal_(x);
-  std::vector<int64_t> y;
-  for (int64_t i = 0; i < rows; ++i) y.push_back(i % 3);
-  return {x, Tensor::from_ints(y, {rows})};
-}
+std::pair<Tensor, Tensor> batch(int64_t rows, uint64_t seed) { return testkit::image_batch(rows, seed); }
 
 // A model whose parameters are registered in another order than its forward uses them,
 // with one it never uses.

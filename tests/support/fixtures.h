@@ -7,8 +7,12 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/common/check.h"
+#include "core/tensor/random.h"
+#include "core/tensor/tensor.h"
 #include "nn/vit_config.h"
 
 namespace booster::testkit {
@@ -20,6 +24,15 @@ inline nn::ViTConfig tiny_vit(int64_t layers = 1) {
   c.hidden_size = 16, c.num_hidden_layers = layers, c.num_attention_heads = 2, c.intermediate_size = 32;
   c.image_size = 8, c.patch_size = 4, c.num_labels = 3;
   return c;
+}
+
+/// `rows` 3 x size x size images of normal noise from `seed`, labels i mod 3 (tiny_vit's).
+inline std::pair<Tensor, Tensor> image_batch(int64_t rows, uint64_t seed, int64_t size = 8) {
+  Tensor x = Tensor::empty({rows, 3, size, size});
+  Generator(seed).normal_(x);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < rows; ++i) y.push_back(i % 3);
+  return {x, Tensor::from_ints(y, {rows})};
 }
 
 /// A path under the temp folder unique to this process (removed first when it exists).
