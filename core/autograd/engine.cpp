@@ -208,18 +208,11 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   scope.finish();
 }
 
-void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
-               Capture* capture) {
-  NoGradGuard no_grad;
-  struct Retaining {  // retaining_graph() for the nodes this backward runs
-    bool prev = t_retaining;
-    explicit Retaining(bool on) { t_retaining = on; }
-    ~Retaining() { t_retaining = prev; }
-  } retaining(retain_graph);
-  g_backward_pass.fetch_add(1, std::memory_order_relaxed);
+using Seeds = std::vector<std::pair<Edge, Tensor>>;
 
-  // Root edges and their seed gradients.
-  std::vector<std::pair<Edge, Tensor>> seeds;
+// The roots' edges and their seed gradients (ones for a one-element root without one).
+Seeds seed_edges(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads) {
+  Seeds seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     BOOSTER_CHECK_T(AutogradError, r.requires_grad(), "backward: tensor ", r.describe(),
@@ -236,14 +229,16 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
                     " does not match tensor dtype ", dtype_name(r.dtype()));
     seeds.push_back({gradient_edge(r), g});
   }
+  return seeds;
+}
 
-  // Discover the graph and count how many edges lead into each node.
+// The graph below the seeds: how many edges lead into each node (`keep` holds them alive).
+std::unordered_map<Node*, int> count_dependencies(const Seeds& seeds,
+                                                  std::unordered_map<Node*, std::shared_ptr<Node>>& keep) {
   std::unordered_map<Node*, int> deps;
-  std::unordered_map<Node*, std::shared_ptr<Node>> keep;
   std::vector<Node*> stack;
-  for (auto& [e, g] : seeds) {
+  for (auto& [e, g] : seeds)
     if (keep.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
-  }
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
@@ -253,19 +248,89 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       if (keep.emplace(e.fn.get(), e.fn).second) stack.push_back(e.fn.get());
     }
   }
+  return deps;
+}
 
+// grad(): a leaf's gradient goes to its input slot (or is an error under only_inputs).
+void capture_leaf(Capture& capture, Node* n, const std::vector<Tensor>& in) {
+  auto it = capture.slot.find(n);
+  if (it != capture.slot.end()) {
+    if (in[0].defined()) accumulate(capture.grads[it->second], in[0]);
+    return;
+  }
+  BOOSTER_CHECK_T(AutogradError, !capture.only_inputs || !in[0].defined(), "grad: the backward reached ",
+                  Tensor(static_cast<AccumulateGrad*>(n)->leaf()).describe(),
+                  ", a tensor that requires grad but is not among the inputs, so its gradient would be lost");
+}
+
+// Runs node n on its incoming gradients (timed under the profiler; its saved tensors freed
+// unless retain_graph) and returns one gradient per input.
+std::vector<Tensor> apply_node(Node* n, std::vector<Tensor> in, bool retain_graph) {
+  for (size_t k = 0; k < n->retained.size(); ++k) {
+    // The buffer also flows on into the node, so it is never taken: add_to_grad copies.
+    if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
+  }
+  std::vector<Tensor> out;
+  if (Profiler::enabled() && n->timed) {
+    const std::string label = n->name() + " bwd";
+    auto t0 = std::chrono::steady_clock::now();
+    out = n->apply(std::move(in));
+    Profiler::add(label.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  } else {
+    out = n->apply(std::move(in));
+  }
+  if (!retain_graph) n->release();
+  BOOSTER_CHECK_T(AutogradError, out.size() == n->next_edges.size() || n->next_edges.empty(), "backward of '",
+                  n->name(), "' returned ", out.size(), " gradients for ", n->next_edges.size(), " inputs");
+  return out;
+}
+
+using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, ByNewest>;
+
+// Adds node n's output gradients into the buffers of the nodes they lead to (checked against
+// the inputs' shapes, cast to their dtypes); a node whose last dependency this was is ready.
+void pass_on(Node* n, const std::vector<Tensor>& out, std::unordered_map<Node*, std::vector<Tensor>>& buffers,
+             std::unordered_map<Node*, int>& deps, ReadyQueue& ready) {
+  for (size_t i = 0; i < n->next_edges.size(); ++i) {
+    const Edge& e = n->next_edges[i];
+    if (!e.fn) continue;
+    Node* next = e.fn.get();
+    if (out[i].defined()) {
+      const InputMeta& m = n->input_meta[i];
+      BOOSTER_CHECK_T(ShapeError, out[i].shape() == m.shape, "backward of '", n->name(), "': gradient for input ", i,
+                      " has shape ", shape_str(out[i].shape()), ", the input has shape ", shape_str(m.shape));
+      Tensor g = out[i].dtype() == m.dtype ? out[i] : out[i].to(m.dtype);
+      auto& buf = buffers[next];
+      buf.resize(size_t(next->num_outputs));
+      accumulate(buf[size_t(e.input_nr)], g);
+    }
+    if (--deps[next] == 0) ready.push(next);
+  }
+}
+
+void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+               Capture* capture) {
+  NoGradGuard no_grad;
+  struct Retaining {  // retaining_graph() for the nodes this backward runs
+    bool prev = t_retaining;
+    explicit Retaining(bool on) { t_retaining = on; }
+    ~Retaining() { t_retaining = prev; }
+  } retaining(retain_graph);
+  g_backward_pass.fetch_add(1, std::memory_order_relaxed);
+
+  const Seeds seeds = seed_edges(roots, grads);
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep;
+  std::unordered_map<Node*, int> deps = count_dependencies(seeds, keep);
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   for (auto& [e, g] : seeds) {
     auto& buf = buffers[e.fn.get()];
     buf.resize(size_t(e.fn->num_outputs));
     accumulate(buf[size_t(e.input_nr)], g);
   }
-
-  std::priority_queue<Node*, std::vector<Node*>, ByNewest> ready;
+  ReadyQueue ready;
   for (auto& [e, g] : seeds)
     if (deps[e.fn.get()] == 0) ready.push(e.fn.get());
   std::unordered_map<Node*, bool> done;
-
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
@@ -275,47 +340,10 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
     buffers.erase(n);
     in.resize(size_t(n->num_outputs));
     if (capture && dynamic_cast<AccumulateGrad*>(n)) {
-      auto it = capture->slot.find(n);
-      if (it != capture->slot.end()) {
-        if (in[0].defined()) accumulate(capture->grads[it->second], in[0]);
-      } else {
-        BOOSTER_CHECK_T(AutogradError, !capture->only_inputs || !in[0].defined(), "grad: the backward reached ",
-                        Tensor(static_cast<AccumulateGrad*>(n)->leaf()).describe(),
-                        ", a tensor that requires grad but is not among the inputs, so its gradient would be lost");
-      }
+      capture_leaf(*capture, n, in);
       continue;
     }
-    for (size_t k = 0; k < n->retained.size(); ++k) {
-      // The buffer also flows on into the node, so it is never taken: add_to_grad copies.
-      if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
-    }
-    std::vector<Tensor> out;
-    if (Profiler::enabled() && n->timed) {
-      const std::string label = n->name() + " bwd";
-      auto t0 = std::chrono::steady_clock::now();
-      out = n->apply(std::move(in));
-      Profiler::add(label.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    } else {
-      out = n->apply(std::move(in));
-    }
-    if (!retain_graph) n->release();
-    BOOSTER_CHECK_T(AutogradError, out.size() == n->next_edges.size() || n->next_edges.empty(), "backward of '",
-                    n->name(), "' returned ", out.size(), " gradients for ", n->next_edges.size(), " inputs");
-    for (size_t i = 0; i < n->next_edges.size(); ++i) {
-      const Edge& e = n->next_edges[i];
-      if (!e.fn) continue;
-      Node* next = e.fn.get();
-      if (out[i].defined()) {
-        const InputMeta& m = n->input_meta[i];
-        BOOSTER_CHECK_T(ShapeError, out[i].shape() == m.shape, "backward of '", n->name(), "': gradient for input ", i,
-                        " has shape ", shape_str(out[i].shape()), ", the input has shape ", shape_str(m.shape));
-        Tensor g = out[i].dtype() == m.dtype ? out[i] : out[i].to(m.dtype);
-        auto& buf = buffers[next];
-        buf.resize(size_t(next->num_outputs));
-        accumulate(buf[size_t(e.input_nr)], g);
-      }
-      if (--deps[next] == 0) ready.push(next);
-    }
+    pass_on(n, apply_node(n, std::move(in), retain_graph), buffers, deps, ready);
   }
 }
 
