@@ -59,6 +59,21 @@ double Booster::mean_loss(const Tensor& loss) const {
   return dist::is_initialized() ? dist::mean_where_held(mine) : mine.value_or(0.0);
 }
 
+std::vector<double> Booster::sum_over_replicas(const std::vector<double>& totals, bool held) const {
+  if (!dist::is_initialized() || dist::world_size() == 1) return held ? totals : std::vector<double>(totals.size(), 0.0);
+  const int dp = plugin_ ? plugin_->dp_size() : dist::world_size();  // without a plugin each rank is a replica
+  const double holders = dist::all_reduce_scalar(held ? 1.0 : 0.0, dist::ReduceOp::sum);
+  const double copies = std::max(1.0, holders / double(std::max(dp, 1)));
+  std::vector<float> mine(totals.size(), 0.0f);
+  if (held)
+    for (size_t i = 0; i < totals.size(); ++i) mine[i] = float(totals[i]);
+  Tensor t = Tensor::from_vector(mine, {int64_t(mine.size())});
+  dist::all_reduce(t);
+  std::vector<double> out;
+  for (float v : t.to_vector()) out.push_back(double(v) / copies);
+  return out;
+}
+
 PipelineResult Booster::execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                          OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) {
   if (!plugin_) return run_as_one_stage(data_iter, model, criterion, optimizer, return_loss, return_outputs);

@@ -62,6 +62,13 @@ class Booster {
   /// is held by none), each its replica's mean over equally many rows. The same number under
   /// every plugin and layout. One all-reduce of a scalar over the world.
   double mean_loss(const Tensor& loss) const;
+  /// Sums this rank's `totals` (a loss sum, a sample count, a confusion matrix: anything
+  /// summed over rows) over the world so that every data-parallel replica's rows count once,
+  /// under any dp / tp / pp layout. `held`: this rank holds outputs for its rows (a
+  /// pipeline's last stage does, from execute_pipeline; every rank of a whole model does);
+  /// the holders of one replica scored the same rows (a tensor-parallel group) and are
+  /// counted once. Collective over the world.
+  std::vector<double> sum_over_replicas(const std::vector<double>& totals, bool held) const;
 
   // ---- checkpoints (Colossal-AI's names and defaults; size_per_shard in MB) ----
   void save_model(ModelWrapper& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",

@@ -97,8 +97,10 @@ PipelineResult run_as_one_stage(const DataIter& data_iter, ModelWrapper& model, 
   model.check_whole_forward();
   TensorMap outputs = model.stage_forward(*batch, {0, pm->num_pipeline_layers(), true, true});
   Tensor loss = criterion(outputs, *batch);
-  if (optimizer) optimizer->backward(loss);
-  else loss.backward();
+  if (autograd::GradMode::enabled()) {  // training; forward only (evaluation) without gradients
+    if (optimizer) optimizer->backward(loss);
+    else loss.backward();
+  }
   PipelineResult out;
   if (return_loss) out.loss = loss.detach();
   if (return_outputs) out.outputs = std::move(outputs);

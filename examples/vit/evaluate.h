@@ -18,11 +18,10 @@ struct EvalResult {
   std::vector<double> per_class_accuracy;
 };
 
-/// Runs the model over every batch of the loader without gradients, through the pipeline
-/// when `pipeline` is given (the booster of a plugin with pp_size > 1). dp: the data-
-/// parallel size; the ranks of a replica that score the same images (a tensor-parallel
-/// group's, the last stage's) are counted once.
+/// Runs the model over every batch of the loader without gradients, through
+/// booster.execute_pipeline under every plugin (forward only), and sums over the replicas
+/// with booster.sum_over_replicas: each image counted once under any dp / tp / pp layout.
 EvalResult evaluate(const BoostedModel<nn::ViTForImageClassification>& model, data::DataLoader& loader, int64_t num_labels,
-                    int dp = 1, Booster* pipeline = nullptr);
+                    Booster& booster);
 
 }  // namespace booster::examples

@@ -93,7 +93,7 @@ int eval_only(const Config& cfg, const Cli& cli) {
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
   const bool shard = fs::is_directory(fs::path(*step_dir) / "model");
   booster.load_model(*model, (fs::path(*step_dir) / (shard ? "model" : "model.ckpt")).string());
-  auto r = examples::evaluate(model, *eval_loader(ds, cfg), c.num_labels, DistCoordinator().world_size());
+  auto r = examples::evaluate(model, *eval_loader(ds, cfg), c.num_labels, booster);
   std::vector<std::string> names;
   for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label(i));
   if (DistCoordinator().is_master()) print_eval(r, names, cli.split);
@@ -249,7 +249,6 @@ int train(const Config& cfg, const Cli& cli) {
     metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
                    {"plugin", plugin ? plugin->name() : "none"}, {"resumed", !cli.resume.empty()}});
   }
-  const bool pipelined = plugin && plugin->support_pipeline();  // evaluation runs through the stages too
   data::Mixup mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), int64_t(labels.size())};
   Generator mix_rng(seed, 7);
   const double max_norm = cfg.get_float("train.max_norm");
@@ -302,7 +301,7 @@ int train(const Config& cfg, const Cli& cli) {
     bar.finish();
     skip_batches = 0;
     const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), dp, pipelined ? &booster : nullptr);
+    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), booster);
     best_accuracy = std::max(best_accuracy, r.accuracy);
     // The epoch's mean over the ranks that held losses (each held as many).
     const double train_loss = dist::mean_where_held(loss_count ? std::optional(loss_sum / double(loss_count)) : std::nullopt);

@@ -284,6 +284,28 @@ TEST_P(Conformance, PlainBackwardsSynchronizeAndAccumulate) {
   expect_params_close(*boosted.model, ref, 1e-5, "after two plain backwards");
 }
 
+// 2c. Evaluation's one path: forward only through execute_pipeline under no_grad, summed
+// with sum_over_replicas, counts each row of the global batch once and gives its mean loss
+// under every layout (tensor-parallel ranks score the same rows; only a pipeline's last
+// stage holds outputs).
+TEST_P(Conformance, EvaluationCountsEachRowOnce) {
+  auto batch = global_batch(11, n * b);
+  auto ref = fresh_model();
+  NoGradGuard ng;
+  const double want = (*ref)(batch.first, batch.second).loss.item();
+  Booster booster = booster_for(GetParam());
+  auto model = fresh_model();
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  auto [x, y] = my_slice(batch, b, 0, 1, tp);
+  StageCriterion ce = [](const TensorMap& out, const TensorMap& bt) { return cross_entropy(out.at("logits"), bt.at("labels")); };
+  PipelineResult res = booster.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), *boosted.model, ce,
+                                                nullptr, true, true);
+  const bool held = res.loss.defined();
+  const auto sums = booster.sum_over_replicas({double(b), held ? res.loss.item() * double(b) : 0.0}, held);
+  EXPECT_EQ(sums[0], double(n * b));
+  EXPECT_NEAR(sums[1] / sums[0], want, 1e-5 * std::abs(want));
+}
+
 // 3. Clipping by the global norm equals the single-process clip.
 TEST_P(Conformance, ClipByGlobalNorm) {
   auto batch = global_batch(3, n * b);

@@ -128,8 +128,11 @@ TEST(TorchFSDP, Bf16MixedPrecisionUnderEveryStrategy) {
     ASSERT_NE(b.model->grad_sync(), nullptr);
     auto [first, last] = train(booster, b, 4);
     EXPECT_LT(last, first);
-    for (auto& st : b.model->checkpoint_state())
-      if (st.name == "classifier.weight") EXPECT_EQ(st.dtype(), DType::f32);
+    for (auto& st : b.model->checkpoint_state()) {
+      if (st.name == "classifier.weight") {
+        EXPECT_EQ(st.dtype(), DType::f32);
+      }
+    }
   }
 }
 
