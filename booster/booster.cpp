@@ -62,15 +62,18 @@ double Booster::mean_loss(const Tensor& loss) const {
 std::vector<double> Booster::sum_over_replicas(const std::vector<double>& totals, bool held) const {
   if (!dist::is_initialized() || dist::world_size() == 1) return held ? totals : std::vector<double>(totals.size(), 0.0);
   const int dp = plugin_ ? plugin_->dp_size() : dist::world_size();  // without a plugin each rank is a replica
-  const double holders = dist::all_reduce_scalar(held ? 1.0 : 0.0, dist::ReduceOp::sum);
-  const double copies = std::max(1.0, holders / double(std::max(dp, 1)));
-  std::vector<float> mine(totals.size(), 0.0f);
+  // One all-reduce: the totals, and last how many ranks held outputs.
+  std::vector<float> mine(totals.size() + 1, 0.0f);
   if (held)
     for (size_t i = 0; i < totals.size(); ++i) mine[i] = float(totals[i]);
+  mine.back() = held ? 1.0f : 0.0f;
   Tensor t = Tensor::from_vector(mine, {int64_t(mine.size())});
   dist::all_reduce(t);
   std::vector<double> out;
-  for (float v : t.to_vector()) out.push_back(double(v) / copies);
+  for (float v : t.to_vector()) out.push_back(double(v));
+  const double copies = std::max(1.0, out.back() / double(std::max(dp, 1)));
+  out.pop_back();
+  for (double& v : out) v /= copies;
   return out;
 }
 

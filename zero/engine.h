@@ -41,7 +41,6 @@ class Engine {
   /// fetch_hooks.h); chunk_elems sizes the buckets when the first step packs them again.
   void install_fetch_hooks(nn::Module& root, int max_prefetch,
                            std::function<int64_t(const std::vector<int64_t>&)> chunk_elems);
-  const FetchHooks* fetch_hooks() const { return hooks_.get(); }
   void set_placement(std::shared_ptr<Placement> placement) { placement_ = std::move(placement); }
   /// After every optimizer step: the fetch hooks' packing, then the placement.
   void after_step();

@@ -89,7 +89,7 @@ void FetchHooks::repack() {
   grads_.rebucket();
   install();
   if (dist::world_rank() == 0)
-    spdlog::info("GeminiPlugin: {} chunks packed again in the order the first forward used the parameters",
+    spdlog::info("ZeRO-3: {} chunks packed again in the order the first forward used the parameters",
                  layout_.buckets().size());
 }
 

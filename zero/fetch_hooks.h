@@ -26,8 +26,6 @@ class FetchHooks {
   /// After every optimizer step: the first one packs the buckets in the recorded order
   /// (with chunk_elems).
   void after_step();
-  /// Parts in the order the first forward used them (empty before it).
-  const std::vector<size_t>& first_use() const { return first_use_; }
 
  private:
   struct Trace {

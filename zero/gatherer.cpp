@@ -95,8 +95,7 @@ Gatherer::Pending Gatherer::start_gather(const std::vector<size_t>& bucket) cons
 void Gatherer::finish_gather(Pending& pend, bool fresh) {
   NoGradGuard ng;
   pend.work->wait();
-  int64_t width = 0;
-  for (size_t i : pend.parts) width += layout_.parts()[i].chunk;
+  const int64_t width = layout_.width(pend.parts);
   int64_t off = 0;
   for (size_t i : pend.parts) {
     Part& p = layout_.parts()[i];
@@ -111,9 +110,7 @@ void Gatherer::finish_gather(Pending& pend, bool fresh) {
 }
 
 Tensor Gatherer::pack_own(const std::vector<size_t>& bucket) const {
-  int64_t width = 0;
-  for (size_t i : bucket) width += layout_.parts()[i].chunk;
-  Tensor send = Tensor::zeros({width}, shards_.working_dtype());
+  Tensor send = Tensor::zeros({layout_.width(bucket)}, shards_.working_dtype());
   int64_t off = 0;
   for (size_t i : bucket) {
     const Part& p = layout_.parts()[i];

@@ -69,8 +69,7 @@ void GradReducer::launch(size_t b) {
   NoGradGuard ng;
   const auto& ids = layout_.buckets()[b];
   auto& parts = layout_.parts();
-  int64_t width = 0;
-  for (size_t i : ids) width += parts[i].chunk;
+  const int64_t width = layout_.width(ids);
   const int n = layout_.group().size();
   // [rank][parameter chunk]: block r holds every parameter's chunk r, padded with zeros.
   Tensor stage = Tensor::empty({n * width}, comm_);

@@ -30,10 +30,10 @@ Layout::Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, d
   set_buckets(pack_buckets(backward, bucket_elems));
 }
 
-int64_t Layout::bucket_width(size_t b) const {
-  int64_t width = 0;
-  for (size_t i : buckets_.at(b)) width += parts_[i].chunk;
-  return width;
+int64_t Layout::width(const std::vector<size_t>& bucket) const {
+  int64_t w = 0;
+  for (size_t i : bucket) w += parts_.at(i).chunk;
+  return w;
 }
 
 std::vector<std::vector<size_t>> Layout::pack_buckets(const std::vector<size_t>& order, double bucket_elems) const {

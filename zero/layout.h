@@ -42,8 +42,8 @@ class Layout {
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
   /// The bucket holding part i.
   size_t bucket_of(size_t i) const { return bucket_of_.at(i); }
-  /// Elements of one rank's share of bucket b (its parts' chunks side by side).
-  int64_t bucket_width(size_t b) const;
+  /// Elements of one rank's share of a bucket of these parts (their chunks side by side).
+  int64_t width(const std::vector<size_t>& bucket) const;
   /// Buckets of about bucket_elems elements packed from the parts in `order` (every part
   /// once), the first capped at 2^18 elements.
   std::vector<std::vector<size_t>> pack_buckets(const std::vector<size_t>& order, double bucket_elems) const;

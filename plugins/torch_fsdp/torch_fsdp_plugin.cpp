@@ -41,7 +41,7 @@ std::vector<std::string> split_names(const std::string& s) {
   return out;
 }
 
-// Parameters under module `path` (its own and its children's).
+// Parameters of module m and its children.
 int64_t subtree_params(const nn::Module& m) {
   int64_t n = 0;
   for (auto& [name, p] : m.named_parameters()) n += p.numel();
@@ -109,7 +109,6 @@ zero::ZeroOptions TorchFSDPOptions::zero_options() const {
   z.cpu_offload = cpu_offload;
   z.offload_dir = offload_dir;
   z.offload_frac = 1.0;
-  z.overlap_allgather = false;
   return z;
 }
 
