@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -166,6 +167,37 @@ double peak_rss_mb() {
   return dist::all_reduce_scalar(double(ru.ru_maxrss) / 1024.0, dist::ReduceOp::max);
 }
 
+/// Each round's figures (ours and the peer's alternated round by round; the machines are
+/// shared and noisy, so the report takes medians).
+struct Rounds {
+  std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
+};
+
+Rounds run_rounds(StepBench& sb, int rounds, int steps, const std::function<std::optional<bench::PeerResult>()>& peer_round) {
+  Rounds r;
+  for (int round = 0; round < rounds; ++round) {
+    // After a peer's round (only the master runs it): an untimed step first (warm_up).
+    if (dist::all_reduce_scalar(r.theirs.empty() ? 0.0 : 1.0, dist::ReduceOp::max) > 0) sb.warm_up();
+    // Where the process's threads sit, beside each round (handoff.h): one process's threads
+    // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
+    // have no pair of their own to measure; a round whose probe got no answer lists none.
+    if (dist::omp_threads() >= 2)
+      if (const double ns = bench::omp_thread_handoff_ns(); !std::isnan(ns)) r.handoffs.push_back(ns);
+    // The ceiling before and after the round's steps, the better of the two: a slow spell
+    // in one burst used to read as a share over 100 %.
+    const double ceiling_before = sb.ceiling_gflops();
+    r.ours.push_back(sb.seconds(steps));
+    r.waits.push_back(sb.sync_wait_seconds());
+    r.ceilings.push_back(std::max(ceiling_before, sb.ceiling_gflops()));
+    r.shares.push_back(sb.gflops(r.ours.back()) / r.ceilings.back());
+    if (std::optional<bench::PeerResult> pr = peer_round()) {
+      r.theirs.push_back(pr->img_s);
+      r.ratios.push_back(sb.images_per_s(r.ours.back()) / dist::world_size() / pr->img_s);
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,33 +235,12 @@ int main(int argc, char** argv) {
     for (auto& prec : bench::split_list(precisions)) {
       StepBench sb(cfg, prec, preset, batch, split_batch);
       const std::string label = split_batch ? cfg + "+split" : cfg;
-      // Ours and the peer alternate round by round; each side's figure is its median round,
-      // the ratio the median of the rounds' ratios (the machines are shared and noisy).
-      std::vector<double> ours, theirs, ratios, waits, ceilings, shares, handoffs;
-      for (int round = 0; round < rounds; ++round) {
-        // After a peer's round (only the master runs it): an untimed step first (warm_up).
-        if (dist::all_reduce_scalar(theirs.empty() ? 0.0 : 1.0, dist::ReduceOp::max) > 0) sb.warm_up();
-        // Where the process's threads sit, beside each round (handoff.h): one process's threads
-        // on two L3 domains run the step 6-8 % slower than on one. Ranks of one thread each
-        // have no pair of their own to measure; a round whose probe got no answer lists none.
-        if (dist::omp_threads() >= 2)
-          if (const double ns = bench::omp_thread_handoff_ns(); !std::isnan(ns)) handoffs.push_back(ns);
-        // The ceiling before and after the round's steps, the better of the two: a slow spell
-        // in one burst used to read as a share over 100 %.
-        const double ceiling_before = sb.ceiling_gflops();
-        ours.push_back(sb.seconds(steps));
-        waits.push_back(sb.sync_wait_seconds());
-        ceilings.push_back(std::max(ceiling_before, sb.ceiling_gflops()));
-        shares.push_back(sb.gflops(ours.back()) / ceilings.back());
+      const Rounds r = run_rounds(sb, rounds, steps, [&]() -> std::optional<bench::PeerResult> {
         // The peer runs one process with this rank's threads; compare per process.
-        std::optional<bench::PeerResult> pr;
-        if (peer && peer_model.count(preset))
-          pr = bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
-        if (pr) {
-          theirs.push_back(pr->img_s);
-          ratios.push_back(sb.images_per_s(ours.back()) / dist::world_size() / pr->img_s);
-        }
-      }
+        if (!peer || !peer_model.count(preset)) return std::nullopt;
+        return bench::run_peer(peer_script, peer_model.at(preset), batch, dist::omp_threads(), prec == "bf16", steps);
+      });
+      const auto& [ours, theirs, ratios, waits, ceilings, shares, handoffs] = r;
       // The share of the ceiling: the median of the rounds' (each beside its own ceiling).
       const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
