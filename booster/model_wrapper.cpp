@@ -56,9 +56,38 @@ TensorMap ModelWrapper::stage_forward(const TensorMap& inputs, const nn::StageSp
   BOOSTER_CHECK(pm != nullptr, type_name(), ".stage_forward: ", module_->type_name(),
                 " cannot run as pipeline stages (it does not implement nn::PipelineModule)");
   before_forward();
-  TensorMap cast;
-  for (auto& [k, t] : inputs) cast[k] = cast_input(t);
-  return module_->call_forward([&] { return pm->stage_forward(cast, stage); });
+  std::vector<std::string> keys;
+  std::vector<Tensor> args;
+  for (auto& [k, t] : inputs) keys.push_back(k), args.push_back(cast_input(t));
+  auto named = [&](const std::vector<Tensor>& a) {
+    TensorMap m;
+    for (size_t i = 0; i < keys.size(); ++i) m[keys[i]] = a[i];
+    return m;
+  };
+  // Booster's split_batch: a whole-model stage runs its batch shares on their own threads.
+  const int shares = stage.first && stage.last && stage.layer_begin == 0 && stage.layer_end == pm->num_pipeline_layers()
+                         ? split_shares(args)
+                         : 1;
+  if (shares == 1) return module_->call_forward([&] { return pm->stage_forward(named(args), stage); });
+  return split_stage_forward(shares, args, [&](const std::vector<Tensor>& a) { return pm->stage_forward(named(a), stage); });
+}
+
+TensorMap ModelWrapper::split_stage_forward(int shares, const std::vector<Tensor>& args,
+                                            const std::function<TensorMap(const std::vector<Tensor>&)>& forward) const {
+  std::vector<std::string> out_keys;  // share 0's, read once every share has returned
+  std::vector<Tensor> merged = nn::split_batch(shares, args, split_params(), [&](int s, const std::vector<Tensor>& a) {
+    nn::ShareOutput out;
+    for (auto& [k, t] : forward(a)) {
+      if (s == 0) out_keys.push_back(k);
+      out.tensors.push_back(t);
+      // Rows of the batch are joined; a scalar (a mean over the rows) is weighted by them.
+      out.merge.push_back(t.defined() && t.dim() == 0 ? nn::BatchMerge::mean : nn::BatchMerge::concat);
+    }
+    return out;
+  });
+  TensorMap joined;
+  for (size_t i = 0; i < out_keys.size(); ++i) joined[out_keys[i]] = merged[i];
+  return joined;
 }
 
 ShardedState ModelWrapper::checkpoint_state() { return inner_ ? inner_->checkpoint_state() : module_state(*module_); }

@@ -121,6 +121,10 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   int split_shares(const std::vector<Tensor>& args) const;
   /// The parameters a split forward computes gradients for.
   std::vector<Tensor> split_params() const;
+  /// stage_forward of the whole model over batch shares (nn::split_batch): each output's
+  /// rows joined, a scalar output weighted by its share's rows.
+  TensorMap split_stage_forward(int shares, const std::vector<Tensor>& args,
+                                const std::function<TensorMap(const std::vector<Tensor>&)>& forward) const;
 
   /// The data-parallel gradient synchronization of this model (DDP's reducer, ZeRO's
   /// gradients), or null without one. Default: the inner wrapper's.

@@ -112,7 +112,12 @@ Batch DataLoader::make_batch(size_t b) const {
     Generator g(opts_.seed, (uint64_t(epoch_) << 32) ^ uint64_t(order_[i]));
     ex.push_back(dataset_->get(order_[i], g));
   }
-  return collate_(std::move(ex));
+  Batch batch = collate_(std::move(ex));
+  // Padding rows (a sampler's positions past real_size()) carry the ignore label.
+  const size_t real = sampler_->real_size();
+  if (end > real && batch.labels.defined() && batch.labels.dtype() == DType::i64 && batch.labels.dim() == 1)
+    for (size_t i = std::max(begin, real); i < end; ++i) batch.labels.data<int64_t>()[i - begin] = kIgnoreLabel;
+  return batch;
 }
 
 void DataLoader::begin_epoch() {

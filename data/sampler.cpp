@@ -60,10 +60,13 @@ InferenceShardSampler::InferenceShardSampler(size_t dataset_size, int num_replic
 std::vector<size_t> InferenceShardSampler::indices(int64_t) const {
   std::vector<size_t> out;
   for (size_t i = size_t(rank_); i < n_; i += size_t(num_replicas_)) out.push_back(i);
+  while (out.size() < size()) out.push_back(out.empty() ? 0 : out.back());  // padding: counted by no one
   return out;
 }
 
-size_t InferenceShardSampler::size() const {
+size_t InferenceShardSampler::size() const { return (n_ + size_t(num_replicas_) - 1) / size_t(num_replicas_); }
+
+size_t InferenceShardSampler::real_size() const {
   return n_ > size_t(rank_) ? (n_ - size_t(rank_) + size_t(num_replicas_) - 1) / size_t(num_replicas_) : 0;
 }
 

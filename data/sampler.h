@@ -14,7 +14,14 @@ class Sampler {
   virtual std::vector<size_t> indices(int64_t epoch) const = 0;
   /// Number of indices per epoch.
   virtual size_t size() const = 0;
+  /// Positions of an epoch's indices at or past this one are padding: there only so that
+  /// every rank runs as many batches (the collectives of a sharded model's forward must
+  /// pair up), not to be counted. The DataLoader gives their rows the label kIgnoreLabel.
+  virtual size_t real_size() const { return size(); }
 };
+
+/// The label of a padding row (PyTorch's ignore_index: cross_entropy skips it).
+constexpr int64_t kIgnoreLabel = -100;
 
 /// 0, 1, ..., n-1.
 class SequentialSampler : public Sampler {
@@ -59,13 +66,16 @@ class DistributedSampler : public Sampler {
   size_t num_samples_, total_size_;
 };
 
-/// For evaluation: rank r takes indices r, r + R, r + 2R, ... with no padding, so every
-/// sample is counted exactly once over all ranks (slices may differ by one).
+/// For evaluation: rank r takes indices r, r + R, r + 2R, ..., so every sample is counted
+/// exactly once over all ranks. The slices may differ by one sample; a short slice is padded
+/// with its last index (past real_size(), labelled kIgnoreLabel), so every rank runs the same
+/// number of batches: a ZeRO-3 or Gemini forward gathers its parameters with all the ranks.
 class InferenceShardSampler : public Sampler {
  public:
   InferenceShardSampler(size_t dataset_size, int num_replicas, int rank);
   std::vector<size_t> indices(int64_t) const override;
   size_t size() const override;
+  size_t real_size() const override;
 
  private:
   size_t n_;

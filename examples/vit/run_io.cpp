@@ -1,40 +1,20 @@
-// Progress bar, metrics lines and gnuplot curves (see run_io.h).
+// Metrics lines, gnuplot curves and the hook writing them (see run_io.h).
 #include "run_io.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/common/check.h"
+#include "core/dist/logger.h"
+#include "core/dist/runtime.h"
 
 namespace booster::examples {
-
-ProgressBar::ProgressBar(std::string title, int64_t total, bool interactive, int64_t log_every)
-    : title_(std::move(title)), total_(total), log_every_(std::max<int64_t>(1, log_every)), interactive_(interactive),
-      start_(std::chrono::steady_clock::now()) {}
-
-void ProgressBar::update(int64_t step, double loss, double lr, double ips) {
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double eta = step > 0 ? elapsed / double(step) * double(total_ - step) : 0;
-  if (interactive_) {
-    const int width = 30, filled = total_ > 0 ? int(width * step / total_) : 0;
-    std::string bar(size_t(filled), '#');
-    bar.resize(size_t(width), '.');
-    std::fprintf(stderr, "\r%s [%s] %lld/%lld loss %.4f lr %.2e %.1f img/s ETA %.0fs   ", title_.c_str(), bar.c_str(),
-                 (long long)step, (long long)total_, loss, lr, ips, eta);
-    std::fflush(stderr);
-  } else if (step % log_every_ == 0 || step == total_) {
-    spdlog::info("{} step {}/{} loss {:.4f} lr {:.3e} {:.1f} img/s ETA {:.0f}s", title_, step, total_, loss, lr, ips, eta);
-  }
-}
-
-void ProgressBar::finish() {
-  if (interactive_) std::fprintf(stderr, "\n");
-}
 
 MetricsLog::MetricsLog(const std::string& dir, bool append, bool writer) : dir_(dir) {
   if (!writer) return;
@@ -93,6 +73,32 @@ void MetricsLog::plot() {
   }
   if (std::system(("gnuplot '" + script.string() + "' >/dev/null 2>&1").c_str()) != 0)
     spdlog::warn("gnuplot failed to draw {}", (fs::path(dir_) / "curves.png").string());
+}
+
+void RunRecordHook::after_train_iter(Trainer& t, const IterationOutput&) {
+  if (t.cur_step() % log_every_ == 0) {
+    auto value = [&](const char* name) { return t.has_metric(Mode::train, name) ? t.metric(Mode::train, name).last_step_value() : 0.0; };
+    metrics_->write({{"type", "step"}, {"epoch", t.cur_epoch()}, {"step", t.cur_step()}, {"loss", value("Loss")},
+                     {"lr", value("LR")}, {"images_per_s", value("Throughput")}});
+  }
+  if (kill_after_ > 0 && t.cur_step() == kill_after_) std::raise(SIGKILL);
+}
+
+void RunRecordHook::after_test_epoch(Trainer& t) {
+  auto* val_loss = dynamic_cast<const LossMetric*>(&t.metric(Mode::test, "Loss"));
+  auto* acc = dynamic_cast<const AccuracyMetric*>(&t.metric(Mode::test, "Accuracy"));
+  BOOSTER_CHECK(val_loss && acc, "RunRecordHook: needs LossHook and AccuracyHook");
+  double& best = t.records()["best_accuracy"];
+  best = std::max(best, acc->accumulated_value());
+  const double train_loss = t.metric(Mode::train, "Loss").accumulated_value(), seconds = t.timer().last("Train-epoch");
+  const int64_t epoch = t.cur_epoch() + 1;
+  dist::logger().info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s",
+                      epoch, t.epochs(), train_loss, val_loss->accumulated_value(), acc->accumulated_value(), best, seconds);
+  metrics_->write({{"type", "epoch"}, {"epoch", epoch}, {"step", t.cur_step()}, {"train_loss", train_loss},
+                   {"val_loss", val_loss->accumulated_value()}, {"val_accuracy", acc->accumulated_value()},
+                   {"val_samples", acc->samples()}, {"best_accuracy", best}, {"epoch_seconds", seconds},
+                   {"per_class_accuracy", acc->per_class_accuracy()}});
+  metrics_->epoch(epoch, train_loss, val_loss->accumulated_value(), acc->accumulated_value());
 }
 
 }  // namespace booster::examples

@@ -1,34 +1,18 @@
-// What a run shows and leaves behind: a rank-0 progress bar (plain log lines when output
-// is not a terminal), JSON lines of metrics, the same scalars as TensorBoard events, and a
-// PNG of the curves drawn by gnuplot.
+// What a run leaves behind: JSON lines of metrics, the same scalars as TensorBoard events,
+// and a PNG of the curves drawn by gnuplot, written by RunRecordHook from the Trainer's
+// metrics (the progress bar is the Trainer's).
 #pragma once
 
-#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <memory>
-#include <nlohmann/json.hpp>
-
 #include "booster/summary_writer.h"
+#include "booster/trainer/trainer.h"
 
 namespace booster::examples {
-
-/// A one-line progress bar on stderr, or periodic log lines.
-class ProgressBar {
- public:
-  ProgressBar(std::string title, int64_t total, bool interactive, int64_t log_every);
-  /// Redraws (or logs) after `step` of total with the latest figures.
-  void update(int64_t step, double loss, double lr, double images_per_s);
-  void finish();
-
- private:
-  std::string title_;
-  int64_t total_, log_every_;
-  bool interactive_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 /// Appends JSON lines to <dir>/metrics.jsonl, writes their scalars as TensorBoard events in
 /// <dir> (step records: train/loss, train/lr, train/images_per_s; epoch records:
@@ -57,6 +41,23 @@ class MetricsLog {
   };
   std::vector<Point> points_;
   bool warned_ = false;
+};
+
+/// vit_train's record of a run, as a Trainer hook: every log_every-th step a "step" line
+/// (loss, lr, images/s); after each test the epoch's log line, its "epoch" line and the
+/// curves, and the best accuracy in the Trainer's records (checkpoints keep it). With
+/// kill_after_steps (testing the resume path) it SIGKILLs the process, without cleanup,
+/// after that step: priority 20, after that step's checkpoint (SaveCheckpointHook's 10).
+class RunRecordHook : public BaseHook {
+ public:
+  RunRecordHook(std::shared_ptr<MetricsLog> metrics, int64_t log_every, int64_t kill_after_steps = 0, int priority = 20)
+      : BaseHook(priority), metrics_(std::move(metrics)), log_every_(log_every), kill_after_(kill_after_steps) {}
+  void after_train_iter(Trainer& t, const IterationOutput& out) override;
+  void after_test_epoch(Trainer& t) override;
+
+ private:
+  std::shared_ptr<MetricsLog> metrics_;
+  int64_t log_every_, kill_after_;
 };
 
 }  // namespace booster::examples

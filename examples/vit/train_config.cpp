@@ -34,6 +34,7 @@ ConfigSchema vit_train_schema() {
       .add("train.label_smoothing", T::floating, 0.0)
       .add("train.mixup_alpha", T::floating, 0.0, "0: no Mixup")
       .add("train.max_norm", T::floating, 0.0, "gradient clipping by global norm (0: off)")
+      .add("train.gradient_accumulation", T::integer, 1, "batches a step accumulates (the first K-1 under no_sync)")
       .add("train.seed", T::integer, 42)
       .add("train.log_every", T::integer, 10)
       .add("train.kill_after_steps", T::integer, 0, "testing: SIGKILL this process after N steps")
@@ -54,7 +55,8 @@ ConfigSchema vit_train_schema() {
                         "train.weight_decay", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
                         "checkpoint.every_steps", "model.patch_size"})
     s.range(k, 0);
-  for (const char* k : {"model.image_size", "train.epochs", "train.batch_size", "train.log_every", "checkpoint.keep_last"})
+  for (const char* k : {"model.image_size", "train.epochs", "train.batch_size", "train.log_every", "checkpoint.keep_last",
+                        "train.gradient_accumulation"})
     s.range(k, 1);
   for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing"})
     s.range(k, 0, 1);

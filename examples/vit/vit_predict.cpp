@@ -8,7 +8,7 @@
 #include "core/dist/runtime.h"
 #include "data/image_processor.h"
 #include "nn/pretrained.h"
-#include "run_checkpoint.h"
+#include "booster/trainer/run_checkpoint.h"
 
 using namespace booster;
 namespace fs = std::filesystem;
@@ -27,9 +27,9 @@ int main(int argc, char** argv) {
     std::shared_ptr<nn::ViTForImageClassification> model;
     data::ViTImageProcessor proc;
     if (!checkpoint.empty()) {
-      auto dir = examples::latest_checkpoint(checkpoint);
+      auto dir = latest_checkpoint(checkpoint);
       BOOSTER_CHECK_T(IOError, dir.has_value(), "no complete checkpoint under '", checkpoint, "'");
-      examples::verify_run_checkpoint(*dir);
+      verify_run_checkpoint(*dir);
       model = std::make_shared<nn::ViTForImageClassification>(
           nn::ViTConfig::from_json_file((fs::path(*dir) / "config.json").string()));
       proc = data::ViTImageProcessor::from_pretrained(*dir);

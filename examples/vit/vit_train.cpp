@@ -4,20 +4,20 @@
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "booster/booster.h"
 #include "booster/dist_coordinator.h"
+#include "booster/trainer/checkpoint_hook.h"
+#include "booster/trainer/hooks.h"
 #include "core/dist/collectives.h"
 #include "core/dist/logger.h"
+#include "core/common/file_util.h"
 #include "core/dist/runtime.h"
 #include "core/tensor/offload_store.h"
 #include "data/transforms.h"
-#include "evaluate.h"
 #include "nn/pretrained.h"
 #include "optim/adam.h"
 #include "plugins/registry.h"
-#include "run_checkpoint.h"
 #include "run_io.h"
 #include "train_config.h"
 
@@ -65,15 +65,19 @@ std::unique_ptr<data::DataLoader> eval_loader(std::shared_ptr<const data::Datase
   return std::make_unique<data::DataLoader>(std::move(ds), o, sampler);
 }
 
-void print_eval(const examples::EvalResult& r, const std::vector<std::string>& names, const std::string& split) {
-  std::printf("%s: %lld images, accuracy %.4f, loss %.4f\n", split.c_str(), (long long)r.samples, r.accuracy, r.loss);
-  for (size_t i = 0; i < names.size(); ++i) std::printf("  %-20s accuracy %.4f\n", names[i].c_str(), r.per_class_accuracy[i]);
+// The test metrics of the last evaluation: totals, then per class, then the confusion matrix.
+void print_eval(const Trainer& t, const std::vector<std::string>& names, const std::string& split) {
+  const auto& acc = dynamic_cast<const AccuracyMetric&>(t.metric(Mode::test, "Accuracy"));
+  std::printf("%s: %lld images, accuracy %.4f, loss %.4f\n", split.c_str(), (long long)acc.samples(),
+              acc.accumulated_value(), t.metric(Mode::test, "Loss").accumulated_value());
+  const auto per_class = acc.per_class_accuracy();
+  for (size_t i = 0; i < names.size(); ++i) std::printf("  %-20s accuracy %.4f\n", names[i].c_str(), per_class[i]);
   std::printf("confusion matrix (rows: true, columns: predicted)\n%-20s", "");
   for (auto& n : names) std::printf(" %12.12s", n.c_str());
   std::printf("\n");
   for (size_t i = 0; i < names.size(); ++i) {
     std::printf("%-20s", names[i].c_str());
-    for (size_t k = 0; k < names.size(); ++k) std::printf(" %12lld", (long long)r.confusion[i][k]);
+    for (size_t k = 0; k < names.size(); ++k) std::printf(" %12lld", (long long)acc.confusion()[i][k]);
     std::printf("\n");
   }
 }
@@ -81,9 +85,9 @@ void print_eval(const examples::EvalResult& r, const std::vector<std::string>& n
 // --eval-only: scores the newest checkpoint under --checkpoint on --split (whole split).
 int eval_only(const Config& cfg, const Cli& cli) {
   BOOSTER_CHECK(!cli.checkpoint.empty(), "--eval-only needs --checkpoint <folder>");
-  auto step_dir = examples::latest_checkpoint(cli.checkpoint);
+  auto step_dir = latest_checkpoint(cli.checkpoint);
   BOOSTER_CHECK_T(IOError, step_dir.has_value(), "no complete checkpoint under '", cli.checkpoint, "'");
-  examples::verify_run_checkpoint(*step_dir);
+  verify_run_checkpoint(*step_dir);
   auto proc = data::ViTImageProcessor::from_pretrained(*step_dir);
   data::ImageFolderOptions io = folder_options(cfg);
   io.limit = 0;
@@ -93,10 +97,11 @@ int eval_only(const Config& cfg, const Cli& cli) {
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
   const bool shard = fs::is_directory(fs::path(*step_dir) / "model");
   booster.load_model(*model, (fs::path(*step_dir) / (shard ? "model" : "model.ckpt")).string());
-  auto r = examples::evaluate(model, *eval_loader(ds, cfg), c.num_labels, booster);
+  Trainer trainer(booster, model, nullptr, make_criterion(0));
+  trainer.evaluate(*eval_loader(ds, cfg), {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, c.num_labels)});
   std::vector<std::string> names;
   for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label(i));
-  if (DistCoordinator().is_master()) print_eval(r, names, cli.split);
+  if (DistCoordinator().is_master()) print_eval(trainer, names, cli.split);
   return 0;
 }
 
@@ -147,50 +152,93 @@ std::pair<std::shared_ptr<data::BeansDataset>, std::shared_ptr<data::BeansDatase
   return {train_set, val_set};
 }
 
-// One optimizer step on a batch; returns this rank's share of its loss (undefined on a
-// pipeline stage before the last). With a pipeline the stages run the micro-batches, as in
-// Colossal-AI's example.
-Tensor train_step(Booster& booster, BoostedModel<nn::ViTForImageClassification>& vit, OptimizerWrapper& optimizer,
-                  optim::LRScheduler& scheduler, const Criterion& criterion, const Tensor& pixels,
-                  const Tensor& targets, double max_norm) {
-  Tensor loss;
-  if (booster.plugin() && booster.plugin()->support_pipeline()) {
-    loss = booster.execute_pipeline(single_batch({{"pixel_values", pixels}, {"labels", targets}}), *vit,
-                                    on_keys(criterion, "logits", "labels"), &optimizer, true, false).loss;
-  } else {
-    loss = criterion(vit(pixels).logits, targets);
-    booster.backward(loss, optimizer);
-  }
-  if (max_norm > 0) optimizer.clip_grad_by_norm(max_norm);
-  optimizer.step();
-  optimizer.zero_grad();
-  scheduler.step();
-  return loss;
-}
-
-struct EpochMark {
-  int64_t epoch, epochs, step;
-  double seconds;
+// The run's objects before boost: the loaders, the optimizer and its schedule.
+struct RunObjects {
+  std::shared_ptr<data::DataLoader> train_loader, val_loader;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> lr_scheduler;
 };
 
-// An epoch's line in the log, its record in metrics.jsonl and its point on the curves.
-void log_epoch(examples::MetricsLog& metrics, const EpochMark& e, double train_loss, const examples::EvalResult& r,
-               double best_accuracy) {
-  dist::logger().info("epoch {}/{}: train loss {:.4f}, validation loss {:.4f}, accuracy {:.4f} (best {:.4f}), {:.1f} s",
-                      e.epoch, e.epochs, train_loss, r.loss, r.accuracy, best_accuracy, e.seconds);
-  if (!DistCoordinator().is_master()) return;
-  metrics.write({{"type", "epoch"}, {"epoch", e.epoch}, {"step", e.step}, {"train_loss", train_loss}, {"val_loss", r.loss},
-                 {"val_accuracy", r.accuracy}, {"val_samples", r.samples}, {"best_accuracy", best_accuracy},
-                 {"epoch_seconds", e.seconds}, {"per_class_accuracy", r.per_class_accuracy}});
-  metrics.epoch(e.epoch, train_loss, r.loss, r.accuracy);
+RunObjects make_run_objects(const Config& cfg, Plugin* plugin, std::shared_ptr<const data::Dataset> train_set,
+                            std::shared_ptr<const data::Dataset> val_set, nn::Module& model) {
+  data::DataLoaderOptions lo;
+  lo.batch_size = cfg.get_int("train.batch_size");
+  lo.shuffle = cfg.get_bool("data.shuffle");
+  lo.seed = uint64_t(cfg.get_int("train.seed"));
+  lo.drop_last = true;
+  lo.num_workers = int(cfg.get_int("data.num_workers"));
+  RunObjects o;
+  o.train_loader = plugin ? plugin->prepare_dataloader(train_set, lo) : std::make_shared<data::DataLoader>(train_set, lo);
+  o.val_loader = eval_loader(std::move(val_set), cfg, plugin);
+  // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
+  const int dp = plugin ? plugin->dp_size() : DistCoordinator().world_size();
+  optim::AdamOptions ao;
+  ao.lr = cfg.get_float("train.lr") * dp;
+  o.optimizer = std::make_shared<optim::HybridAdam>(
+      optim::param_groups_no_decay(model.named_parameters(), cfg.get_float("train.weight_decay")), ao);
+  const int64_t k = cfg.get_int("train.gradient_accumulation");
+  const int64_t steps_per_epoch = int64_t(o.train_loader->size()) / k;
+  BOOSTER_CHECK(steps_per_epoch > 0, "the training split has fewer images than one step (", lo.batch_size, " per rank x ",
+                k, " accumulated)");
+  const int64_t total_steps = cfg.get_int("train.epochs") * steps_per_epoch;
+  o.lr_scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(
+      *o.optimizer, total_steps, int64_t(double(total_steps) * cfg.get_float("train.warmup_ratio")));
+  return o;
+}
+
+// How the Trainer steps: clipping, accumulation, and Mixup on the training batches.
+TrainerOptions trainer_options(const Config& cfg, int64_t num_labels) {
+  TrainerOptions to;
+  to.clip_grad_norm = cfg.get_float("train.max_norm");
+  to.gradient_accumulation = cfg.get_int("train.gradient_accumulation");
+  to.return_output_label = false;  // nothing reads the training logits
+  auto mixup = std::make_shared<data::Mixup>(
+      data::Mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), num_labels});
+  auto rng = std::make_shared<Generator>(uint64_t(cfg.get_int("train.seed")), 7);
+  to.data_process_func = [mixup, rng](data::Batch&& b, Mode mode) {
+    if (mode == Mode::train && mixup->alpha > 0)
+      std::tie(b.pixel_values, b.labels, std::ignore) = (*mixup)(b.pixel_values, b.labels, *rng);
+    return TensorMap{{"pixel_values", b.pixel_values}, {"labels", b.labels}};
+  };
+  return to;
+}
+
+// The hooks of a run: metrics, the schedule, the progress bar's figures, checkpoints, and
+// the run's records (metrics.jsonl, TensorBoard, curves).
+Hooks run_hooks(const Config& cfg, const Cli& cli, std::shared_ptr<optim::LRScheduler> scheduler,
+                std::shared_ptr<examples::MetricsLog> metrics, const fs::path& run_dir, int64_t num_labels,
+                SideFiles side_files) {
+  SaveCheckpointOptions co;
+  co.interval = cfg.get_int("checkpoint.every_steps");
+  co.save_by_iter = true;
+  co.checkpoint_dir = cfg.get_string("checkpoint.dir").empty() ? (run_dir / "checkpoints").string()
+                                                                : cfg.get_string("checkpoint.dir");
+  co.lr_scheduler = scheduler;
+  co.shard = cfg.get_bool("checkpoint.shard");
+  co.keep_last = int(cfg.get_int("checkpoint.keep_last"));
+  co.resume = cli.resume;
+  co.side_files = std::move(side_files);
+  return {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, num_labels),
+          std::make_shared<LRSchedulerHook>(scheduler, false), std::make_shared<ThroughputHook>(),
+          std::make_shared<LogMetricByStepHook>(), std::make_shared<SaveCheckpointHook>(std::move(co)),
+          std::make_shared<examples::RunRecordHook>(metrics, cfg.get_int("train.log_every"),
+                                                    cfg.get_int("train.kill_after_steps"))};
+}
+
+// The run folder's config.toml (the effective config, so a run can be repeated or mirrored
+// by the PyTorch peer: bench/torch_beans_train.py --run) and metrics.jsonl's run record.
+void record_run(const Config& cfg, const fs::path& run_dir, examples::MetricsLog& metrics, const Plugin* plugin,
+                bool resumed) {
+  DistCoordinator coordinator;
+  if (!coordinator.is_master()) return;
+  std::ofstream(run_dir / "config.toml") << toml::format(cfg.root());
+  metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
+                 {"plugin", plugin ? plugin->name() : "none"}, {"resumed", resumed}});
 }
 
 int train(const Config& cfg, const Cli& cli) {
   DistCoordinator coordinator;
-  auto& log = dist::logger();
   const uint64_t seed = uint64_t(cfg.get_int("train.seed"));
-
-  // ---- data and model ----
   const data::ViTImageProcessor processor = make_processor(cfg);
   const auto [train_set, val_set] = make_datasets(cfg, processor);
   const auto labels = train_set->label_names();
@@ -199,117 +247,33 @@ int train(const Config& cfg, const Cli& cli) {
   const nn::ViTConfig model_config = model->config();
   manual_seed(seed, uint64_t(coordinator.rank()));
 
-  // ---- plugin, booster, the five objects ----
   const fs::path run_dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
   set_default_offload_dir((run_dir / "offload").string());  // a disk tier's nameless files, unless offload_dir says
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
-  data::DataLoaderOptions lo;
-  lo.batch_size = cfg.get_int("train.batch_size");
-  lo.shuffle = cfg.get_bool("data.shuffle");
-  lo.seed = seed;
-  lo.drop_last = true;
-  lo.num_workers = int(cfg.get_int("data.num_workers"));
-  auto train_loader = plugin ? plugin->prepare_dataloader(train_set, lo) : std::make_shared<data::DataLoader>(train_set, lo);
-  auto val_loader = eval_loader(val_set, cfg, plugin.get());
-  // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
-  const int dp = plugin ? plugin->dp_size() : coordinator.world_size();
-  optim::AdamOptions ao;
-  ao.lr = cfg.get_float("train.lr") * dp;
-  auto optimizer = std::make_shared<optim::HybridAdam>(
-      optim::param_groups_no_decay(model->named_parameters(), cfg.get_float("train.weight_decay")), ao);
-  const int64_t epochs = cfg.get_int("train.epochs"), steps_per_epoch = int64_t(train_loader->size());
-  BOOSTER_CHECK(steps_per_epoch > 0, "the training split has fewer images than one batch (", lo.batch_size, " per rank)");
-  const int64_t total_steps = epochs * steps_per_epoch;
-  auto lr_scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(
-      *optimizer, total_steps, int64_t(double(total_steps) * cfg.get_float("train.warmup_ratio")));
-  auto [vit, optim_w, criterion, dataloader, scheduler] =
-      booster.boost(model, optimizer, make_criterion(cfg.get_float("train.label_smoothing")), train_loader, lr_scheduler);
+  RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model);
+  auto [vit, optimizer, criterion, dataloader, lr_scheduler] = booster.boost(
+      model, o.optimizer, make_criterion(cfg.get_float("train.label_smoothing")), o.train_loader, o.lr_scheduler);
 
-  // ---- run folder, resume ----
-  const std::string ckpt_dir = cfg.get_string("checkpoint.dir").empty() ? (run_dir / "checkpoints").string()
-                                                                        : cfg.get_string("checkpoint.dir");
-  examples::RunState state{vit.wrapper().get(), optim_w.get(), scheduler.get(), &model_config, &processor};
-  int64_t start_epoch = 0, step = 0, skip_batches = 0;
-  double best_accuracy = 0;
-  if (!cli.resume.empty()) {
-    auto step_dir = examples::latest_checkpoint(cli.resume);
-    BOOSTER_CHECK_T(IOError, step_dir.has_value(), "--resume: no complete checkpoint under '", cli.resume, "'");
-    if (coordinator.is_master()) examples::remove_partial_checkpoints(cli.resume);
-    auto p = examples::load_run_checkpoint(booster, state, *step_dir);
-    start_epoch = p.epoch(), step = p.step(), skip_batches = p.sampler_position();
-    if (p.metrics().count("best_accuracy")) best_accuracy = p.metrics().at("best_accuracy");
-    log.info("resumed from {} at epoch {}, step {}", *step_dir, start_epoch, step);
-  }
-  examples::MetricsLog metrics(run_dir.string(), !cli.resume.empty(), coordinator.is_master());
-  if (coordinator.is_master()) {
-    // The effective config (defaults filled, --set applied) and the launch shape, so a run
-    // can be repeated, or mirrored by the PyTorch peer (bench/torch_beans_train.py --run).
-    std::ofstream(run_dir / "config.toml") << toml::format(cfg.root());
-    metrics.write({{"type", "run"}, {"world_size", coordinator.world_size()}, {"threads_per_rank", dist::omp_threads()},
-                   {"plugin", plugin ? plugin->name() : "none"}, {"resumed", !cli.resume.empty()}});
-  }
-  data::Mixup mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), int64_t(labels.size())};
-  Generator mix_rng(seed, 7);
-  const double max_norm = cfg.get_float("train.max_norm");
-  auto checkpoint_now = [&](int64_t epoch, int64_t position) {
-    proto::TrainingProgress p;
-    p.set_epoch(epoch);
-    p.set_step(step);
-    p.set_sampler_position(position);
-    (*p.mutable_metrics())["best_accuracy"] = best_accuracy;
-    log.info("checkpoint saved: {}", examples::save_run_checkpoint(booster, state, ckpt_dir, cfg.get_bool("checkpoint.shard"),
-                                                                   int(cfg.get_int("checkpoint.keep_last")), p));
+  auto metrics = std::make_shared<examples::MetricsLog>(run_dir.string(), !cli.resume.empty(), coordinator.is_master());
+  record_run(cfg, run_dir, *metrics, plugin.get(), !cli.resume.empty());
+  SideFiles side_files = [&](const std::string& step_dir) -> std::vector<std::string> {
+    model_config.save((fs::path(step_dir) / "config.json").string());
+    write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), processor.to_json_string());
+    return {"config.json", "preprocessor_config.json"};
   };
-  log.info("{} on {} rank(s) x {} threads, {} train / {} validation images, {} steps per epoch, plugin {}",
-           model_config.architectures[0], coordinator.world_size(), dist::omp_threads(), train_set->size(),
-           val_set->size(), steps_per_epoch, plugin ? plugin->name() : "none");
-
-  // ---- train ----
-  for (int64_t epoch = start_epoch; epoch < epochs; ++epoch) {
-    dataloader->set_epoch(epoch);
-    dataloader->set_start_batch(size_t(skip_batches));
-    examples::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), steps_per_epoch,
-                              coordinator.is_master() && !cli.no_progress && isatty(STDERR_FILENO),
-                              cfg.get_int("train.log_every"));
-    const auto epoch_start = std::chrono::steady_clock::now();
-    double loss_sum = 0, logged_loss = 0;
-    int64_t loss_count = 0;
-    vit->train();
-    while (auto batch = dataloader->next()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      Tensor pixels = batch->pixel_values, targets = batch->labels;
-      if (mixup.alpha > 0) std::tie(pixels, targets, std::ignore) = mixup(pixels, targets, mix_rng);
-      const Tensor loss = train_step(booster, vit, *optim_w, *scheduler, criterion, pixels, targets, max_norm);
-      ++step;
-      if (loss.defined()) loss_sum += loss.item(), ++loss_count;
-      const int64_t position = int64_t(dataloader->position()), log_every = cfg.get_int("train.log_every");
-      // What is logged is the global batch's mean under every plugin (one all-reduce a logged step).
-      const bool logged = step % log_every == 0 || position % log_every == 0 || position == steps_per_epoch;
-      if (logged) logged_loss = booster.mean_loss(loss);
-      const double ips = double(batch->labels.size(0) * dp) /
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      bar.update(position, logged_loss, scheduler->get_last_lr()[0], ips);
-      if (coordinator.is_master() && step % log_every == 0)
-        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", logged_loss},
-                       {"lr", scheduler->get_last_lr()[0]}, {"images_per_s", ips}});
-      const int64_t every = cfg.get_int("checkpoint.every_steps");
-      if (every > 0 && step % every == 0 && step < total_steps)  // the run's last step is saved once, below
-        checkpoint_now(epoch, int64_t(dataloader->position()));
-      examples::kill_for_testing(step, cfg.get_int("train.kill_after_steps"));
-    }
-    bar.finish();
-    skip_batches = 0;
-    const double epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
-    auto r = examples::evaluate(vit, *val_loader, int64_t(labels.size()), booster);
-    best_accuracy = std::max(best_accuracy, r.accuracy);
-    // The epoch's mean over the ranks that held losses (each held as many).
-    const double train_loss = dist::mean_where_held(loss_count ? std::optional(loss_sum / double(loss_count)) : std::nullopt);
-    log_epoch(metrics, {epoch + 1, epochs, step, epoch_s}, train_loss, r, best_accuracy);
-  }
-  checkpoint_now(epochs, 0);
-  coordinator.print_on_master("done: best validation accuracy " + std::to_string(best_accuracy) + ", run folder " +
-                              run_dir.string());
+  dist::logger().info("{} on {} rank(s) x {} threads, {} train / {} validation images, {} steps per epoch, plugin {}",
+                      model_config.architectures[0], coordinator.world_size(), dist::omp_threads(), train_set->size(),
+                      val_set->size(), dataloader->size(), plugin ? plugin->name() : "none");
+  Trainer trainer(booster, vit, optimizer, criterion, trainer_options(cfg, int64_t(labels.size())));
+  trainer.fit({.train_dataloader = dataloader,
+               .epochs = cfg.get_int("train.epochs"),
+               .test_dataloader = o.val_loader,
+               .hooks = run_hooks(cfg, cli, lr_scheduler, metrics, run_dir, int64_t(labels.size()), side_files),
+               .display_progress = !cli.no_progress,
+               .log_interval = cfg.get_int("train.log_every")});
+  coordinator.print_on_master("done: best validation accuracy " + std::to_string(trainer.records()["best_accuracy"]) +
+                              ", run folder " + run_dir.string());
   return 0;
 }
 

@@ -35,15 +35,20 @@ struct Step {
   std::map<std::string, Tensor> grads;
 };
 
+// 7 images and their labels: shares of 3 and 4 over 2 threads.
+std::pair<Tensor, Tensor> seven_images() {
+  Tensor x = Tensor::empty({7, 3, 8, 8});
+  Generator(9).normal_(x);
+  return {x, Tensor::from_vector({0, 1, 2, 0, 1, 2, 1}, {7}).to(DType::i64)};
+}
+
 // One forward and backward of 7 images (shares of 3 and 4) through a booster.
 Step run(bool split) {
   omp_set_num_threads(2);
   auto m = model();
   Booster booster(nullptr, "", split);
   auto boosted = booster.boost(m);
-  Tensor x = Tensor::empty({7, 3, 8, 8});
-  Generator(9).normal_(x);
-  Tensor y = Tensor::from_vector({0, 1, 2, 0, 1, 2, 1}, {7}).to(DType::i64);
+  auto [x, y] = seven_images();
   auto out = boosted.model(x, y);
   Step s{out.logits, out.loss, out.loss.impl()->grad_fn ? out.loss.impl()->grad_fn->name() : "", {}};
   out.loss.backward();
@@ -64,6 +69,42 @@ TEST(SplitBatch, ViTMatchesTheWholeBatch) {
     ASSERT_TRUE(split.grads.at(name).defined()) << name;
     EXPECT_LT(max_diff(g, split.grads.at(name)), 1e-5) << name;
   }
+}
+
+// The Trainer's path: execute_pipeline runs a model without a pipeline as one whole stage,
+// and that stage runs as shares too (its outputs' rows joined), with the whole batch's
+// logits and gradients.
+TEST(SplitBatch, OneStageExecutePipelineRunsAsShares) {
+  auto one_stage = [](bool split) {
+    omp_set_num_threads(2);
+    auto m = model();
+    Booster booster(nullptr, "", split);
+    auto boosted = booster.boost(m);
+    auto [x, y] = seven_images();
+    auto ce = on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); });
+    Step s;
+    auto r = booster.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), boosted.model, ce, nullptr,
+                                      true, true);
+    s.logits = r.outputs.at("logits"), s.loss = r.loss;
+    for (auto& [name, p] : m->named_parameters()) s.grads[name] = p.grad();
+    return std::make_pair(s, m);
+  };
+  auto [whole, wm] = one_stage(false);
+  auto [split, sm] = one_stage(true);
+  EXPECT_EQ(whole.logits.size(0), 7);
+  EXPECT_LT(max_diff(whole.logits, split.logits), 1e-5);
+  EXPECT_LT(max_diff(whole.loss, split.loss), 1e-6);
+  for (auto& [name, g] : whole.grads) EXPECT_LT(max_diff(g, split.grads.at(name)), 1e-5) << name;
+  // It did run as shares: a module hook is refused there, as in a split model call.
+  auto handle = sm->classifier->register_forward_hook([](nn::Module&) {});
+  Booster booster(nullptr, "", true);
+  auto boosted = booster.boost(sm);
+  const std::string err = testkit::error_of([&] {
+    booster.execute_pipeline(single_batch({{"pixel_values", Tensor::zeros({4, 3, 8, 8})},
+                                           {"labels", Tensor::zeros({4}, DType::i64)}}),
+                             boosted.model, on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); }));
+  });
+  EXPECT_NE(err.find("module 'classifier' has hooks"), std::string::npos) << err;
 }
 
 TEST(SplitBatch, InputGradientIsJoinedFromTheShares) {

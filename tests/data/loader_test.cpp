@@ -71,6 +71,37 @@ TEST(DistributedSampler, CoverageAndDisjointness) {
   EXPECT_THROW(DistributedSampler(4, 2, 2), ValueError);
 }
 
+// Every sample once over the ranks; every rank as many batches (a short slice padded with
+// rows labelled kIgnoreLabel), so a sharded model's forward pairs its collectives.
+TEST(InferenceShardSampler, EqualBatchCountsWithIgnoredPadding) {
+  for (size_t n : {0, 1, 5, 105}) {
+    for (int replicas : {1, 2, 4}) {
+      std::multiset<int64_t> seen;
+      std::set<size_t> batches;
+      for (int r = 0; r < replicas; ++r) {
+        DataLoaderOptions o;
+        o.batch_size = 4;
+        DataLoader dl(std::make_shared<Synthetic>(n), o, std::make_shared<InferenceShardSampler>(n, replicas, r));
+        batches.insert(dl.size());
+        dl.begin_epoch();
+        while (auto b = dl.next()) {
+          auto labels = b->labels.to_int_vector();
+          auto px = b->pixel_values.to_vector();
+          for (size_t k = 0; k < labels.size(); ++k) {
+            if (labels[k] == kIgnoreLabel) continue;
+            const auto sample = int64_t(px[k * 4]);  // sample i's pixels hold i plus noise in [0, 1)
+            EXPECT_EQ(labels[k], sample % 3);
+            seen.insert(sample);
+          }
+        }
+      }
+      EXPECT_EQ(batches.size(), 1u) << n << " samples over " << replicas;
+      ASSERT_EQ(seen.size(), n) << n << " samples over " << replicas;
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(seen.count(int64_t(i)), 1u) << i;
+    }
+  }
+}
+
 TEST(DataLoader, DeterministicAcrossWorkerCounts) {
   auto ds = std::make_shared<Synthetic>(23);
   std::vector<std::vector<float>> ref;

@@ -1,10 +1,9 @@
 // Run checkpoints (see run_checkpoint.h).
-#include "run_checkpoint.h"
+#include "booster/trainer/run_checkpoint.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
@@ -13,14 +12,11 @@
 #include "core/dist/runtime.h"
 #include "core/common/file_util.h"
 
-namespace booster::examples {
+namespace booster {
 
 namespace fs = std::filesystem;
 
 namespace {
-// The step folder's files that are not checkpoint containers: progress.ckpt holds their checksums.
-constexpr const char* kSideFiles[] = {"config.json", "preprocessor_config.json"};
-
 uint64_t file_checksum(const fs::path& f) {
   const std::string bytes = read_text_file(f.string());
   return ckpt::checksum(bytes.data(), bytes.size());
@@ -45,13 +41,14 @@ std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::
   const bool writer = !dist::is_initialized() || dist::world_rank() == 0;
   if (writer) {
     fs::create_directories(step_dir);
-    s.config->save((fs::path(step_dir) / "config.json").string());
-    write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), s.processor->to_json_string());
-    for (const char* f : kSideFiles) (*progress.mutable_file_checksums())[f] = file_checksum(fs::path(step_dir) / f);
+    if (s.side_files)
+      for (const std::string& f : s.side_files(step_dir))
+        (*progress.mutable_file_checksums())[f] = file_checksum(fs::path(step_dir) / f);
   }
   booster.save_model(*s.model, (fs::path(step_dir) / (shard ? "model" : "model.ckpt")).string(), shard);
-  booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard);
-  booster.save_lr_scheduler(*s.scheduler, (fs::path(step_dir) / "scheduler.ckpt").string());
+  if (s.optimizer)
+    booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard);
+  if (s.scheduler) booster.save_lr_scheduler(*s.scheduler, (fs::path(step_dir) / "scheduler.ckpt").string());
   // Every rank's generator state, so a resume draws the same numbers.
   const GeneratorState g = default_generator().state();
   Tensor mine = Tensor::from_ints({int64_t(g.seed), int64_t(g.stream), int64_t(g.counter)}, {3});
@@ -107,8 +104,8 @@ proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s,
   ckpt::on_every_rank([&] { p = verify_run_checkpoint(step_dir); }, "resuming from '" + step_dir + "'");
   const bool shard = fs::is_directory(d / "model");
   booster.load_model(*s.model, (d / (shard ? "model" : "model.ckpt")).string());
-  booster.load_optimizer(*s.optimizer, (d / (shard ? "optimizer" : "optimizer.ckpt")).string());
-  booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());
+  if (s.optimizer) booster.load_optimizer(*s.optimizer, (d / (shard ? "optimizer" : "optimizer.ckpt")).string());
+  if (s.scheduler) booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());
   const int world = dist::is_initialized() ? dist::world_size() : 1, me = dist::is_initialized() ? dist::world_rank() : 0;
   if (p.rng_size() == world) {
     const auto& g = p.rng(me);
@@ -119,8 +116,4 @@ proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s,
   return p;
 }
 
-void kill_for_testing(int64_t step, int64_t kill_after) {
-  if (kill_after > 0 && step == kill_after) std::raise(SIGKILL);
-}
-
-}  // namespace booster::examples
+}  // namespace booster

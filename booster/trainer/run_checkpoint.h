@@ -1,0 +1,44 @@
+// A run's checkpoints: <dir>/step-<N>/ holds the model and optimizer (through the
+// Booster), the scheduler, the run's own files (a model config, an image processor: what
+// RunState::side_files writes) and the training progress (written last: its presence marks
+// a complete checkpoint; it keeps the side files' checksums). Older ones beyond keep_last
+// are removed. SaveCheckpointHook saves and resumes through these.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <functional>
+#include <vector>
+
+#include "booster/booster.h"
+#include "proto/checkpoint.pb.h"
+
+namespace booster {
+
+/// Writes the run's own files into a step folder (called on rank 0 only) and returns their
+/// names in it: progress.ckpt records their checksums.
+using SideFiles = std::function<std::vector<std::string>(const std::string& step_dir)>;
+
+/// What a run checkpoint holds; a null optimizer or scheduler is neither saved nor loaded.
+struct RunState {
+  ModelWrapper* model = nullptr;
+  OptimizerWrapper* optimizer = nullptr;
+  optim::LRScheduler* scheduler = nullptr;
+  SideFiles side_files;
+};
+
+/// Saves step `progress.step()` under dir and prunes to keep_last (>= 1); returns its folder.
+std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::string& dir, bool shard, int keep_last,
+                                proto::TrainingProgress progress);
+/// Removes, with a warning each, the step folders under dir whose save did not finish.
+void remove_partial_checkpoints(const std::string& dir);
+/// The newest complete step folder under dir (or dir itself when it is one).
+std::optional<std::string> latest_checkpoint(const std::string& dir);
+/// The step folder's progress, after checking the side files it lists against their checksums: an IOError naming a file that changed.
+proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir);
+/// Loads model, optimizer and scheduler from a step folder and returns its progress; each
+/// rank's generator state is restored when the world size matches.
+proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir);
+
+}  // namespace booster
