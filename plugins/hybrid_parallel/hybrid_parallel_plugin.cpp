@@ -8,7 +8,7 @@
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
 #include "zero/model.h"
 #include "booster/plugin_options.h"
-#include "plugins/torch_ddp/torch_ddp_plugin.h"
+#include "zero/ddp_model.h"
 
 namespace booster::plugins {
 
@@ -213,9 +213,9 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   }
   if (opts_.pp_size > 1) keep_stage_layers(o);
   if (opts_.zero.stage == 0) {
-    TorchDDPOptions d{opts_.broadcast_buffers,       opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters,
-                      opts_.check_reduction,         opts_.gradient_as_bucket_view, opts_.static_graph};
-    o.model = std::make_shared<TorchDDPModel>(o.model, dp, d);
+    const zero::ReducerOptions r{opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters, opts_.gradient_as_bucket_view,
+                                 "HybridParallelPlugin"};
+    o.model = std::make_shared<zero::TorchDDPModel>(o.model, dp, r, opts_.broadcast_buffers);
     if (opts_.zero.precision != "fp32") apply_mixed_precision(o, {opts_.zero.precision, opts_.zero.scaler, true});
   } else {
     zero::apply_zero(o, dp, opts_.zero);  // its max_norm stays 0: HybridParallelOptimizer clips

@@ -2,7 +2,6 @@
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 
 #include "booster/plugin_options.h"
-#include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
 
 namespace booster::plugins {
@@ -18,26 +17,6 @@ TorchDDPOptions TorchDDPOptions::from_config(const Config& cfg, const std::strin
   return options_from(cfg, t, "torch_ddp", binder);
 }
 
-TorchDDPModel::TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group,
-                             const TorchDDPOptions& opts)
-    : ModelWrapper(std::move(inner)), group_(group), broadcast_buffers_(opts.broadcast_buffers) {
-  auto m = module();
-  broadcast_module_state(*m, group_);
-  reducer_ = std::make_shared<Reducer>(m->named_parameters(), group_,
-                                       ReducerOptions{opts.bucket_cap_mb, opts.find_unused_parameters,
-                                                      opts.gradient_as_bucket_view});
-}
-
-void TorchDDPModel::before_forward() {
-  ModelWrapper::before_forward();
-  if (!broadcast_buffers_) return;
-  NoGradGuard ng;
-  for (auto& [n, t] : module()->named_buffers()) {
-    Tensor x = t;
-    dist::broadcast(x, group_.ranks()[0], group_);
-  }
-}
-
 TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
   BOOSTER_CHECK(opts_.bucket_cap_mb > 0, "TorchDDPPlugin: bucket_cap_mb must be positive, got ", opts_.bucket_cap_mb);
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
@@ -46,7 +25,7 @@ TorchDDPPlugin::TorchDDPPlugin(TorchDDPOptions opts) : opts_(opts) {
 }
 
 void TorchDDPPlugin::configure(BoostedObjects& o) {
-  o.model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_);
+  o.model = std::make_shared<TorchDDPModel>(o.model, dist::ProcessGroup::world(), opts_.reducer(), opts_.broadcast_buffers);
 }
 
 // Precision belongs to the Booster's mixed-precision layer, not to DDP.

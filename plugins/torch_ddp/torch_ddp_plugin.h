@@ -8,12 +8,13 @@
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/process_group.h"
-#include "zero/reducer.h"
+#include "zero/ddp_model.h"
 
 namespace booster::plugins {
 
 using zero::Reducer;
 using zero::ReducerOptions;
+using zero::TorchDDPModel;
 
 struct TorchDDPOptions {
   bool broadcast_buffers = true;
@@ -25,23 +26,8 @@ struct TorchDDPOptions {
 
   /// Reads the options of a [plugin] table (name = "torch_ddp"); unknown keys are refused.
   static TorchDDPOptions from_config(const Config& cfg, const std::string& table = "plugin");
-};
-
-/// The model under DDP (Colossal-AI's TorchDDPModel): broadcasts buffers before each
-/// forward and owns the reducer.
-class TorchDDPModel : public ModelWrapper {
- public:
-  TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group, const TorchDDPOptions& opts);
-  std::string type_name() const override { return "TorchDDPModel"; }
-  void before_forward() override;
-  GradSync* grad_sync() const override { return reducer_.get(); }
-  Reducer& reducer() const { return *reducer_; }
-  const std::shared_ptr<Reducer>& shared_reducer() const { return reducer_; }
-
- private:
-  const dist::ProcessGroup& group_;
-  bool broadcast_buffers_;
-  std::shared_ptr<Reducer> reducer_;
+  /// What the reducer takes of them.
+  ReducerOptions reducer() const { return {bucket_cap_mb, find_unused_parameters, gradient_as_bucket_view}; }
 };
 
 class TorchDDPPlugin : public Plugin {
