@@ -136,7 +136,12 @@ ViTConfig ViTConfig::preset(const std::string& name) {
   else if (name == "vit-base") set(768, 12, 12, 16);
   else if (name == "vit-large") set(1024, 24, 16, 16);
   else if (name == "vit-huge") set(1280, 32, 16, 14);
-  else {
+  else if (name == "vit-fashion-mnist") {  // 28 x 28 grayscale in 7 x 7 patches: 16 tokens and the class token
+    set(64, 4, 4, 7);
+    c.intermediate_size = 128;
+    c.image_size = 28;
+    c.num_channels = 1;
+  } else {
     std::string names;
     for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     BOOSTER_THROW(ValueError, "unknown ViT preset '", name, "' (known: ", names, ")");
@@ -144,6 +149,7 @@ ViTConfig ViTConfig::preset(const std::string& name) {
   return c;
 }
 
-std::vector<std::string> ViTConfig::preset_names() { return {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-huge"}; }
+std::vector<std::string> ViTConfig::preset_names() { return {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-huge", "vit-fashion-mnist"};
+}
 
 }  // namespace booster::nn

@@ -168,19 +168,21 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd, const std::map<std
   state_ = std::move(next);
 }
 
+bool excluded_from_decay(const std::string& name, const Tensor& p, const std::vector<std::string>& skip) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  bool out = p.dim() <= 1 || ends_with(".bias");
+  for (auto& s : skip) out |= ends_with(s);
+  return out;
+}
+
 std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
                                               const std::vector<std::string>& skip) {
   ParamGroup decay, no_decay;
   decay.options["weight_decay"] = weight_decay;
   no_decay.options["weight_decay"] = 0.0;
-  auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  for (auto& [n, p] : params) {
-    bool skip_it = p.dim() <= 1 || ends_with(n, ".bias");
-    for (auto& s : skip) skip_it |= ends_with(n, s);
-    (skip_it ? no_decay : decay).params.emplace_back(n, p);
-  }
+  for (auto& [n, p] : params) (excluded_from_decay(n, p, skip) ? no_decay : decay).params.emplace_back(n, p);
   std::vector<ParamGroup> out;
   if (!decay.params.empty()) out.push_back(std::move(decay));
   if (!no_decay.params.empty()) out.push_back(std::move(no_decay));

@@ -125,8 +125,11 @@ class Optimizer {
   std::map<std::string, ParamState> state_;
 };
 
-/// Splits named parameters into a group with weight decay and one without: biases and
-/// every 1-D parameter (LayerNorm weights), plus names ending in any of `skip`.
+/// Biases, norms and any tensor of one dimension (and names ending in one of `skip`): what
+/// weight decay (and LARS's trust ratio) leaves alone.
+bool excluded_from_decay(const std::string& name, const Tensor& p, const std::vector<std::string>& skip = {});
+/// Splits named parameters into a group with weight decay and one without
+/// (excluded_from_decay).
 std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
                                               const std::vector<std::string>& skip = {});
 

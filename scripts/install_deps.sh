@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev   # tests
   libbenchmark-dev            # benchmarks
   libjpeg62-turbo-dev libpng-dev     # image decoding
+  zlib1g-dev                  # gzip-compressed IDX files
+  dataset-fashion-mnist       # Fashion-MNIST (IDX, gzip): the large-batch recipe's dataset
   libxxhash-dev               # checkpoint checksums
   nlohmann-json3-dev          # safetensors headers, HF config.json
   libcli11-dev                # command lines

@@ -15,7 +15,9 @@ ConfigSchema vit_train_schema() {
       .add("model.image_size", T::integer, 224)
       .add("model.patch_size", T::integer, 0, "0: the preset's (16; 14 for vit-huge)")
       .add("model.hidden_dropout_prob", T::floating, 0.0)
-      .add("data.root", T::string, "", "dataset root with <split>/<class>/<image>; empty: the shared beans")
+      .add("data.dataset", T::string, "beans", "beans (an image folder) or fashion_mnist (IDX files)")
+      .add("data.root", T::string, "", "dataset root (beans: <split>/<class>/<image>); empty: the shared beans, "
+           "or Debian's dataset-fashion-mnist")
       .add("data.train_split", T::string, "train")
       .add("data.val_split", T::string, "validation")
       .add("data.num_workers", T::integer, 1)
@@ -28,7 +30,12 @@ ConfigSchema vit_train_schema() {
            "larger images are refused from their header, as Pillow's decompression-bomb check (0: no limit)")
       .add("train.epochs", T::integer, 10)
       .add("train.batch_size", T::integer, 32, "per rank")
-      .add("train.lr", T::floating, 3e-4, "multiplied by the world size, as Colossal-AI's example")
+      .add("train.lr", T::floating, 3e-4, "multiplied by the data-parallel size, as Colossal-AI's example")
+      .add("train.lr_scaling", T::string, "dp", "dp (lr times the data-parallel size) or none (lr as given)")
+      .add("train.optimizer", T::string, "hybrid_adam", "hybrid_adam, adamw, lamb or lars")
+      .add("train.momentum", T::floating, 0.9, "lars")
+      .add("train.lars_eeta", T::floating, 1e-3, "lars: the trust coefficient")
+      .add("train.lr_scheduler", T::string, "cosine_warmup", "cosine_warmup or linear_warmup, per optimizer step")
       .add("train.warmup_ratio", T::floating, 0.3)
       .add("train.weight_decay", T::floating, 0.1)
       .add("train.label_smoothing", T::floating, 0.0)
@@ -51,7 +58,7 @@ ConfigSchema vit_train_schema() {
       .add("log.all_ranks", T::boolean, false)
       .open_table("plugin");
   // Numbers outside these ranges are refused by name, with the value and where it was set.
-  for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr",
+  for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr", "train.momentum",
                         "train.weight_decay", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
                         "checkpoint.every_steps", "model.patch_size"})
     s.range(k, 0);

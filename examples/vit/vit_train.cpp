@@ -15,10 +15,9 @@
 #include "core/dist/runtime.h"
 #include "core/tensor/offload_store.h"
 #include "data/transforms.h"
-#include "nn/pretrained.h"
-#include "optim/adam.h"
 #include "plugins/registry.h"
 #include "run_io.h"
+#include "run_setup.h"
 #include "train_config.h"
 
 using namespace booster;
@@ -38,18 +37,6 @@ Criterion make_criterion(double label_smoothing) {
     if (labels.dtype() == DType::i64) return cross_entropy(logits, labels, {-100, label_smoothing});
     return cross_entropy_soft(logits, labels, label_smoothing);
   };
-}
-
-std::string data_root(const Config& cfg) {
-  return cfg.get_string("data.root").empty() ? data::BeansDataset::default_root() : cfg.get_string("data.root");
-}
-
-data::ImageFolderOptions folder_options(const Config& cfg) {
-  data::ImageFolderOptions io;
-  io.cache_bytes = size_t(cfg.get_int("data.cache_mb")) << 20;
-  io.limit = size_t(cfg.get_int("data.limit"));
-  io.max_image_pixels = cfg.get_int("data.max_image_pixels");
-  return io;
 }
 
 // A sharded loader over the whole split for evaluation: each data-parallel replica scores its
@@ -88,10 +75,10 @@ int eval_only(const Config& cfg, const Cli& cli) {
   auto step_dir = latest_checkpoint(cli.checkpoint);
   BOOSTER_CHECK_T(IOError, step_dir.has_value(), "no complete checkpoint under '", cli.checkpoint, "'");
   verify_run_checkpoint(*step_dir);
-  auto proc = data::ViTImageProcessor::from_pretrained(*step_dir);
-  data::ImageFolderOptions io = folder_options(cfg);
-  io.limit = 0;
-  auto ds = std::make_shared<data::BeansDataset>(data_root(cfg), cli.split, proc, false, 1, io);
+  const auto proc = fs::exists(fs::path(*step_dir) / "preprocessor_config.json")
+                        ? data::ViTImageProcessor::from_pretrained(*step_dir)
+                        : data::ViTImageProcessor();
+  auto ds = examples::eval_split(cfg, proc, cli.split);
   nn::ViTConfig c = nn::ViTConfig::from_json_file((fs::path(*step_dir) / "config.json").string());
   Booster booster;
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
@@ -103,53 +90,6 @@ int eval_only(const Config& cfg, const Cli& cli) {
   for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label(i));
   if (DistCoordinator().is_master()) print_eval(trainer, names, cli.split);
   return 0;
-}
-
-// The model: a preset trained from scratch, or a Hugging Face folder with a new classifier.
-std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels) {
-  const std::string pretrained = cfg.get_string("model.pretrained");
-  if (!pretrained.empty()) {
-    nn::FromPretrainedOptions fo;
-    fo.label_names = labels;
-    fo.ignore_mismatched_sizes = true;  // the beans classifier replaces the checkpoint's
-    return nn::vit_from_pretrained(pretrained, fo);
-  }
-  nn::ViTConfig c = nn::ViTConfig::preset(cfg.get_string("model.preset"));
-  c.image_size = cfg.get_int("model.image_size");
-  if (cfg.get_int("model.patch_size") > 0) c.patch_size = cfg.get_int("model.patch_size");
-  c.hidden_dropout_prob = cfg.get_float("model.hidden_dropout_prob");
-  c.set_labels(labels);
-  return std::make_shared<nn::ViTForImageClassification>(c);
-}
-
-// The image processor: the pretrained model's, or the defaults at model.image_size.
-data::ViTImageProcessor make_processor(const Config& cfg) {
-  const std::string pretrained = cfg.get_string("model.pretrained");
-  if (!pretrained.empty()) return data::ViTImageProcessor::from_pretrained(pretrained);
-  data::ViTImageProcessor p;
-  p.height = p.width = cfg.get_int("model.image_size");
-  return p;
-}
-
-// The training and validation splits, which must have the same classes.
-std::pair<std::shared_ptr<data::BeansDataset>, std::shared_ptr<data::BeansDataset>> make_datasets(
-    const Config& cfg, const data::ViTImageProcessor& processor) {
-  const auto io = folder_options(cfg);
-  auto train_set = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.train_split"), processor,
-                                                        cfg.get_bool("data.augment"), 1, io,
-                                                        cfg.get_float("data.crop_scale_min"));
-  auto val_set = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.val_split"), processor, false,
-                                                      1, io);
-  auto joined = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return "{" + s + "}";
-  };
-  BOOSTER_CHECK_T(IOError, val_set->label_names() == train_set->label_names(), "the classes of the '",
-                  cfg.get_string("data.val_split"), "' split ", joined(val_set->label_names()),
-                  " differ from those of the '", cfg.get_string("data.train_split"), "' split ",
-                  joined(train_set->label_names()), " under ", data_root(cfg));
-  return {train_set, val_set};
 }
 
 // The run's objects before boost: the loaders, the optimizer and its schedule.
@@ -171,18 +111,12 @@ RunObjects make_run_objects(const Config& cfg, Plugin* plugin, std::shared_ptr<c
   o.train_loader = plugin ? plugin->prepare_dataloader(train_set, lo) : std::make_shared<data::DataLoader>(train_set, lo);
   o.val_loader = eval_loader(std::move(val_set), cfg, plugin);
   // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
-  const int dp = plugin ? plugin->dp_size() : DistCoordinator().world_size();
-  optim::AdamOptions ao;
-  ao.lr = cfg.get_float("train.lr") * dp;
-  o.optimizer = std::make_shared<optim::HybridAdam>(
-      optim::param_groups_no_decay(model.named_parameters(), cfg.get_float("train.weight_decay")), ao);
+  o.optimizer = examples::make_optimizer(cfg, model, plugin ? plugin->dp_size() : DistCoordinator().world_size());
   const int64_t k = cfg.get_int("train.gradient_accumulation");
   const int64_t steps_per_epoch = int64_t(o.train_loader->size()) / k;
   BOOSTER_CHECK(steps_per_epoch > 0, "the training split has fewer images than one step (", lo.batch_size, " per rank x ",
                 k, " accumulated)");
-  const int64_t total_steps = cfg.get_int("train.epochs") * steps_per_epoch;
-  o.lr_scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(
-      *o.optimizer, total_steps, int64_t(double(total_steps) * cfg.get_float("train.warmup_ratio")));
+  o.lr_scheduler = examples::make_lr_scheduler(cfg, *o.optimizer, cfg.get_int("train.epochs") * steps_per_epoch);
   return o;
 }
 
@@ -239,11 +173,10 @@ void record_run(const Config& cfg, const fs::path& run_dir, examples::MetricsLog
 int train(const Config& cfg, const Cli& cli) {
   DistCoordinator coordinator;
   const uint64_t seed = uint64_t(cfg.get_int("train.seed"));
-  const data::ViTImageProcessor processor = make_processor(cfg);
-  const auto [train_set, val_set] = make_datasets(cfg, processor);
-  const auto labels = train_set->label_names();
+  const data::ViTImageProcessor processor = examples::make_processor(cfg);
+  const auto [train_set, val_set, labels] = examples::make_splits(cfg, processor);
   manual_seed(seed, 0);  // every rank builds the same initial model
-  auto model = make_model(cfg, labels);
+  auto model = examples::make_model(cfg, labels);
   const nn::ViTConfig model_config = model->config();
   manual_seed(seed, uint64_t(coordinator.rank()));
 
@@ -259,6 +192,7 @@ int train(const Config& cfg, const Cli& cli) {
   record_run(cfg, run_dir, *metrics, plugin.get(), !cli.resume.empty());
   SideFiles side_files = [&](const std::string& step_dir) -> std::vector<std::string> {
     model_config.save((fs::path(step_dir) / "config.json").string());
+    if (model_config.num_channels != 3) return {"config.json"};  // no RGB processor for it
     write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), processor.to_json_string());
     return {"config.json", "preprocessor_config.json"};
   };

@@ -9,6 +9,7 @@
 #include "optim/adam.h"
 #include "optim/clip.h"
 #include "optim/lamb.h"
+#include "optim/lars.h"
 #include "optim/sgd.h"
 #include "tests/support/fixtures.h"
 
@@ -226,4 +227,43 @@ TEST(Optimizer, StateRoundTripContinuesBitIdentical) {
   auto bad = oa.state_dict();
   bad.type = "SGD";
   EXPECT_THROW(ob.load_state_dict(bad), ValueError);
+}
+
+// LARS as legacy Colossal-AI's: trust = eeta |w| / (|g| + wd |w| + eps) clamped to [0, 50],
+// the decayed gradient clamped to +-10, momentum on it; biases and norms take trust 1 and no
+// decay (lars_param_groups).
+TEST(Optimizer, LarsTrustRatioAndExclusions) {
+  Tensor w = Tensor::from_vector({3.0f, 4.0f, 0.0f, 0.0f}, {2, 2}).requires_grad_();  // |w| = 5
+  Tensor b = param({1.0f, 1.0f});
+  LarsOptions o;
+  o.lr = 0.1, o.momentum = 0.9, o.eeta = 0.02, o.weight_decay = 0.1;
+  auto groups = lars_param_groups({{"fc.weight", w}, {"fc.bias", b}}, o.weight_decay);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[1].options.at("lars_adaptation"), 0.0);
+  Lars opt(groups, o);
+  for (int step = 0; step < 2; ++step) {
+    const auto w0 = w.to_vector(), b0 = b.to_vector();
+    set_grad(w, {1.0f, 0.0f, 0.0f, 0.0f});  // |g| = 1
+    set_grad(b, {20.0f, -0.5f});
+    opt.step();
+    const double wn = std::sqrt(double(w0[0]) * w0[0] + double(w0[1]) * w0[1]);
+    const double trust = 0.02 * wn / (1.0 + 0.1 * wn);
+    (void)trust;
+    if (step == 0) {
+      // buf = g + wd w; w -= lr trust buf
+      EXPECT_NEAR(w.to_vector()[0], 3.0 - 0.1 * trust * (1.0 + 0.3), 1e-6);
+      EXPECT_NEAR(w.to_vector()[1], 4.0 - 0.1 * trust * 0.4, 1e-6);
+      // the bias: no decay, trust 1, its gradient clamped to 10
+      EXPECT_NEAR(b.to_vector()[0], 1.0 - 0.1 * 10.0, 1e-6);
+      EXPECT_NEAR(b.to_vector()[1], 1.0 + 0.1 * 0.5, 1e-6);
+    } else {
+      EXPECT_NEAR(b.to_vector()[0], b0[0] - 0.1 * (0.9 * 10.0 + 10.0), 1e-5);  // momentum on the clamped gradient
+    }
+  }
+  Tensor z = param({0.0f, 0.0f});
+  Lars zero_w(NamedParams{{"z", z}}, o);
+  set_grad(z, {1.0f, 1.0f});
+  zero_w.step();  // |w| = 0: trust 1
+  EXPECT_NEAR(z.to_vector()[0], -0.1, 1e-7);
+  EXPECT_THROW(Lars(NamedParams{{"z", z}}, LarsOptions{0.1, 0.0, 0.0}), ValueError);
 }

@@ -1,0 +1,128 @@
+// vit_train's objects from its config (see run_setup.h).
+#include "run_setup.h"
+
+#include "data/idx.h"
+#include "nn/pretrained.h"
+#include "optim/adam.h"
+#include "optim/lamb.h"
+#include "optim/lars.h"
+
+namespace booster::examples {
+
+namespace {
+
+bool fashion_mnist(const Config& cfg) {
+  const std::string d = cfg.get_string("data.dataset");
+  BOOSTER_CHECK(d == "beans" || d == "fashion_mnist", "data.dataset = '", d, "': expected \"beans\" or \"fashion_mnist\"");
+  return d == "fashion_mnist";
+}
+
+std::string data_root(const Config& cfg) {
+  if (!cfg.get_string("data.root").empty()) return cfg.get_string("data.root");
+  return fashion_mnist(cfg) ? data::FashionMNIST::default_root() : data::BeansDataset::default_root();
+}
+
+data::ImageFolderOptions folder_options(const Config& cfg) {
+  data::ImageFolderOptions io;
+  io.cache_bytes = size_t(cfg.get_int("data.cache_mb")) << 20;
+  io.limit = size_t(cfg.get_int("data.limit"));
+  io.max_image_pixels = cfg.get_int("data.max_image_pixels");
+  return io;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return "{" + s + "}";
+}
+
+Splits beans_splits(const Config& cfg, const data::ViTImageProcessor& processor) {
+  const auto io = folder_options(cfg);
+  auto train = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.train_split"), processor,
+                                                    cfg.get_bool("data.augment"), 1, io, cfg.get_float("data.crop_scale_min"));
+  auto val = std::make_shared<data::BeansDataset>(data_root(cfg), cfg.get_string("data.val_split"), processor, false, 1, io);
+  BOOSTER_CHECK_T(IOError, val->label_names() == train->label_names(), "the classes of the '",
+                  cfg.get_string("data.val_split"), "' split ", joined(val->label_names()), " differ from those of the '",
+                  cfg.get_string("data.train_split"), "' split ", joined(train->label_names()), " under ", data_root(cfg));
+  return {train, val, train->label_names()};
+}
+
+}  // namespace
+
+Splits make_splits(const Config& cfg, const data::ViTImageProcessor& processor) {
+  if (!fashion_mnist(cfg)) return beans_splits(cfg, processor);
+  const size_t limit = size_t(cfg.get_int("data.limit"));
+  auto train = std::make_shared<data::FashionMNIST>(
+      data_root(cfg), true, data::FashionMNIST::default_transform(cfg.get_bool("data.augment")), limit);
+  auto val = std::make_shared<data::FashionMNIST>(data_root(cfg), false, data::FashionMNIST::default_transform(false), limit);
+  return {train, val, data::FashionMNIST::classes()};
+}
+
+std::shared_ptr<const data::Dataset> eval_split(const Config& cfg, const data::ViTImageProcessor& processor,
+                                                const std::string& split) {
+  if (fashion_mnist(cfg)) {
+    BOOSTER_CHECK(split == "train" || split == "test", "--split '", split, "': Fashion-MNIST has \"train\" and \"test\"");
+    return std::make_shared<data::FashionMNIST>(data_root(cfg), split == "train", data::FashionMNIST::default_transform(false));
+  }
+  data::ImageFolderOptions io = folder_options(cfg);
+  io.limit = 0;
+  return std::make_shared<data::BeansDataset>(data_root(cfg), split, processor, false, 1, io);
+}
+
+std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels) {
+  const std::string pretrained = cfg.get_string("model.pretrained");
+  if (!pretrained.empty()) {
+    nn::FromPretrainedOptions fo;
+    fo.label_names = labels;
+    fo.ignore_mismatched_sizes = true;  // the beans classifier replaces the checkpoint's
+    return nn::vit_from_pretrained(pretrained, fo);
+  }
+  nn::ViTConfig c = nn::ViTConfig::preset(cfg.get_string("model.preset"));
+  c.image_size = cfg.get_int("model.image_size");
+  if (cfg.get_int("model.patch_size") > 0) c.patch_size = cfg.get_int("model.patch_size");
+  c.hidden_dropout_prob = cfg.get_float("model.hidden_dropout_prob");
+  c.set_labels(labels);
+  return std::make_shared<nn::ViTForImageClassification>(c);
+}
+
+data::ViTImageProcessor make_processor(const Config& cfg) {
+  const std::string pretrained = cfg.get_string("model.pretrained");
+  if (!pretrained.empty()) return data::ViTImageProcessor::from_pretrained(pretrained);
+  data::ViTImageProcessor p;
+  p.height = p.width = cfg.get_int("model.image_size");
+  return p;
+}
+
+std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Module& model, int dp) {
+  const std::string scaling = cfg.get_string("train.lr_scaling"), name = cfg.get_string("train.optimizer");
+  BOOSTER_CHECK(scaling == "dp" || scaling == "none", "train.lr_scaling = '", scaling, "': expected \"dp\" or \"none\"");
+  const double lr = cfg.get_float("train.lr") * (scaling == "dp" ? dp : 1), wd = cfg.get_float("train.weight_decay");
+  const auto params = model.named_parameters();
+  if (name == "hybrid_adam" || name == "adamw") {
+    optim::AdamOptions ao;
+    ao.lr = lr;
+    if (name == "adamw") return std::make_shared<optim::AdamW>(optim::param_groups_no_decay(params, wd), ao);
+    return std::make_shared<optim::HybridAdam>(optim::param_groups_no_decay(params, wd), ao);
+  }
+  if (name == "lamb") {
+    optim::LambOptions lo;
+    lo.lr = lr;
+    return std::make_shared<optim::Lamb>(optim::param_groups_no_decay(params, wd), lo);
+  }
+  BOOSTER_CHECK(name == "lars", "train.optimizer = '", name, "': expected \"hybrid_adam\", \"adamw\", \"lamb\" or \"lars\"");
+  optim::LarsOptions lo;
+  lo.lr = lr, lo.momentum = cfg.get_float("train.momentum"), lo.eeta = cfg.get_float("train.lars_eeta");
+  return std::make_shared<optim::Lars>(optim::lars_param_groups(params, wd), lo);
+}
+
+std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,
+                                                      int64_t total_steps) {
+  const std::string name = cfg.get_string("train.lr_scheduler");
+  const int64_t warmup = int64_t(double(total_steps) * cfg.get_float("train.warmup_ratio"));
+  if (name == "cosine_warmup") return std::make_shared<optim::CosineAnnealingWarmupLR>(optimizer, total_steps, warmup);
+  BOOSTER_CHECK(name == "linear_warmup", "train.lr_scheduler = '", name,
+                "': expected \"cosine_warmup\" or \"linear_warmup\"");
+  return std::make_shared<optim::LinearWarmupLR>(optimizer, total_steps, warmup);
+}
+
+}  // namespace booster::examples

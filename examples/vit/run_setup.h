@@ -1,0 +1,41 @@
+// What vit_train builds before boost, from its config: the datasets (beans, or
+// Fashion-MNIST for the large-batch recipe), the model, the optimizer (HybridAdam, AdamW,
+// LAMB, LARS) and its schedule. A value a key does not accept is an error naming the key.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/common/config.h"
+#include "data/dataset.h"
+#include "data/image_processor.h"
+#include "nn/vit.h"
+#include "optim/lr_scheduler.h"
+
+namespace booster::examples {
+
+/// The training and validation splits and their class names.
+struct Splits {
+  std::shared_ptr<const data::Dataset> train, val;
+  std::vector<std::string> labels;
+};
+
+/// data.dataset = "beans" (an image folder; the two splits must have the same classes) or
+/// "fashion_mnist" (the IDX files; validation is the test split).
+Splits make_splits(const Config& cfg, const data::ViTImageProcessor& processor);
+/// One whole split of data.dataset for --eval-only ("train" or "test" for fashion_mnist).
+std::shared_ptr<const data::Dataset> eval_split(const Config& cfg, const data::ViTImageProcessor& processor,
+                                                const std::string& split);
+/// The model: a preset trained from scratch, or a Hugging Face folder with a new classifier.
+std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels);
+/// The image processor: the pretrained model's, or the defaults at model.image_size.
+data::ViTImageProcessor make_processor(const Config& cfg);
+/// train.optimizer over the model's parameters (no decay on biases and norms; LARS also
+/// leaves them out of its trust ratio), at train.lr times dp under train.lr_scaling = "dp".
+std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Module& model, int dp);
+/// train.lr_scheduler over total_steps optimizer steps, warmup_ratio of them warming up.
+std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,
+                                                      int64_t total_steps);
+
+}  // namespace booster::examples

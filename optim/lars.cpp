@@ -1,0 +1,62 @@
+// Lars update (see lars.h).
+#include "optim/lars.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace booster::optim {
+
+Lars::Lars(std::vector<ParamGroup> groups, const LarsOptions& o)
+    : Optimizer("Lars", std::move(groups), {{"lr", o.lr},
+                                    {"momentum", o.momentum},
+                                    {"eeta", o.eeta},
+                                    {"weight_decay", o.weight_decay},
+                                    {"epsilon", o.epsilon},
+                                    {"lars_adaptation", 1.0}}) {
+  BOOSTER_CHECK(o.eeta > 0, "Lars: eeta (the trust coefficient) must be > 0, got ", o.eeta);
+}
+
+void Lars::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                  const Tensor& /*working: not fused*/) {
+  Tensor& buf = st.buffers["momentum_buffer"];
+  if (!buf.defined()) buf = Tensor::zeros(p.shape());
+  const bool adapt = group.get("lars_adaptation") != 0.0;
+  const double lr = group.get("lr"), momentum = group.get("momentum"), eeta = group.get("eeta");
+  const double wd = adapt ? group.get("weight_decay") : 0.0, eps = group.get("epsilon"), inv_div = 1.0 / grad_divisor_;
+  const int64_t n = p.numel();
+  float* pp = p.data<float>();
+  float* pb = buf.data<float>();
+  const float* pg = g.data<float>();
+  double wnorm2 = 0, gnorm2 = 0;
+#pragma omp parallel for simd reduction(+ : wnorm2, gnorm2) if (n > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = double(pg[i]) * inv_div;
+    wnorm2 += double(pp[i]) * pp[i];
+    gnorm2 += gi * gi;
+  }
+  const double wn = std::sqrt(wnorm2), gn = std::sqrt(gnorm2);
+  double trust = 1.0;
+  if (adapt && wn > 0 && gn > 0) trust = std::clamp(eeta * wn / (gn + wd * wn + eps), 0.0, 50.0);
+  const float f_wd = float(wd), f_m = float(momentum), step = float(lr * trust), f_div = float(inv_div);
+#pragma omp parallel for simd if (n > (1 << 14))
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = std::clamp(pg[i] * f_div + f_wd * pp[i], -10.0f, 10.0f);
+    pb[i] = f_m * pb[i] + gi;
+    pp[i] -= step * pb[i];
+  }
+  (void)name;
+}
+
+std::vector<ParamGroup> lars_param_groups(const NamedParams& params, double weight_decay) {
+  ParamGroup adapted, excluded;
+  adapted.options["weight_decay"] = weight_decay;
+  excluded.options["weight_decay"] = 0.0;
+  excluded.options["lars_adaptation"] = 0.0;
+  for (auto& [n, p] : params) (excluded_from_decay(n, p) ? excluded : adapted).params.emplace_back(n, p);
+  std::vector<ParamGroup> out;
+  if (!adapted.params.empty()) out.push_back(std::move(adapted));
+  if (!excluded.params.empty()) out.push_back(std::move(excluded));
+  return out;
+}
+
+}  // namespace booster::optim
