@@ -8,7 +8,6 @@
 #include <climits>
 #include <cstring>
 
-#include "core/dist/progress.h"
 #include "core/dist/ring_collectives.h"
 #include "core/dist/watchdog.h"
 #include "core/kernels/raw.h"
@@ -78,7 +77,6 @@ void post_chunks(Work& w, const Tensor& buf, const char* op, const ProcessGroup&
 
 WorkPtr finish(WorkPtr w, bool async_op) {
   if (!async_op) w->wait();
-  else detail::progress_track(w.get());
   return w;
 }
 
@@ -102,7 +100,6 @@ Work::Work(std::string op, const ProcessGroup& g) : op_(std::move(op)), group_(g
 }
 
 Work::~Work() {
-  detail::progress_untrack(this);
   if (done_) return;
   try {
     wait();
@@ -110,49 +107,28 @@ Work::~Work() {
   }
 }
 
-void Work::advance(bool blocking) {
-  while (!ready_) {
-    int flag = 1;
-    if (!requests.empty()) {
-      const int rc = blocking ? MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE)
-                              : MPI_Testall(int(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
-      BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed",
-                      blocking ? " while waiting" : "");
-    }
-    if (!flag) return;
-    requests.clear();
-    if (!next_phase || !next_phase()) ready_ = true;
-  }
-}
-
 void Work::wait() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (done_) return;
-  if (error_) std::rethrow_exception(error_);
-  advance(true);
-  complete();
+  while (!done_) {
+    const int rc = requests.empty() ? MPI_SUCCESS
+                                    : MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed while waiting");
+    requests.clear();
+    if (!next_phase || !next_phase()) complete();
+  }
 }
 
 bool Work::test() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (done_) return true;
-  if (error_) std::rethrow_exception(error_);
-  advance(false);
-  if (!ready_) return false;
-  complete();
-  return true;
-}
-
-bool Work::progress_in_background() {
-  std::unique_lock<std::mutex> l(mu_, std::try_to_lock);
-  if (!l.owns_lock()) return false;  // the owner is testing or waiting on it
-  if (done_ || ready_ || error_) return true;
-  try {
-    advance(false);
-  } catch (...) {
-    error_ = std::current_exception();  // raised where the owner tests or waits
+  while (!done_) {
+    int flag = 1;
+    if (!requests.empty()) {
+      const int rc = MPI_Testall(int(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
+      BOOSTER_CHECK_T(BackendError, rc == MPI_SUCCESS, op_, " on group '", group_, "' failed");
+    }
+    if (!flag) return false;
+    requests.clear();
+    if (!next_phase || !next_phase()) complete();
   }
-  return ready_ || error_;
+  return true;
 }
 
 void Work::complete() {

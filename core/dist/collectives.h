@@ -4,10 +4,7 @@
 #pragma once
 
 #include <functional>
-#include <atomic>
-#include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,13 +30,6 @@ class Work {
   bool test();
   /// True once the operation has finished (wait() or a successful test()).
   bool is_completed() const { return done_; }
-  /// Every round has completed (the progress thread may get it there while the owner
-  /// computes); the owner's next test() or wait() finishes it without waiting.
-  bool rounds_done() const { return ready_; }
-  /// The progress thread's test (progress.h): moves messages and posts later rounds without
-  /// blocking and without finishing (the owner's test or wait does); skipped while the owner
-  /// holds the Work. Returns true once nothing is left for it to do.
-  bool progress_in_background();
 
   // ---- for the implementation ----
   std::vector<MPI_Request> requests;
@@ -50,15 +40,9 @@ class Work {
   std::vector<Tensor> keep_alive;
 
  private:
-  // Runs the rounds: blocking (MPI_Waitall) or until a test finds requests pending; sets
-  // ready_ when the last round has completed. Called with mu_ held.
-  void advance(bool blocking);
   void complete();
   std::string op_, group_;
   uint64_t token_;
-  std::mutex mu_;
-  std::exception_ptr error_;
-  std::atomic<bool> ready_{false};  // every round done, not yet finished
   bool done_ = false;
 };
 using WorkPtr = std::shared_ptr<Work>;

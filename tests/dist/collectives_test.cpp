@@ -1,13 +1,10 @@
 // Every collective x dtype x blocking/async against values computed locally. Rank r
 // contributes value(r, i) = (r + 1) * (i % 7 + 1).
 #include <gtest/gtest.h>
-
-#include <thread>
 #include <chrono>
 #include <climits>
 
 #include "core/dist/collectives.h"
-#include "core/dist/progress.h"
 #include "core/dist/runtime.h"
 
 using namespace booster;
@@ -210,48 +207,6 @@ TEST(CollectivesAsync, RingAdvancesUnderTest) {
     for (int r = 0; r < world_size(); ++r) s += value(r, i);
     return s;
   }, "all_reduce under test()");
-}
-
-// With the progress thread, an asynchronous ring all-reduce runs all its rounds while the
-// caller computes and calls no MPI at all (without it, a rank posts its next round only inside
-// its own test or wait: a ring of 2 or more ranks cannot finish its second round); many
-// reductions in flight at once, finished in any order, and a Work dropped while tracked.
-TEST(CollectivesAsync, ProgressThreadRunsTheRoundsWhileTheCallerComputes) {
-  if (world_size() < 2) GTEST_SKIP() << "a ring needs 2 ranks";
-  auto without_mpi_until = [](const WorkPtr& w, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (!w->rounds_done() && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return w->rounds_done();
-  };
-  const int64_t len = 300000;  // the ring (from 64 Ki elements)
-  Tensor off = make(world_rank(), len, DType::f32);
-  auto w_off = all_reduce(off, ReduceOp::sum, ProcessGroup::world(), true);
-  EXPECT_FALSE(without_mpi_until(w_off, 0.3)) << "the second round ran without any MPI call on this rank";
-  w_off->wait();
-  set_progress_thread(true, 20);
-  ASSERT_TRUE(progress_thread_enabled());
-  std::vector<Tensor> ts;
-  std::vector<WorkPtr> ws;
-  for (int k = 0; k < 4; ++k) {
-    ts.push_back(make(world_rank() + k, len, k % 2 ? DType::bf16 : DType::f32));
-    ws.push_back(all_reduce(ts.back(), ReduceOp::sum, ProcessGroup::world(), true));
-  }
-  for (auto& w : ws) EXPECT_TRUE(without_mpi_until(w, 20)) << "the progress thread did not run the rounds";
-  for (int k = 3; k >= 0; --k) {
-    ASSERT_TRUE(ws[size_t(k)]->test());  // finished by the owner, at once
-    expect_values(ts[size_t(k)], [&](int64_t i) {
-      double sum = 0;
-      for (int r = 0; r < world_size(); ++r) sum += value(r + k, i);
-      return sum;
-    }, "all_reduce run by the progress thread");
-  }
-  {  // dropped while tracked: its destructor waits for it, the thread forgets it
-    Tensor d = make(world_rank(), len, DType::f32);
-    all_reduce(d, ReduceOp::sum, ProcessGroup::world(), true);
-  }
-  set_progress_thread(false);
-  EXPECT_FALSE(progress_thread_enabled());
 }
 
 }  // namespace
