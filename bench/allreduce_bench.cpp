@@ -1,6 +1,10 @@
 // All-reduce of one DDP bucket (or one tensor-parallel activation): dist::all_reduce
 // (averaging; the ring from 64 Ki elements) against MPI_Allreduce measured alternately in
-// the same run, bf16 through an f32 staging copy (the path bf16 took before the ring). Run
+// the same run, bf16 through an f32 staging copy (the path bf16 took before the ring), the
+// algorithm bandwidth of each beside the node's memory-copy bandwidth, and the overlap: a
+// rank posts the all-reduce, computes matmuls for as long as the all-reduce alone takes
+// without entering MPI (as a backward between gradient hooks), then waits; the exposed
+// remainder is what the wait adds to the compute, the overlap 1 - exposed / all-reduce. Run
 // under mpirun -np N with OMP_NUM_THREADS=1, as DDP's ranks run:
 //   mpirun -np 2 allreduce_bench [MB per bucket, default 25] [rounds, default 5]
 #include <mpi.h>
@@ -8,9 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <vector>
 
 #include "core/dist/collectives.h"
+#include "core/kernels/ops.h"
 #include "core/dist/runtime.h"
 #include "core/kernels/raw.h"
 #include "core/tensor/random.h"
@@ -27,6 +34,40 @@ double ms_per_call(const std::function<void()>& f) {
   for (int i = 0; i < 5; ++i) f();
   return dist::all_reduce_scalar(std::chrono::duration<double>(Clock::now() - t0).count() / 5 * 1e3,
                                  dist::ReduceOp::max);
+}
+
+// GB/s of copying `bytes` (read and write counted once: the bytes moved), best of 5.
+double copy_gb_s(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return double(bytes) / best / 1e9;
+}
+
+struct Overlap {
+  double compute_ms, both_ms, exposed_ms, share;
+};
+
+// Posts the all-reduce of t, computes `reps` 256 x 256 matmuls without entering MPI, waits.
+Overlap overlap(Tensor& t, int reps, double alone_ms) {
+  Tensor a = Tensor::ones({256, 256}), b = Tensor::ones({256, 256});
+  auto compute = [&] {
+    for (int i = 0; i < reps; ++i) a = scale(matmul(a, b), 1.0 / 256);
+  };
+  Overlap o{};
+  o.compute_ms = ms_per_call(compute);
+  o.both_ms = ms_per_call([&] {
+    auto w = dist::all_reduce(t, dist::ReduceOp::avg, dist::ProcessGroup::world(), true);
+    compute();
+    w->wait();
+  });
+  o.exposed_ms = std::max(0.0, o.both_ms - o.compute_ms);
+  o.share = std::clamp(1.0 - o.exposed_ms / alone_ms, 0.0, 1.0);
+  return o;
 }
 
 }  // namespace
@@ -63,11 +104,27 @@ int main(int argc, char** argv) {
       blocking_ms = std::min(blocking_ms, ms_per_call([&] { mpi(true); }));
       nonblocking_ms = std::min(nonblocking_ms, ms_per_call([&] { mpi(false); }));
     }
+    const double bytes = double(n) * double(dtype_size(dt));
     if (dist::world_rank() == 0)
-      std::printf("all_reduce %s %.1f MB, %d ranks: %.2f ms; peers%s: MPI_Allreduce %.2f ms (%.2fx ours), "
-                  "MPI_Iallreduce + wait %.2f ms (%.2fx)\n",
-                  dtype_name(dt), double(n) * double(dtype_size(dt)) / (1024 * 1024), world.size(), ours_ms,
-                  staged ? " through f32 staging" : "", blocking_ms, blocking_ms / ours_ms, nonblocking_ms,
-                  nonblocking_ms / ours_ms);
+      std::printf("all_reduce %s %.1f MB, %d ranks: %.2f ms (%.2f GB/s algorithm bandwidth); peers%s: MPI_Allreduce "
+                  "%.2f ms (%.2fx ours, %.2f GB/s), MPI_Iallreduce + wait %.2f ms (%.2fx); memory copy %.2f GB/s\n",
+                  dtype_name(dt), bytes / (1024 * 1024), world.size(), ours_ms, bytes / ours_ms / 1e6,
+                  staged ? " through f32 staging" : "", blocking_ms, blocking_ms / ours_ms, bytes / blocking_ms / 1e6,
+                  nonblocking_ms, nonblocking_ms / ours_ms, copy_gb_s(size_t(bytes)));
+    // Matmuls for about as long as the all-reduce alone.
+    Tensor a = Tensor::ones({256, 256});
+    auto one = [&] { a = scale(matmul(a, a), 1.0 / 256); };
+    one();  // the primitive's creation is not a matmul's time
+    const double one_ms = std::min(ms_per_call(one), ms_per_call(one));
+    const int reps = std::max(1, int(ours_ms / std::max(one_ms, 1e-3)));
+    Overlap best{0, 0, 1e30, 0};
+    for (int r = 0; r < rounds; ++r) {
+      const Overlap o = overlap(t, reps, ours_ms);
+      if (o.exposed_ms < best.exposed_ms) best = o;
+    }
+    if (dist::world_rank() == 0)
+      std::printf("  overlap: compute %.2f ms, compute + all-reduce %.2f ms, exposed %.2f ms: %.0f %% of the all-reduce "
+                  "hidden\n",
+                  best.compute_ms, best.both_ms, best.exposed_ms, 100 * best.share);
   }
 }
