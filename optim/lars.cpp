@@ -48,15 +48,10 @@ void Lars::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
 }
 
 std::vector<ParamGroup> lars_param_groups(const NamedParams& params, double weight_decay) {
-  ParamGroup adapted, excluded;
-  adapted.options["weight_decay"] = weight_decay;
-  excluded.options["weight_decay"] = 0.0;
-  excluded.options["lars_adaptation"] = 0.0;
-  for (auto& [n, p] : params) (excluded_from_decay(n, p) ? excluded : adapted).params.emplace_back(n, p);
-  std::vector<ParamGroup> out;
-  if (!adapted.params.empty()) out.push_back(std::move(adapted));
-  if (!excluded.params.empty()) out.push_back(std::move(excluded));
-  return out;
+  auto groups = param_groups_no_decay(params, weight_decay);
+  for (auto& g : groups)  // the group of biases and norms: no trust ratio either
+    if (excluded_from_decay(g.params[0].first, g.params[0].second)) g.options["lars_adaptation"] = 0.0;
+  return groups;
 }
 
 }  // namespace booster::optim

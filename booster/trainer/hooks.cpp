@@ -42,7 +42,7 @@ void LossHook::after_test_iter(Trainer& t, const IterationOutput& out) { test_->
 AccuracyHook::AccuracyHook(AccuracyMetric::AccuracyFunc accuracy_func, int priority, int64_t num_classes,
                            std::string output_key, std::string label_key)
     : BaseHook(priority), func_(std::move(accuracy_func)), classes_(num_classes), output_key_(std::move(output_key)),
-      label_key_(std::move(label_key)), metric_(std::make_shared<AccuracyMetric>(true, func_, classes_)) {}
+      label_key_(std::move(label_key)) {}
 
 void AccuracyHook::after_hook_is_attached(Trainer& t) {
   metric_ = std::make_shared<AccuracyMetric>(true, func_, classes_);

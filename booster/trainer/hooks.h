@@ -35,7 +35,11 @@ class AccuracyHook : public BaseHook {
   void after_hook_is_attached(Trainer& t) override;
   void before_test(Trainer& t) override;
   void after_test_iter(Trainer& t, const IterationOutput& out) override;
-  const AccuracyMetric& metric() const { return *metric_; }
+  /// The metric of the last fit or evaluate this hook was attached to.
+  const AccuracyMetric& metric() const {
+    BOOSTER_CHECK(metric_ != nullptr, "AccuracyHook: not attached to a Trainer yet");
+    return *metric_;
+  }
 
  private:
   AccuracyMetric::AccuracyFunc func_;
