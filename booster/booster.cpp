@@ -8,6 +8,7 @@
 #include "booster/mixed_precision.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "nn/lazy.h"
 
 #include <algorithm>
 
@@ -42,6 +43,9 @@ void Booster::configure(BoostedObjects& o) {
     mp.precision = mixed_precision_;
     apply_mixed_precision(o, mp);
   }
+  // What the plugin left lazy (nn::LazyInit) is what this rank keeps whole: made now, one
+  // tensor at a time, in the dtype and region the plugin chose.
+  nn::materialize(*o.model->module());
   o.model->set_split_batch(split_batch_);
   if (split_batch_)
     spdlog::info("Booster: split_batch: each of this rank's {} threads runs its own share of every training batch",

@@ -3,6 +3,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/common/profiler.h"
+#include "core/tensor/lazy.h"
 
 namespace booster {
 
@@ -11,9 +12,15 @@ MasterParams::MasterParams(const optim::NamedParams& params, DType working) : wo
   for (auto& [name, p] : params) {
     if (!is_floating(p.dtype())) continue;
     Tensor param = p;
-    Tensor master = param.detach().to(DType::f32).contiguous().clone();
+    Tensor master;
+    if (is_lazy(param)) {  // made in fp32 alone; the working copy materializes later
+      master = region_values(param, param.region() ? *param.region() : Region::whole(param.shape()), DType::f32);
+      lazy_cast(param, working);
+    } else {
+      master = param.detach().to(DType::f32).contiguous().clone();
+      param.set_data(param.detach().to(working).contiguous());  // same handle, low-precision storage
+    }
     if (param.region()) master.set_region(*param.region());
-    param.set_data(param.detach().to(working).contiguous());  // same handle, low-precision storage
     entries_.push_back({name, param, master});
   }
 }

@@ -1,6 +1,7 @@
 // Plugin defaults for optional capabilities and the data-parallel DataLoader.
 #include "booster/plugin.h"
 
+#include <bit>
 #include <map>
 
 #include "booster/checkpoint/general_checkpoint_io.h"
@@ -8,6 +9,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/tensor/lazy.h"
 #include "data/sampler.h"
 
 namespace booster {
@@ -47,6 +49,51 @@ DataIter single_batch(TensorMap batch) {
   };
 }
 
+namespace {
+// Broadcasts the first member's recipes of its lazy tensors among `tensors` (one message);
+// returns which are lazy. A tensor lazy on one member and not on another, or built from a
+// source (a file each member reads itself) there and from a recipe here, is an error.
+std::vector<bool> broadcast_lazy_recipes(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                         const dist::ProcessGroup& g) {
+  constexpr int64_t kFields = 11;
+  std::vector<int64_t> rows(tensors.size() * kFields, 0);
+  auto bits = [](double v) { return std::bit_cast<int64_t>(v); };
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const LazyRecipe* r = lazy_recipe(tensors[i].second);
+    if (!r) continue;
+    const Draw& d = r->draw;
+    const int64_t row[kFields] = {1 + int64_t(r->kind), bits(r->value), int64_t(d.kind), bits(d.p0), bits(d.p1),
+                                  bits(d.p2), bits(d.p3), int64_t(d.at.seed), int64_t(d.at.stream), int64_t(d.at.counter), 0};
+    std::copy(row, row + kFields, rows.begin() + int64_t(i) * kFields);
+  }
+  Tensor msg = Tensor::from_ints(rows, {int64_t(rows.size())});
+  dist::broadcast(msg, g.ranks()[0], g);
+  const int64_t* first = msg.data<int64_t>();
+  std::vector<bool> lazy(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int64_t* row = first + int64_t(i) * kFields;
+    LazyRecipe* r = lazy_recipe(tensors[i].second);
+    const bool theirs = row[0] != 0;
+    BOOSTER_CHECK(theirs == (r != nullptr), "boost: '", tensors[i].first, "' is lazy (nn::LazyInit) on ",
+                  theirs ? "the group's first rank but not on rank " : "rank ", dist::world_rank(),
+                  theirs ? "" : " but not on the group's first rank", ": build the model the same way on every rank");
+    if (!r) continue;
+    lazy[i] = true;
+    const auto kind = LazyRecipe::Kind(row[0] - 1);
+    const bool src = kind == LazyRecipe::Kind::source, mine = r->kind == LazyRecipe::Kind::source;
+    BOOSTER_CHECK(src == mine, "boost: lazy '", tensors[i].first, "' reads a source on one rank and is initialized ",
+                  "on another: load the same weights on every rank");
+    if (src) continue;  // each rank reads the same file
+    r->kind = kind;
+    r->value = std::bit_cast<double>(row[1]);
+    r->draw = Draw{Draw::Kind(row[2]), std::bit_cast<double>(row[3]), std::bit_cast<double>(row[4]),
+                   std::bit_cast<double>(row[5]), std::bit_cast<double>(row[6]),
+                   GeneratorState{uint64_t(row[7]), uint64_t(row[8]), uint64_t(row[9])}};
+  }
+  return lazy;
+}
+}  // namespace
+
 void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& g, bool skip_shards, bool common_only) {
   if (g.size() == 1) return;
   NoGradGuard ng;
@@ -59,9 +106,17 @@ void broadcast_module_state(const nn::Module& module, const dist::ProcessGroup& 
       for (size_t b; (b = names.find('\n', a)) != std::string::npos; a = b + 1) ++holders[names.substr(a, b - a)];
     }
   }
+  std::vector<std::pair<std::string, Tensor>> sent;
   for (auto& [n, t] : module.state_dict()) {
     if (skip_shards && t.region()) continue;
     if (common_only && holders[n] != g.size()) continue;
+    sent.emplace_back(n, t);
+  }
+  // Lazy tensors (nn::LazyInit) take the first member's recipes, not data: nothing is allocated.
+  const std::vector<bool> lazy = broadcast_lazy_recipes(sent, g);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (lazy[i]) continue;
+    const Tensor& t = sent[i].second;
     Tensor x = t.is_contiguous() ? t : t.contiguous();
     dist::broadcast(x, g.ranks()[0], g);
     if (!x.is_same(t)) Tensor(t).copy_(x);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/autograd/grad_mode.h"
+#include "core/tensor/lazy.h"
 
 namespace booster::nn {
 
@@ -55,8 +56,15 @@ detail::ChildCell* Module::add_child(const std::string& name, std::shared_ptr<Mo
                                      std::function<bool(const Module&)> accepts, std::string kind) {
   BOOSTER_CHECK(!name.empty() && name.find('.') == std::string::npos, type_name(), ": invalid child name '", name, "'");
   BOOSTER_CHECK(!find_child(name), type_name(), ": child '", name, "' registered twice");
+  if (m) name_lazy_tensors(*m, name + ".");
   children_.push_back(std::make_unique<detail::ChildCell>(detail::ChildCell{name, std::move(m), std::move(accepts), std::move(kind)}));
   return children_.back().get();
+}
+
+void name_lazy_tensors(const Module& m, const std::string& prefix) {
+  for (bool params : {true, false})
+    for (auto& [n, t] : params ? m.named_parameters() : m.named_buffers())
+      if (LazyRecipe* r = lazy_recipe(t)) r->name = prefix + n;
 }
 
 TensorSlot Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
@@ -64,6 +72,7 @@ TensorSlot Module::register_parameter(const std::string& name, Tensor t, bool re
   bool is_param = false;
   BOOSTER_CHECK(!find_tensor(name, &is_param), type_name(), ": tensor '", name, "' registered twice");
   if (t.defined() && requires_grad) t.requires_grad_(true);
+  if (LazyRecipe* r = lazy_recipe(t)) r->name = name;
   params_.push_back(std::make_unique<detail::TensorCell>(detail::TensorCell{name, t}));
   return TensorSlot(params_.back().get());
 }
@@ -71,6 +80,7 @@ TensorSlot Module::register_parameter(const std::string& name, Tensor t, bool re
 TensorSlot Module::register_buffer(const std::string& name, Tensor t) {
   bool is_param = false;
   BOOSTER_CHECK(!find_tensor(name, &is_param), type_name(), ": tensor '", name, "' registered twice");
+  if (LazyRecipe* r = lazy_recipe(t)) r->name = name;
   buffers_.push_back(std::make_unique<detail::TensorCell>(detail::TensorCell{name, t}));
   return TensorSlot(buffers_.back().get());
 }
@@ -162,6 +172,7 @@ void Module::replace(const std::string& path, std::shared_ptr<Module> module) {
   BOOSTER_CHECK(c->accepts(*module), "replace('", path, "'): the slot holds a ", c->kind, " (now a ",
                 c->module ? c->module->type_name() : "null", "), and a ", module->type_name(), " is not a ", c->kind);
   module->train(parent->is_training());
+  name_lazy_tensors(*module, path + ".");
   c->module = std::move(module);
 }
 
@@ -272,8 +283,7 @@ LoadResult Module::load_state_dict(const StateDict& sd, bool strict) {
   for (auto& [name, t] : mine) {
     auto it = given.find(name);
     if (it == given.end() || it->second.shape() != t.shape()) continue;
-    Tensor dst = t;
-    dst.copy_(it->second);
+    assign_or_adopt(t, it->second);  // a lazy model keeps it as the source: boost copies in what each rank keeps
   }
   return r;
 }
@@ -296,7 +306,7 @@ void Module::copy_into(Module& dst) const {
         d->tensor = Tensor();
         continue;
       }
-      Tensor copy = c->tensor.detach().clone();
+      Tensor copy = is_lazy(c->tensor) ? lazy_clone(c->tensor) : c->tensor.detach().clone();
       if (c->tensor.region()) copy.set_region(*c->tensor.region());  // a shard stays the same slice
       if (c->tensor.requires_grad()) copy.requires_grad_(true);
       d->tensor = copy;

@@ -232,6 +232,10 @@ class Module : public std::enable_shared_from_this<Module> {
   bool training_ = true;
 };
 
+/// Names the lazy tensors of m (core/tensor/lazy.h) by their dotted paths under `prefix`,
+/// for errors; modules do it as they register children.
+void name_lazy_tensors(const Module& m, const std::string& prefix);
+
 /// Type name used in error messages for a slot's declared kind.
 std::string demangle(const char* mangled);
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/autograd/grad_mode.h"
+#include "core/tensor/lazy.h"
 #include "nn/safetensors.h"
 
 namespace booster::nn {
@@ -53,8 +54,7 @@ std::shared_ptr<ViTForImageClassification> vit_from_pretrained(const std::string
     BOOSTER_CHECK_T(DTypeError, is_floating(it->second.dtype()) == is_floating(p.dtype()), dir, ": tensor '", name,
                     "' is ", dtype_name(it->second.dtype()), " in the checkpoint, ", dtype_name(p.dtype()),
                     " in the model");
-    Tensor dst = p;
-    dst.copy_(it->second);
+    assign_or_adopt(p, it->second);  // a lazy model (nn::LazyInit) reads it at boost, only what a rank keeps
   }
   std::vector<std::string> unexpected;
   for (auto& [n, t] : given)

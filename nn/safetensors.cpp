@@ -1,6 +1,13 @@
 // safetensors: 8-byte little-endian header length, JSON header {name: {dtype, shape,
-// data_offsets}}, then the data. Validated strictly before any tensor is built.
+// data_offsets}}, then the data. Validated strictly before any tensor is built. The file is
+// mapped (copy-on-write), not read: a tensor's pages are read when first touched, so a rank
+// that copies out only its slice or shard (a lazy model's source) reads only those.
 #include "nn/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -49,8 +56,47 @@ bool SafetensorsFile::contains(const std::string& name) const {
   return false;
 }
 
+namespace {
+// A file mapped read-write copy-on-write (writes to its tensors stay in this process),
+// unmapped when the last tensor viewing it dies.
+class Mapping {
+ public:
+  explicit Mapping(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    BOOSTER_CHECK_T(IOError, fd >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      BOOSTER_THROW(IOError, path, ": not a regular file");
+    }
+    size_ = size_t(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+      const int err = errno;
+      ::close(fd);
+      BOOSTER_CHECK_T(IOError, p != MAP_FAILED, path, ": cannot map ", size_, " bytes: ", std::strerror(err));
+      data_ = static_cast<char*>(p);
+    } else {
+      ::close(fd);
+    }
+  }
+  ~Mapping() {
+    if (data_) ::munmap(data_, size_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+}  // namespace
+
 SafetensorsFile load_safetensors(const std::string& path) {
-  const std::string bytes = read_text_file(path);
+  auto map = std::make_shared<Mapping>(path);
+  const std::string_view bytes(map->data() ? map->data() : "", map->size());
   BOOSTER_CHECK_T(IOError, bytes.size() >= 8, path, ": truncated safetensors file (", bytes.size(),
                   " bytes, the header length alone takes 8)");
   uint64_t hlen = 0;
@@ -65,7 +111,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   }
   BOOSTER_CHECK_T(IOError, h.is_object(), path, ": header is not a JSON object");
   const uint64_t data_size = bytes.size() - 8 - hlen;
-  const char* data = bytes.data() + 8 + hlen;
+  char* data = map->data() ? map->data() + 8 + hlen : nullptr;
   SafetensorsFile f;
   f.path = path;
   struct Entry {
@@ -113,8 +159,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     BOOSTER_CHECK_T(IOError, by_off[i]->begin >= by_off[i - 1]->end || by_off[i - 1]->begin == by_off[i - 1]->end,
                     path, ": tensors '", by_off[i - 1]->name, "' and '", by_off[i]->name, "' overlap");
   for (auto* e : by_off) {
-    Tensor t = Tensor::empty(e->shape, e->dt);
-    if (e->end > e->begin) std::memcpy(t.raw_data(), data + e->begin, e->end - e->begin);
+    Tensor t = e->end > e->begin ? Tensor::from_blob(data + e->begin, e->shape, e->dt, [map](void*) {})
+                                 : Tensor::zeros(e->shape, e->dt);
     f.tensors.emplace_back(e->name, t);
   }
   return f;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <typeinfo>
 
+#include "nn/checkpoint.h"
 #include "nn/init.h"
 
 namespace booster::nn {
@@ -137,10 +138,14 @@ ViTEncoder::ViTEncoder(const ViTConfig& c) : c_(c) {
   auto list = std::make_shared<ModuleList<UnaryModule>>();
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) list->push_back(std::make_shared<ViTLayer>(c));
   layer = register_module("layer", list);
+  register_attribute("gradient_checkpointing", &gradient_checkpointing);
+  register_attribute("gradient_checkpointing_ratio", &gradient_checkpointing_ratio);
 }
 
 ViTEncoder::ViTEncoder(const ViTConfig& c, std::shared_ptr<ModuleList<UnaryModule>> layers) : c_(c) {
   layer = register_module("layer", std::move(layers));
+  register_attribute("gradient_checkpointing", &gradient_checkpointing);
+  register_attribute("gradient_checkpointing_ratio", &gradient_checkpointing_ratio);
 }
 
 Tensor ViTEncoder::forward(const Tensor& hidden) { return forward_layers(hidden, 0, int64_t(layer->size())); }
@@ -148,8 +153,14 @@ Tensor ViTEncoder::forward(const Tensor& hidden) { return forward_layers(hidden,
 Tensor ViTEncoder::forward_layers(const Tensor& hidden, int64_t begin, int64_t end) {
   BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(layer->size()), "ViTEncoder: layers [", begin, ", ", end,
                 ") of ", layer->size());
+  BOOSTER_CHECK(gradient_checkpointing_ratio >= 0 && gradient_checkpointing_ratio <= 1,
+                "ViTEncoder: gradient_checkpointing_ratio must be in [0, 1], got ", gradient_checkpointing_ratio);
+  const int64_t ckpt = gradient_checkpointing && is_training()
+                           ? int64_t(gradient_checkpointing_ratio * double(end - begin) + 1e-9)
+                           : 0;
   Tensor h = hidden;
-  for (int64_t i = begin; i < end; ++i) h = layer->at(size_t(i))(h);
+  for (int64_t i = begin; i < end; ++i)
+    h = i - begin < ckpt ? checkpoint(*layer->at(size_t(i)), h) : layer->at(size_t(i))(h);
   return h;
 }
 
@@ -210,6 +221,16 @@ void ViTForImageClassification::reset_classifier(int64_t num_labels) {
     replace("classifier", std::make_shared<Identity>());
   }
 }
+
+void ViTForImageClassification::gradient_checkpointing_enable(double ratio) {
+  BOOSTER_CHECK(ratio >= 0 && ratio <= 1, "gradient_checkpointing_enable: ratio must be in [0, 1], got ", ratio);
+  vit->encoder->gradient_checkpointing = true;
+  vit->encoder->gradient_checkpointing_ratio = ratio;
+}
+
+void ViTForImageClassification::gradient_checkpointing_disable() { vit->encoder->gradient_checkpointing = false; }
+
+bool ViTForImageClassification::is_gradient_checkpointing() const { return vit->encoder->gradient_checkpointing; }
 
 void vit_init_weights(Module& root, double initializer_range) {
   if (SkipInitGuard::active()) return;

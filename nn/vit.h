@@ -138,9 +138,15 @@ class ViTEncoder : public UnaryModule {
   explicit ViTEncoder(const ViTConfig& c);
   std::string type_name() const override { return "ViTEncoder"; }
   Tensor forward(const Tensor& hidden) override;
-  /// Runs layers [begin, end) (a pipeline stage's share).
+  /// Runs layers [begin, end) (a pipeline stage's share); while training with
+  /// gradient_checkpointing, the first floor(ratio * (end - begin)) of them checkpointed
+  /// (nn::checkpoint), as shardformer's GradientCheckpointConfig does per pipeline stage.
   Tensor forward_layers(const Tensor& hidden, int64_t begin, int64_t end);
   Slot<ModuleList<UnaryModule>> layer;
+  /// Hugging Face's ViTEncoder.gradient_checkpointing (attributes of the same names).
+  bool gradient_checkpointing = false;
+  /// Shardformer's gradient_checkpointing_ratio: the share of each stage's layers checkpointed.
+  double gradient_checkpointing_ratio = 1.0;
 
  protected:
   /// An encoder around existing layers (a subclass replacing the encoder keeps them).
@@ -203,6 +209,11 @@ class ViTForImageClassification : public Module, public PipelineModule {
   const ViTConfig& config() const { return c_; }
   /// Re-initializes the classifier (Hugging Face's init) for num_labels classes.
   void reset_classifier(int64_t num_labels);
+  /// Hugging Face's gradient_checkpointing_enable(): the encoder's layers run checkpointed
+  /// while training (ratio: the share of each stage's layers, the first ones).
+  void gradient_checkpointing_enable(double ratio = 1.0);
+  void gradient_checkpointing_disable();
+  bool is_gradient_checkpointing() const;
   Slot<ViTModel> vit;
   Slot<UnaryModule> classifier;
 

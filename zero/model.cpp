@@ -2,6 +2,7 @@
 #include "zero/model.h"
 
 #include "core/autograd/grad_mode.h"
+#include "core/tensor/lazy.h"
 
 namespace booster::zero {
 
@@ -47,8 +48,11 @@ std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& 
   {
     // The rest of the module (frozen parameters, or all without an optimizer) in the working precision too.
     NoGradGuard ng;
-    for (auto& [n, p] : module->named_parameters())
-      if (is_floating(p.dtype()) && p.dtype() != working) Tensor(p).set_data(p.detach().to(working).contiguous());
+    for (auto& [n, p] : module->named_parameters()) {
+      if (!is_floating(p.dtype()) || p.dtype() == working) continue;
+      if (is_lazy(p)) lazy_cast(p, working);
+      else Tensor(p).set_data(p.detach().to(working).contiguous());
+    }
   }
   o.model = std::make_shared<LowLevelZeroModel>(o.model, engine, opts.cast_inputs ? working : DType::f32);
   return engine;

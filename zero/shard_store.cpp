@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/autograd/grad_mode.h"
+#include "core/tensor/lazy.h"
 
 namespace booster::zero {
 
@@ -20,11 +21,15 @@ ShardStore::ShardStore(Layout& layout, DType working, bool master_weights, std::
     s.offloaded = store_ && offloaded < offload_frac * total - 0.5;
     if (s.offloaded) offloaded += double(p.numel);
     if (master_weights_) {
-      Tensor m = p.param.detach().contiguous().view({-1}).narrow(0, p.lo, p.n).to(DType::f32).contiguous().clone();
+      // A lazy parameter (nn::LazyInit) makes this rank's elements alone.
+      Tensor m = is_lazy(p.param) ? region_values(p.param, p.region, DType::f32).view({-1})
+                                  : p.param.detach().contiguous().view({-1}).narrow(0, p.lo, p.n).to(DType::f32).contiguous().clone();
       if (s.offloaded) s.master_slot = store_->put(m);
       else s.master = m;
     }
-    if (p.param.dtype() != working) p.param.set_data(p.param.detach().to(working).contiguous());  // same handle
+    if (p.param.dtype() == working) continue;
+    if (is_lazy(p.param)) lazy_cast(p.param, working);  // materialized whole later, or only its slice when sharded
+    else p.param.set_data(p.param.detach().to(working).contiguous());  // same handle
   }
 }
 
@@ -46,6 +51,7 @@ Tensor ShardStore::own_slice(size_t i) const {
   if (s.own_slot >= 0) return store_->get(s.own_slot);
   if (s.own.defined()) return s.own;
   const Part& p = layout_.parts()[i];
+  if (is_lazy(p.param)) return region_values(p.param, p.region, working_).view({-1});  // a copy: keep_own takes it
   return p.param.detach().view({-1}).narrow(0, p.lo, p.n);
 }
 
@@ -58,7 +64,9 @@ void ShardStore::prefetch_own(size_t i) const {
 }
 
 void ShardStore::keep_own(size_t i) {
-  if (!sharded(i)) shards_[i].own = own_slice(i).contiguous().clone();
+  if (sharded(i)) return;
+  const Part& p = layout_.parts()[i];
+  shards_[i].own = is_lazy(p.param) ? own_slice(i) : own_slice(i).contiguous().clone();
 }
 
 void ShardStore::offload_own(size_t i) {

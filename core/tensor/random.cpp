@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/tensor/lazy.h"
+
 namespace booster {
 
 namespace {
@@ -15,17 +17,6 @@ inline uint64_t mix64(uint64_t z) {
 }
 inline double to_unit(uint64_t v) { return double(v >> 11) * (1.0 / 9007199254740992.0); }
 
-// Fills a float tensor: value i = f(counter of element i). Converts to t's dtype.
-template <typename F>
-void fill_with(Tensor& t, F&& f) {
-  BOOSTER_CHECK_T(DTypeError, is_floating(t.dtype()), "random fill: tensor must be floating, got ",
-                  dtype_name(t.dtype()));
-  const int64_t n = t.numel();
-  std::vector<float> v(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n > (1 << 14))
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(f(i));
-  t.copy_(Tensor::from_vector(v, t.shape(), DType::f32));
-}
 }  // namespace
 
 void Generator::manual_seed(uint64_t seed, uint64_t stream) {
@@ -37,35 +28,75 @@ uint64_t Generator::at(uint64_t counter) const { return mix64(key_ + (counter + 
 uint64_t Generator::next_u64() { return at(advance(1)); }
 double Generator::next_double() { return to_unit(next_u64()); }
 
-void Generator::uniform_(Tensor& t, double lo, double hi) {
-  const uint64_t base = advance(uint64_t(t.numel()));
-  fill_with(t, [&](int64_t i) { return lo + (hi - lo) * to_unit(at(base + uint64_t(i))); });
+Draw Generator::reserve(Draw::Kind kind, int64_t numel, double p0, double p1, double p2, double p3) {
+  Draw d{kind, p0, p1, p2, p3, state_};
+  advance((kind == Draw::Kind::normal ? 2 : 1) * uint64_t(numel));  // Box-Muller takes two counters an element
+  return d;
 }
 
+namespace {
+// Applies a draw: to the tensor's own data, or, when the tensor is lazy, kept as its recipe.
+void apply_draw(Tensor& t, const Draw& d) {
+  if (lazy_record_draw(t, d)) return;
+  fill_draw(t, d, {{0, t.numel(), 0}});
+}
+}  // namespace
+
+void Generator::uniform_(Tensor& t, double lo, double hi) { apply_draw(t, reserve(Draw::Kind::uniform, t.numel(), lo, hi)); }
+
 void Generator::normal_(Tensor& t, double mean, double std) {
-  const uint64_t base = advance(2 * uint64_t(t.numel()));
-  fill_with(t, [&](int64_t i) {
-    const double u1 = 1.0 - to_unit(at(base + 2 * uint64_t(i)));  // (0, 1]
-    const double u2 = to_unit(at(base + 2 * uint64_t(i) + 1));
-    return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-  });
+  apply_draw(t, reserve(Draw::Kind::normal, t.numel(), mean, std));
 }
 
 void Generator::trunc_normal_(Tensor& t, double mean, double std, double a, double b) {
   BOOSTER_CHECK(std > 0 && a < b, "trunc_normal_: need std > 0 and a < b, got std=", std, " a=", a, " b=", b);
-  auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
-  const double l = cdf((a - mean) / std), u = cdf((b - mean) / std);
-  const uint64_t base = advance(uint64_t(t.numel()));
-  fill_with(t, [&](int64_t i) {
-    const double p = (2 * l - 1) + (2 * u - 1 - (2 * l - 1)) * to_unit(at(base + uint64_t(i)));
-    const double x = erfinv(p) * std * std::sqrt(2.0) + mean;
-    return std::min(std::max(x, a), b);
-  });
+  apply_draw(t, reserve(Draw::Kind::trunc_normal, t.numel(), mean, std, a, b));
 }
 
-void Generator::bernoulli_(Tensor& t, double p) {
-  const uint64_t base = advance(uint64_t(t.numel()));
-  fill_with(t, [&](int64_t i) { return to_unit(at(base + uint64_t(i))) < p ? 1.0 : 0.0; });
+void Generator::bernoulli_(Tensor& t, double p) { apply_draw(t, reserve(Draw::Kind::bernoulli, t.numel(), p)); }
+
+namespace {
+// value i of the runs' logical elements = f(i), written at the runs' local positions.
+template <typename F>
+void fill_runs(Tensor& local, const std::vector<Run>& runs, F&& f) {
+  const int64_t n = local.numel();
+  std::vector<float> v(static_cast<size_t>(n));
+  for (const Run& r : runs) {
+    BOOSTER_CHECK_T(ShapeError, r.local >= 0 && r.local + r.length <= n, "random fill: a run of ", r.length,
+                    " elements at ", r.local, " does not fit a tensor of ", n);
+#pragma omp parallel for schedule(static) if (r.length > (1 << 14))
+    for (int64_t j = 0; j < r.length; ++j) v[size_t(r.local + j)] = float(f(uint64_t(r.start + j)));
+  }
+  local.copy_(Tensor::from_vector(v, local.shape(), DType::f32));
+}
+}  // namespace
+
+void fill_draw(Tensor& local, const Draw& d, const std::vector<Run>& runs) {
+  BOOSTER_CHECK_T(DTypeError, is_floating(local.dtype()), "random fill: tensor must be floating, got ",
+                  dtype_name(local.dtype()));
+  const Generator g(d.at.seed, d.at.stream);
+  const uint64_t base = d.at.counter;
+  switch (d.kind) {
+    case Draw::Kind::uniform:
+      return fill_runs(local, runs, [&](uint64_t i) { return d.p0 + (d.p1 - d.p0) * to_unit(g.at(base + i)); });
+    case Draw::Kind::normal:
+      return fill_runs(local, runs, [&](uint64_t i) {
+        const double u1 = 1.0 - to_unit(g.at(base + 2 * i));  // (0, 1]
+        const double u2 = to_unit(g.at(base + 2 * i + 1));
+        return d.p0 + d.p1 * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      });
+    case Draw::Kind::trunc_normal: {
+      auto cdf = [](double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); };
+      const double l = cdf((d.p2 - d.p0) / d.p1), u = cdf((d.p3 - d.p0) / d.p1);
+      return fill_runs(local, runs, [&](uint64_t i) {
+        const double p = (2 * l - 1) + (2 * u - 1 - (2 * l - 1)) * to_unit(g.at(base + i));
+        const double x = erfinv(p) * d.p1 * std::sqrt(2.0) + d.p0;
+        return std::min(std::max(x, d.p2), d.p3);
+      });
+    }
+    case Draw::Kind::bernoulli:
+      return fill_runs(local, runs, [&](uint64_t i) { return to_unit(g.at(base + i)) < d.p0 ? 1.0 : 0.0; });
+  }
 }
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/tensor/region.h"
 #include "core/tensor/tensor.h"
 
 namespace booster {
@@ -15,6 +16,21 @@ struct GeneratorState {
   uint64_t stream = 0;
   uint64_t counter = 0;
 };
+
+/// One draw of a distribution over a tensor: element i of the tensor's row-major order
+/// depends only on (seed, stream, first counter + i), so any part of it can be made alone
+/// (a lazily initialized parameter makes only the slice or shard its rank keeps).
+struct Draw {
+  enum class Kind { uniform, normal, trunc_normal, bernoulli };
+  Kind kind = Kind::uniform;
+  double p0 = 0, p1 = 0, p2 = 0, p3 = 0;  // uniform [p0, p1); normal (mean p0, std p1); trunc_normal
+                                          // (mean, std, lo, hi); bernoulli (p0)
+  GeneratorState at;                      // the generator's state when the draw began
+};
+
+/// Writes the draw's values for the runs of the logical tensor into `local` (contiguous,
+/// floating: the runs' local positions index its row-major order).
+void fill_draw(Tensor& local, const Draw& d, const std::vector<Run>& runs);
 
 /// Counter-based random generator (splitmix64 over a per-stream key).
 class Generator {
@@ -46,6 +62,9 @@ class Generator {
   void trunc_normal_(Tensor& t, double mean = 0.0, double std = 1.0, double a = -2.0, double b = 2.0);
   /// Fills t with 1 with probability p, else 0.
   void bernoulli_(Tensor& t, double p);
+  /// Reserves the counters of a draw over numel elements and returns it (the fills above
+  /// are this and fill_draw; a lazy tensor keeps the draw instead of filling).
+  Draw reserve(Draw::Kind kind, int64_t numel, double p0 = 0, double p1 = 0, double p2 = 0, double p3 = 0);
 
  private:
   GeneratorState state_;

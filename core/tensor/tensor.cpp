@@ -6,6 +6,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
+#include "core/tensor/lazy.h"
 #include "core/tensor/strided.h"
 
 namespace booster {
@@ -34,7 +35,9 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, MemoryTier* tier) {
+namespace {
+// A real contiguous tensor, lazy scope or not.
+Tensor allocate(const Shape& shape, DType dtype, MemoryTier* tier = nullptr) {
   for (int64_t d : shape) BOOSTER_CHECK_T(ShapeError, d >= 0, "empty: negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), tier ? *tier : host_tier());
@@ -43,9 +46,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemoryTier* tier) {
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, MemoryTier* tier) {
+  if (!tier && LazyTensorScope::active()) return make_lazy(shape, dtype, 0.0);
+  return allocate(shape, dtype, tier);
+}
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
+  if (LazyTensorScope::active()) return make_lazy(shape, dtype, 0.0);
+  Tensor t = allocate(shape, dtype);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
@@ -53,7 +63,8 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype) {
 Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
-  Tensor t = empty(shape, dtype);
+  if (LazyTensorScope::active()) return make_lazy(shape, dtype, value);
+  Tensor t = allocate(shape, dtype);
   t.fill_(value);
   return t;
 }
@@ -67,7 +78,7 @@ Tensor Tensor::arange(int64_t n, DType dtype) {
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape, DType dtype) {
   BOOSTER_CHECK_T(ShapeError, int64_t(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
                   " values do not fill shape ", shape_str(shape));
-  Tensor t = empty(shape, dtype);
+  Tensor t = allocate(shape, dtype);
   convert(values.data(), DType::f32, t.raw_data(), dtype, int64_t(values.size()));
   return t;
 }
@@ -75,7 +86,7 @@ Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
 Tensor Tensor::from_ints(const std::vector<int64_t>& values, const Shape& shape) {
   BOOSTER_CHECK_T(ShapeError, int64_t(values.size()) == shape_numel(shape), "from_ints: ", values.size(),
                   " values do not fill shape ", shape_str(shape));
-  Tensor t = empty(shape, DType::i64);
+  Tensor t = allocate(shape, DType::i64);
   std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(int64_t));
   return t;
 }
@@ -89,7 +100,11 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, DType dtype, std::funct
   return Tensor(std::move(impl));
 }
 
-Tensor Tensor::scalar(double value, DType dtype) { return full({}, value, dtype); }
+Tensor Tensor::scalar(double value, DType dtype) {
+  Tensor t = allocate({}, dtype);
+  t.fill_(value);
+  return t;
+}
 
 int64_t Tensor::size(int64_t d) const {
   const int64_t nd = dim();
@@ -110,6 +125,10 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
+  if (!impl()->storage) {
+    if (impl()->lazy) throw_lazy_use(*impl());
+    BOOSTER_THROW(ValueError, describe(), " has no storage");
+  }
   return static_cast<char*>(impl()->storage->data()) + impl()->offset * int64_t(dtype_size(dtype()));
 }
 
@@ -125,14 +144,14 @@ double Tensor::item() const {
 }
 
 std::vector<float> Tensor::to_vector() const {
-  Tensor c = Tensor::empty(shape(), DType::f32);
+  Tensor c = allocate(shape(), DType::f32);
   strided_copy(c, *this);
   const float* p = c.data<float>();
   return std::vector<float>(p, p + numel());
 }
 
 std::vector<int64_t> Tensor::to_int_vector() const {
-  Tensor c = Tensor::empty(shape(), DType::i64);
+  Tensor c = allocate(shape(), DType::i64);
   strided_copy(c, *this);
   const int64_t* p = c.data<int64_t>();
   return std::vector<int64_t>(p, p + numel());
@@ -147,7 +166,8 @@ void check_inplace_allowed(const Tensor& t, const char* op) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_allowed(*this, "fill_");
-  Tensor one = Tensor::empty({}, DType::f32);
+  if (lazy_record_constant(*this, value)) return *this;
+  Tensor one = allocate({}, DType::f32);
   if (dtype() == DType::i64) {
     one = Tensor::from_ints({int64_t(value)}, {});
   } else {
@@ -188,6 +208,7 @@ void Tensor::set_data(const Tensor& src) {
   d->strides = s->strides;
   d->offset = s->offset;
   d->dtype = s->dtype;
+  d->lazy = s->lazy;  // a real src leaves d real; a lazy one makes d the same lazy tensor
 }
 
 Tensor& Tensor::requires_grad_(bool flag) {
@@ -220,6 +241,7 @@ Tensor Tensor::detach() const {
   impl->strides = impl_->strides;
   impl->offset = impl_->offset;
   impl->dtype = impl_->dtype;
+  impl->lazy = impl_->lazy;
   return Tensor(std::move(impl));
 }
 
@@ -258,7 +280,7 @@ void Tensor::set_region(const Region& r) {
 
 std::string Tensor::describe() const {
   if (!defined()) return "Tensor(undefined)";
-  return detail::concat("Tensor(", dtype_name(dtype()), ", ", shape_str(shape()), ")");
+  return detail::concat("Tensor(", dtype_name(dtype()), ", ", shape_str(shape()), impl_->lazy && !impl_->storage ? ", lazy" : "", ")");
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset) {
@@ -268,6 +290,7 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
   impl->strides = strides;
   impl->offset = offset;
   impl->dtype = base.dtype();
+  impl->lazy = base.impl()->lazy;  // a view of a lazy tensor is an error naming it when used
   return Tensor(std::move(impl));
 }
 

@@ -18,6 +18,7 @@
 namespace booster {
 
 class Tensor;
+struct LazyRecipe;
 namespace autograd { class Node; }
 
 /// The shared state behind Tensor handles.
@@ -41,6 +42,8 @@ struct TensorImpl {
   // The part of a larger logical tensor this one holds (set by a sharding layer); null
   // for a whole tensor. Survives set_data, like every other property of a parameter handle.
   std::shared_ptr<const Region> region;
+  // A lazy tensor's recipe (core/tensor/lazy.h): set, with no storage, until materialized.
+  std::shared_ptr<LazyRecipe> lazy;
 };
 
 /// Number of elements of a shape.
@@ -57,7 +60,8 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- factories (no autograd history) ----
-  /// Uninitialized contiguous tensor.
+  /// Uninitialized contiguous tensor (lazy, with zeros as its values, inside a
+  /// LazyTensorScope when no tier is given; so are zeros, ones and full).
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, MemoryTier* tier = nullptr);
   /// Tensor filled with zeros.
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32);

@@ -7,11 +7,12 @@
 #include <memory>
 
 #include "core/tensor/random.h"
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 
 namespace booster::nn {
 
-class TPDropout : public UnaryModule {
+class TPDropout : public UnaryModule, public RandomModule {
  public:
   /// p from `native` (a Dropout); draws from `gen`.
   TPDropout(double p, std::shared_ptr<Generator> gen, bool parallel_input);
@@ -20,6 +21,7 @@ class TPDropout : public UnaryModule {
   }
   Tensor forward(const Tensor& x) override { return dropout(x, p_, is_training(), *gen_); }
   double p() const { return p_; }
+  std::vector<std::shared_ptr<Generator>> generators() const override { return {gen_}; }
   /// Builds one from a Dropout (a TPDropout is returned as is).
   static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
                                                          std::shared_ptr<Generator> gen, bool parallel_input);

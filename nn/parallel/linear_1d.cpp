@@ -3,6 +3,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "core/dist/functional.h"
+#include "core/tensor/lazy.h"
 
 namespace booster::nn {
 
@@ -18,9 +19,11 @@ void shard_parameter(Tensor p, int64_t dim, const dist::ProcessGroup& g, const s
   Shape offset(full.size(), 0), extent = full;
   offset[size_t(dim)] = g.rank() * c;
   extent[size_t(dim)] = c;
+  const Region box = Region::box(full, offset, extent);
+  if (is_lazy(p)) return lazy_restrict(p, box);  // materialized as the slice alone
   NoGradGuard ng;
   p.set_data(p.detach().narrow(dim, offset[size_t(dim)], c).contiguous().clone());
-  p.set_region(Region::box(full, offset, extent));
+  p.set_region(box);
 }
 
 namespace {

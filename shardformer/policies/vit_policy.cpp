@@ -126,9 +126,11 @@ void ViTPolicy::postprocess(nn::Module& model, const ShardConfig& config) const 
   auto* vit = dynamic_cast<nn::ViTForImageClassification*>(&model);
   auto& enc = *vit->vit->encoder;
   if (dynamic_cast<SequenceParallelViTEncoder*>(&enc)) return;
-  model.replace("vit.encoder", std::make_shared<SequenceParallelViTEncoder>(
-                                   vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()),
-                                   config.tp_group()));
+  auto sp = std::make_shared<SequenceParallelViTEncoder>(
+      vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()), config.tp_group());
+  sp->gradient_checkpointing = enc.gradient_checkpointing;  // the same layers run checkpointed as before
+  sp->gradient_checkpointing_ratio = enc.gradient_checkpointing_ratio;
+  model.replace("vit.encoder", sp);
 }
 
 }  // namespace booster::shardformer

@@ -9,15 +9,18 @@
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "nn/lazy.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
 #include "booster/checkpoint/reader.h"
 #include "booster/mixed_precision.h"
 #include "plugins/registry.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
+#include "tests/plugins/vit_cases.h"
 #include "tests/support/logical.h"
 
 using namespace booster;
+using namespace booster::plugin_tests;
 
 namespace {
 
@@ -78,38 +81,6 @@ const std::vector<PluginCase> kCases = {
 // Whether a configuration runs at this world size.
 bool runs_here(const PluginCase& c) { return dist::world_size() % c.group() == 0; }
 
-nn::ViTConfig tiny_config() {
-  nn::ViTConfig c;
-  c.hidden_size = 32, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 64;
-  c.image_size = 16, c.patch_size = 8, c.num_labels = 3;
-  return c;
-}
-
-std::shared_ptr<nn::ViTForImageClassification> fresh_model(uint64_t seed = 42) {
-  manual_seed(seed);
-  return std::make_shared<nn::ViTForImageClassification>(tiny_config());
-}
-
-// The global batch of a step: `rows` samples, identical on every rank.
-std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
-  Tensor x = Tensor::empty({rows, 3, 16, 16});
-  Generator(1000 + uint64_t(step)).normal_(x);
-  std::vector<int64_t> y;
-  for (int64_t i = 0; i < rows; ++i) y.push_back((i * 7 + step) % 3);
-  return {x, Tensor::from_ints(y, {rows})};
-}
-
-// Rows [dp_rank * b, (dp_rank + 1) * b) of a batch (a data-parallel replica's ranks, tp
-// consecutive ones, see the same rows).
-std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1,
-                                   int tp = 1) {
-  const int64_t start = (int64_t(dist::world_rank() / tp) * parts + part) * b;
-  return {batch.first.narrow(0, start, b).contiguous(), batch.second.narrow(0, start, b).contiguous()};
-}
-
-optim::SGDOptions sgd() { return {0.05, 0.9}; }
-
-int n_ranks() { return dist::world_size(); }
 
 std::shared_ptr<Plugin> make(const PluginCase& c) {
   if (c.toml.empty()) return nullptr;
@@ -355,6 +326,66 @@ TEST_P(Conformance, InvalidConfigurationsAreRefused) {
   }
 }
 
+// 6. A model built under nn::LazyInit and boosted holds bit for bit what the same model
+// built eagerly holds, each rank only what it keeps (ranks that record different seeds
+// take the first rank's recipes, as eager ranks take its weights), and trains the same.
+TEST_P(Conformance, LazyInitEqualsEager) {
+  Booster eb = booster_for(GetParam());
+  auto eager = fresh_model();
+  auto er = eb.boost(eager, std::make_shared<optim::SGD>(eager->named_parameters(), sgd()));
+  Booster lb = booster_for(GetParam());
+  std::shared_ptr<nn::ViTForImageClassification> lazy;
+  {
+    nn::LazyInit scope;
+    lazy = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));
+  }
+  ASSERT_TRUE(nn::is_lazy(*lazy));
+  auto lr = lb.boost(lazy, std::make_shared<optim::SGD>(lazy->named_parameters(), sgd()));
+  EXPECT_FALSE(nn::is_lazy(*lr.model->module()));
+  expect_params_close(*lr.model, *er.model, 0, "lazy against eager, at boost");
+  for (int s = 0; s < 2; ++s) {
+    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
+    for (auto* r : {&er, &lr}) {
+      r->optimizer->zero_grad();
+      forward_backward(r == &er ? eb : lb, *r, x, y);
+      r->optimizer->step();
+    }
+  }
+  expect_params_close(*lr.model, *er.model, 0, "lazy against eager, after two steps");
+}
+
+// 7. Activation checkpointing trains exactly as without it under every plugin, pipeline
+// schedule and split_batch, dropout on (the recomputation draws the same masks, from the
+// default generator and from tensor parallelism's own streams).
+TEST_P(Conformance, GradientCheckpointingMatchesPlain) {
+  auto build = [](bool ckpt) {
+    manual_seed(42);
+    nn::ViTConfig c = tiny_config();
+    c.hidden_dropout_prob = 0.1, c.attention_probs_dropout_prob = 0.1;
+    auto m = std::make_shared<nn::ViTForImageClassification>(c);
+    if (ckpt) m->gradient_checkpointing_enable();
+    return m;
+  };
+  Booster pb = booster_for(GetParam()), cb = booster_for(GetParam());
+  auto pm = build(false), cm = build(true);
+  auto pr = pb.boost(pm, std::make_shared<optim::SGD>(pm->named_parameters(), sgd()));
+  auto cr = cb.boost(cm, std::make_shared<optim::SGD>(cm->named_parameters(), sgd()));
+  for (int s = 0; s < 2; ++s) {
+    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
+    double losses[2];
+    for (int k = 0; k < 2; ++k) {
+      Booster& bo = k ? cb : pb;
+      auto& r = k ? cr : pr;
+      manual_seed(500 + uint64_t(s), uint64_t(dist::world_rank()));
+      r.optimizer->zero_grad();
+      losses[k] = bo.mean_loss(forward_backward(bo, r, x, y));
+      r.optimizer->step();
+    }
+    EXPECT_NEAR(losses[1], losses[0], 1e-6 * std::abs(losses[0])) << "step " << s;
+  }
+  expect_params_close(*cr.model, *pr.model, 1e-6, "checkpointed against plain, after two steps");
+}
+
 // 5. Save under this configuration, load into fresh objects under another (sharded and
 // single-file), continue: the result matches the uninterrupted run.
 TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
@@ -409,140 +440,5 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
 
 INSTANTIATE_TEST_SUITE_P(Plugins, Conformance, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.name; });
-
-// DDP specifics: ranks start from rank 0's weights; an unused parameter is named.
-TEST(TorchDDP, BroadcastAtBoostAndUnusedParameters) {
-  auto model = fresh_model(100 + uint64_t(dist::world_rank()));
-  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
-  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  for (auto& [name, p] : model->named_parameters()) {
-    Tensor mx = p.detach().clone(), mn = scale(p.detach(), -1.0);
-    dist::all_reduce(mx, dist::ReduceOp::max);
-    dist::all_reduce(mn, dist::ReduceOp::max);
-    EXPECT_EQ(mx.to_vector(), scale(mn, -1.0).to_vector()) << name << " differs across ranks after boost";
-  }
-  // Freeze nothing but skip the classifier: its parameters get no gradient.
-  auto [x, y] = global_batch(0, 2);
-  Tensor feats = model->vit->forward(x);
-  try {
-    booster.backward(sum(feats), *boosted.optimizer);
-    FAIL() << "unused parameters were not reported";
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("classifier.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("find_unused_parameters"), std::string::npos) << e.what();
-  }
-  Booster lenient(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\nfind_unused_parameters=true\n")));
-  auto m2 = fresh_model();
-  auto b2 = lenient.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), sgd()));
-  lenient.backward(sum(m2->vit->forward(x)), *b2.optimizer);
-  EXPECT_TRUE(m2->get_tensor("classifier.weight").grad().defined());
-  b2.optimizer->step();
-}
-
-// DDP on the seams: boost returns a TorchDDPModel, whose GradSync is its reducer, and leaves
-// the optimizer as it was (backward finishes the reduction); boosting the model again leaves
-// exactly one live reducer hook per parameter once the first result is gone.
-TEST(TorchDDP, BoostReturnsItsWrappersAndReboostingDropsOldHooks) {
-  auto model = fresh_model();
-  auto hooks_on = [&](const std::string& n) { return model->get_tensor(n).impl()->post_accumulate_grad_hooks.size(); };
-  {
-    Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
-    auto first = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-    EXPECT_NE(dynamic_cast<plugins::TorchDDPModel*>(first.model.wrapper().get()), nullptr);
-    auto* ddp = dynamic_cast<plugins::TorchDDPModel*>(first.model.wrapper().get());
-    ASSERT_NE(ddp, nullptr);
-    EXPECT_EQ(first.model->grad_sync(), &ddp->reducer());
-    EXPECT_EQ(first.optimizer->type_name(), "OptimizerWrapper");
-    EXPECT_EQ(hooks_on("classifier.weight"), 1u);
-  }
-  EXPECT_EQ(hooks_on("classifier.weight"), 0u);  // the first reducer removed its hooks
-  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")));
-  auto second = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  EXPECT_EQ(hooks_on("classifier.weight"), 1u);
-  auto [x, y] = my_slice(global_batch(0, n_ranks() * 2), 2);
-  booster.backward((*second.model)(x, y).loss, *second.optimizer);
-  second.optimizer->step();
-}
-
-// Under bf16 mixed precision DDP's buckets hold bf16 (the working copies' dtype, as PyTorch's
-// buckets hold the parameters'), and each averaged gradient is the ranks' own bf16 gradients
-// summed in f32 and rounded once: bit for bit on 2 ranks (one f32 addition), within a bf16
-// step on 4 (the f32 sums may round in another order).
-TEST(TorchDDP, AveragesBf16GradientsInBf16Buckets) {
-  auto local = fresh_model();
-  Booster lb(nullptr, "bf16");
-  auto l = lb.boost(local, std::make_shared<optim::SGD>(local->named_parameters(), sgd()));
-  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\nbucket_cap_mb = 0.01\n")),
-                  "bf16");
-  auto model = fresh_model();
-  auto d = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  auto [x, y] = my_slice(global_batch(0, n_ranks() * 2), 2);
-  lb.backward((*l.model)(x, y).loss, *l.optimizer);
-  booster.backward((*d.model)(x, y).loss, *d.optimizer);
-  const auto& reducer = d.model->find<plugins::TorchDDPModel>()->reducer();
-  ASSERT_GT(reducer.num_buckets(), 1u);
-  for (size_t i = 0; i < reducer.num_buckets(); ++i) EXPECT_EQ(reducer.bucket_dtype(i), DType::bf16) << "bucket " << i;
-  const auto mine = local->named_parameters(), averaged = model->named_parameters();
-  ASSERT_EQ(mine.size(), averaged.size());
-  const int n = n_ranks();
-  for (size_t k = 0; k < mine.size(); ++k) {
-    Tensor g = mine[k].second.grad();
-    ASSERT_EQ(g.dtype(), DType::bf16) << mine[k].first;
-    Tensor all = Tensor::empty({n * g.numel()}, DType::bf16);
-    dist::all_gather(all, g.contiguous().view({-1}));
-    const auto every = all.to_vector(), got = averaged[k].second.grad().to_vector();
-    for (int64_t i = 0; i < g.numel(); ++i) {
-      double exact = 0;
-      for (int r = 0; r < n; ++r) exact += double(every[size_t(r * g.numel() + i)]);
-      const float want = Tensor::from_vector({float(exact) * float(1.0 / n)}, {1}).to(DType::bf16).to_vector()[0];
-      if (n <= 2) ASSERT_EQ(got[size_t(i)], want) << mine[k].first << " element " << i;
-      else ASSERT_LE(std::abs(got[size_t(i)] - want), std::abs(want) / 128) << mine[k].first << " element " << i;
-    }
-  }
-}
-
-// DDP under the mixed-precision leaf: its reduction runs in backward, then the leaf updates
-// the fp32 masters. On N ranks it trains like one bf16 process on the N-times batch.
-TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
-  const int64_t b = 2;
-  auto ref = fresh_model();
-  Booster rb(nullptr, "bf16");
-  auto r = rb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
-  Booster booster(plugins::make_plugin(Config::from_string("[plugin]\nname='torch_ddp'\n")), "bf16");
-  auto model = fresh_model();
-  auto d = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  EXPECT_EQ(d.model->type_name(), "MixedPrecisionModel");
-  EXPECT_EQ(d.model->inner()->type_name(), "TorchDDPModel");
-  EXPECT_EQ(d.optimizer->type_name(), "MixedPrecisionOptimizer");
-  for (int s = 0; s < 3; ++s) {
-    auto batch = global_batch(s, n_ranks() * b);
-    r.optimizer->zero_grad();
-    rb.backward((*r.model)(batch.first, batch.second).loss, *r.optimizer);
-    r.optimizer->step();
-    auto [x, y] = my_slice(batch, b);
-    d.optimizer->zero_grad();
-    booster.backward((*d.model)(x, y).loss, *d.optimizer);
-    d.optimizer->step();
-  }
-  // bf16 gradients of N small batches averaged vs one large batch: equal to bf16 rounding.
-  auto masters = [](OptimizerWrapper& o) -> const MasterParams& { return o.find<MixedPrecisionOptimizer>()->masters(); };
-  for (auto& e : masters(*r.optimizer).entries()) {
-    auto a = masters(*d.optimizer).master(e.name).to_vector(), want = e.master.to_vector();
-    double err = 0, scale = 1e-2;  // floor: a bias near zero moves by bf16 noise of the gradients
-    for (size_t i = 0; i < a.size(); ++i) {
-      err = std::max(err, double(std::abs(a[i] - want[i])));
-      scale = std::max(scale, double(std::abs(want[i])));
-    }
-    EXPECT_LE(err, 2e-2 * scale) << e.name;
-  }
-  // The checkpoint records the precision the run trained in, though DDP does not own it.
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("booster_ddp_bf16_np" + std::to_string(n_ranks()) + ".ckpt")).string();
-  booster.save_model(*d.model, path);
-  ckpt::CheckpointReader reader(path, "model");
-  EXPECT_EQ(reader.index().layout().plugin(), "torch_ddp");
-  EXPECT_EQ(reader.index().layout().precision(), "bf16");
-  EXPECT_EQ(reader.index().layout().dp_size(), n_ranks());
-}
 
 }  // namespace

@@ -1,0 +1,48 @@
+// The tiny ViT, batches and optimizer the plugin suites share (conformance, TorchDDP).
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/dist/runtime.h"
+#include "core/tensor/random.h"
+#include "nn/vit.h"
+#include "optim/sgd.h"
+
+namespace booster::plugin_tests {
+
+inline nn::ViTConfig tiny_config() {
+  nn::ViTConfig c;
+  c.hidden_size = 32, c.num_hidden_layers = 4, c.num_attention_heads = 4, c.intermediate_size = 64;
+  c.image_size = 16, c.patch_size = 8, c.num_labels = 3;
+  return c;
+}
+
+inline std::shared_ptr<nn::ViTForImageClassification> fresh_model(uint64_t seed = 42) {
+  manual_seed(seed);
+  return std::make_shared<nn::ViTForImageClassification>(tiny_config());
+}
+
+// The global batch of a step: `rows` samples, identical on every rank.
+inline std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
+  Tensor x = Tensor::empty({rows, 3, 16, 16});
+  Generator(1000 + uint64_t(step)).normal_(x);
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < rows; ++i) y.push_back((i * 7 + step) % 3);
+  return {x, Tensor::from_ints(y, {rows})};
+}
+
+// Rows [dp_rank * b, (dp_rank + 1) * b) of a batch (a data-parallel replica's ranks, tp
+// consecutive ones, see the same rows).
+inline std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1,
+                                   int tp = 1) {
+  const int64_t start = (int64_t(dist::world_rank() / tp) * parts + part) * b;
+  return {batch.first.narrow(0, start, b).contiguous(), batch.second.narrow(0, start, b).contiguous()};
+}
+
+inline optim::SGDOptions sgd() { return {0.05, 0.9}; }
+
+inline int n_ranks() { return dist::world_size(); }
+
+}  // namespace booster::plugin_tests
