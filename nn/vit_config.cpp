@@ -131,12 +131,19 @@ ViTConfig ViTConfig::preset(const std::string& name) {
     c.intermediate_size = 4 * h;
     c.patch_size = patch;
   };
-  if (name == "vit-tiny") set(192, 12, 3, 16);
-  else if (name == "vit-small") set(384, 12, 6, 16);
-  else if (name == "vit-base") set(768, 12, 12, 16);
-  else if (name == "vit-large") set(1024, 24, 16, 16);
-  else if (name == "vit-huge") set(1280, 32, 16, 14);
-  else if (name == "vit-fashion-mnist") {  // 28 x 28 grayscale in 7 x 7 patches: 16 tokens and the class token
+  // Hugging Face's checkpoint names (google/vit-...) are accepted for the shapes they name;
+  // ViT-g/14 has none there (timm's vit_giant_patch14_224).
+  const std::string n = name.rfind("google/", 0) == 0 ? name.substr(7) : name;
+  if (n == "vit-tiny") set(192, 12, 3, 16);
+  else if (n == "vit-small") set(384, 12, 6, 16);
+  else if (n == "vit-base" || n == "vit-base-patch16-224" || n == "vit-base-patch16-224-in21k") set(768, 12, 12, 16);
+  else if (n == "vit-large" || n == "vit-large-patch16-224" || n == "vit-large-patch16-224-in21k") set(1024, 24, 16, 16);
+  else if (n == "vit-huge" || n == "vit-huge-patch14-224-in21k") set(1280, 32, 16, 14);
+  else if (n == "vit-giant" || n == "vit-giant-patch14-224") {  // ViT-g/14 (Zhai et al., 2022): MLP 6144, not 4 x 1408
+    set(1408, 40, 16, 14);
+    c.intermediate_size = 6144;
+  }
+  else if (n == "vit-fashion-mnist") {  // 28 x 28 grayscale in 7 x 7 patches: 16 tokens and the class token
     set(64, 4, 4, 7);
     c.intermediate_size = 128;
     c.image_size = 28;
@@ -149,7 +156,8 @@ ViTConfig ViTConfig::preset(const std::string& name) {
   return c;
 }
 
-std::vector<std::string> ViTConfig::preset_names() { return {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-huge", "vit-fashion-mnist"};
+std::vector<std::string> ViTConfig::preset_names() { return {"vit-tiny", "vit-small", "vit-base", "vit-large", "vit-huge", "vit-giant", "vit-fashion-mnist",
+          "google/vit-base-patch16-224", "google/vit-large-patch16-224", "google/vit-huge-patch14-224-in21k"};
 }
 
 }  // namespace booster::nn

@@ -49,8 +49,10 @@ struct ViTConfig {
   void save(const std::string& path) const;
 
   /// Named presets: vit-tiny (192/12/3), vit-small (384/12/6), vit-base (768/12/12),
-  /// vit-large (1024/24/16), vit-huge (1280/32/16, patch 14), vit-fashion-mnist (64/4/4, MLP
-  /// 128, 28 x 28 x 1 in patches of 7); throws listing the names.
+  /// vit-large (1024/24/16), vit-huge (1280/32/16, patch 14), vit-giant (ViT-g/14: 1408/40/16,
+  /// MLP 6144, patch 14), vit-fashion-mnist (64/4/4, MLP 128, 28 x 28 x 1 in patches of 7), and
+  /// Hugging Face's names of the same shapes (google/vit-large-patch16-224, ...); throws
+  /// listing the names.
   static ViTConfig preset(const std::string& name);
   /// Names accepted by preset().
   static std::vector<std::string> preset_names();

@@ -2,6 +2,7 @@
 #include "run_setup.h"
 
 #include "data/idx.h"
+#include "nn/lazy.h"
 #include "nn/pretrained.h"
 #include "optim/adam.h"
 #include "optim/lamb.h"
@@ -69,7 +70,8 @@ std::shared_ptr<const data::Dataset> eval_split(const Config& cfg, const data::V
   return std::make_shared<data::BeansDataset>(data_root(cfg), split, processor, false, 1, io);
 }
 
-std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels) {
+namespace {
+std::shared_ptr<nn::ViTForImageClassification> build_model(const Config& cfg, const std::vector<std::string>& labels) {
   const std::string pretrained = cfg.get_string("model.pretrained");
   if (!pretrained.empty()) {
     nn::FromPretrainedOptions fo;
@@ -83,6 +85,20 @@ std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, con
   c.hidden_dropout_prob = cfg.get_float("model.hidden_dropout_prob");
   c.set_labels(labels);
   return std::make_shared<nn::ViTForImageClassification>(c);
+}
+}  // namespace
+
+std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels) {
+  std::shared_ptr<nn::ViTForImageClassification> model;
+  if (cfg.get_bool("model.lazy_init")) {
+    nn::LazyInit lazy;  // a pretrained folder's tensors become the sources, read at boost
+    model = build_model(cfg, labels);
+  } else {
+    model = build_model(cfg, labels);
+  }
+  if (cfg.get_bool("model.gradient_checkpointing"))
+    model->gradient_checkpointing_enable(cfg.get_float("model.gradient_checkpointing_ratio"));
+  return model;
 }
 
 data::ViTImageProcessor make_processor(const Config& cfg) {

@@ -10,11 +10,15 @@ namespace booster::examples {
 ConfigSchema vit_train_schema() {
   using T = ConfigType;
   ConfigSchema s;
-  s.add("model.preset", T::string, "vit-tiny", "vit-tiny, vit-small, vit-base, vit-large, vit-huge")
+  s.add("model.preset", T::string, "vit-tiny", "vit-tiny, vit-small, vit-base, vit-large, vit-huge, vit-giant")
       .add("model.pretrained", T::string, "", "Hugging Face model folder (config.json + model.safetensors)")
       .add("model.image_size", T::integer, 224)
       .add("model.patch_size", T::integer, 0, "0: the preset's (16; 14 for vit-huge)")
       .add("model.hidden_dropout_prob", T::floating, 0.0)
+      .add("model.lazy_init", T::boolean, false,
+           "build under nn::LazyInit: each rank materializes only what its plugin keeps, at boost")
+      .add("model.gradient_checkpointing", T::boolean, false, "recompute each layer's forward in backward")
+      .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's layers checkpointed")
       .add("data.dataset", T::string, "beans", "beans (an image folder) or fashion_mnist (IDX files)")
       .add("data.root", T::string, "", "dataset root (beans: <split>/<class>/<image>); empty: the shared beans, "
            "or Debian's dataset-fashion-mnist")
@@ -65,7 +69,8 @@ ConfigSchema vit_train_schema() {
   for (const char* k : {"model.image_size", "train.epochs", "train.batch_size", "train.log_every", "checkpoint.keep_last",
                         "train.gradient_accumulation"})
     s.range(k, 1);
-  for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing"})
+  for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing",
+                        "model.gradient_checkpointing_ratio"})
     s.range(k, 0, 1);
   return s;
 }

@@ -47,6 +47,8 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("num_model_chunks", &O::num_model_chunks)
         .add("num_layers_per_stage", &O::num_layers_per_stage, "layers of each stage chunk ([]: None)")
         .add("partition_method", &O::partition_method, "uniform or balanced (by parameter count)")
+        .add("gradient_checkpoint_config.gradient_checkpointing_ratio", &O::gradient_checkpointing_ratio,
+             "share of each stage's layers checkpointed when the model enables it (0: None)")
         .add("enable_metadata_cache", &O::enable_metadata_cache)
         .add("dp_outside", &O::dp_outside)
         .add("overlap_p2p", &O::overlap_p2p)
@@ -114,6 +116,9 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(zero.reduce_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ",
                 zero.reduce_bucket_size_in_m);
   BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
+  BOOSTER_CHECK(gradient_checkpointing_ratio >= 0 && gradient_checkpointing_ratio <= 1, who,
+                "gradient_checkpoint_config.gradient_checkpointing_ratio must be in [0, 1], got ",
+                gradient_checkpointing_ratio);
   BOOSTER_CHECK(!zero.cpu_offload || zero.stage > 0, who, "cpu_offload needs zero_stage 1 or 2");
 }
 
@@ -181,6 +186,21 @@ PipelineResult HybridParallelPlugin::execute_pipeline(const DataIter& data_iter,
   return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs);
 }
 
+namespace {
+// Sets gradient_checkpointing_ratio on every module that has one (the ViT's encoder).
+void set_checkpointing_ratio(nn::Module& root, double ratio) {
+  int found = 0;
+  for (auto& [path, m] : root.named_modules()) {
+    const auto names = m->attribute_names();
+    if (std::find(names.begin(), names.end(), "gradient_checkpointing_ratio") == names.end()) continue;
+    m->set_attribute("gradient_checkpointing_ratio", ratio);
+    ++found;
+  }
+  BOOSTER_CHECK(found > 0, "HybridParallelPlugin: gradient_checkpoint_config is set, but no module of the ",
+                root.type_name(), " has a gradient_checkpointing_ratio attribute (a ViT's encoder has one)");
+}
+}  // namespace
+
 std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
   return {mesh_->coordinate("dp"), mesh_->size("dp")};
 }
@@ -193,6 +213,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   // (every rank holds the whole model until its stage keeps its layers), a tensor-parallel
   // group agrees on the whole tensors before they are cut, then DDP or ZeRO makes each dp
   // group agree on what its ranks hold (the first tp group's).
+  if (opts_.gradient_checkpointing_ratio > 0) set_checkpointing_ratio(*module, opts_.gradient_checkpointing_ratio);
   if (opts_.pp_size > 1) broadcast_module_state(*module, mesh_->group("pp"), true, true);
   broadcast_module_state(*module, tp, true);
   if (opts_.tp_size > 1) {

@@ -49,6 +49,10 @@ struct HybridParallelOptions {
   std::string pp_style = "1f1b";
   int num_model_chunks = 1;
   std::vector<int64_t> num_layers_per_stage;  // empty: None (distribute_layers)
+  // gradient_checkpoint_config.gradient_checkpointing_ratio (shardformer's GradientCheckpointConfig):
+  // the share of each stage's layers a model with gradient checkpointing enabled
+  // (model.gradient_checkpointing_enable()) runs checkpointed; 0: None (the model's own).
+  double gradient_checkpointing_ratio = 0.0;
   std::string partition_method = "uniform";  // or "balanced" (by parameter count; legacy Colossal-AI's)
   bool enable_metadata_cache = true;
   bool dp_outside = true;
