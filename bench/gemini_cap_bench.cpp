@@ -51,14 +51,15 @@ void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 double max_over_ranks(double v) { return dist::all_reduce_scalar(v, dist::ReduceOp::max); }
 
-// The peak RSS of each phase: the kernel's VmHWM, reset when a phase begins.
+// The peak RSS of each phase: the kernel's VmHWM, reset when a phase begins (a phase begun
+// from_process_start keeps the peak since the process began: nothing reset it before).
 struct PhasePeaks {
   std::vector<std::pair<std::string, double>> mb;  // phase -> peak over the ranks
   std::string current;
-  void begin(const std::string& phase) {
+  void begin(const std::string& phase, bool from_process_start = false) {
     end();
     current = phase;
-    reset_peak_rss();
+    if (!from_process_start) reset_peak_rss();
   }
   void end() {
     if (current.empty()) return;
@@ -114,8 +115,7 @@ Row run(bool capped, double cap_mb, const std::string& base_toml, const std::str
         int64_t batch, int warmup, int steps, bool lazy, bool ckpt) {
   Row r;
   // The first row's build phase keeps the peak since process start (no reset).
-  if (capped) r.rss.current = "build";
-  else r.rss.begin("build");
+  r.rss.begin("build", /*from_process_start=*/capped);
   auto model = build_model(c, lazy, ckpt);
   std::string toml = base_toml;
   if (capped) {

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/autograd/engine.h"
 #include "core/dist/runtime.h"
 
 namespace booster::zero {
@@ -48,13 +49,18 @@ void FetchHooks::install() {
 void FetchHooks::install_module(nn::Module& m, const std::vector<size_t>& mine) {
   std::map<size_t, int> uses;  // bucket -> this module's parameters in it
   for (size_t i : mine) ++uses[layout_.bucket_of(i)];
+  // A forward inside a backward is a checkpointed layer's recomputation (nn::checkpoint): a
+  // backward use (its buckets stay for the backward that follows and go once their gradients
+  // are read; read-ahead follows the backward's order, not the forward's).
   hooks_.push_back(m.register_forward_pre_hook([this, uses, mine](nn::Module&) {
-    if (recording_)
+    const bool recompute = autograd::in_backward();
+    if (recording_ && !recompute)
       for (size_t i : mine)
         if (!used_[i]) used_[i] = true, first_use_.push_back(i);
-    for (auto& [b, k] : uses) use(fwd_, b);
+    for (auto& [b, k] : uses) use(recompute ? bwd_ : fwd_, b);
   }));
   hooks_.push_back(m.register_forward_hook([this, uses](nn::Module&) {
+    if (autograd::in_backward()) return;
     for (auto& [b, k] : uses)  // every parameter of the bucket used: it goes
       if ((done_[b] += k) >= int(layout_.buckets()[b].size())) gatherer_.release(b);
   }));

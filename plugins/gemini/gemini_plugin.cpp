@@ -179,8 +179,13 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   first_share(param_frac, [&](size_t b) { gatherer.offload_bucket(b); });
   placement_.reset();
   if (automatic) {
-    placement_ = std::make_shared<AutoPlacement>(*engine, *o.optimizer->find<zero::LowLevelZeroOptimizer>(), cap,
-                                                 opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
+    try {
+      placement_ = std::make_shared<AutoPlacement>(*engine, *o.optimizer->find<zero::LowLevelZeroOptimizer>(), cap,
+                                                   opts_.warmup_non_model_data_ratio, opts_.steady_cuda_cap_ratio);
+    } catch (...) {
+      host_tier().set_footprint_limit(0);  // a cap refused at boost leaves no limit behind
+      throw;
+    }
     engine->set_placement(placement_);
   }
   // Chunk by chunk: a chunk's reduce-scatter buffers go before the third is launched.

@@ -40,13 +40,36 @@ AutoPlacement::AutoPlacement(zero::Engine& engine, zero::LowLevelZeroOptimizer& 
   for (size_t b = 0; b < layout_.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
   // Idle cached blocks are resident memory too: the host tier keeps them only under the cap
   // (less what the process holds outside the tier), from the warm-up step on.
-  limit_host_footprint(cap);
+  check_cap_at_boost(limit_host_footprint(cap));
   // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
   place(double(cap) * (1.0 - warmup_ratio_));
   host_tier().reset_peak();
 }
 
 AutoPlacement::~AutoPlacement() { host_tier().set_footprint_limit(0); }
+
+void AutoPlacement::check_cap_at_boost(size_t untracked) const {
+  // However the chunks are placed, a step holds one chunk gathered whole while its modules
+  // run, and brings one chunk's step state (slice, master, gradient shard, optimizer states)
+  // into RAM to update it, beside what the process holds outside its tensors. The
+  // activations are measured by the warm-up step and checked there.
+  size_t chunk = 0, gathered = 0;
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    size_t whole = 0;
+    for (size_t i : layout_.buckets()[b]) whole += size_t(layout_.parts()[i].numel) * dtype_size(eng_.shards().working_dtype());
+    if (whole + chunk_bytes(b, true) > gathered + chunk) gathered = whole, chunk = chunk_bytes(b, true);
+  }
+  double need = double(gathered + chunk + untracked);
+  const auto& dp = layout_.group();
+  if (dp.size() > 1) need = dist::all_reduce_scalar(need, dist::ReduceOp::max, dp);  // every rank decides alike
+  const double MB = double(1 << 20);
+  BOOSTER_CHECK_T(BackendError, double(stats_.cap) >= need, "GeminiPlugin (placement_policy auto): the memory cap ",
+                  double(stats_.cap) / MB, " MB (memory_cap_mb or BOOSTER_MEMORY_CAP_MB) is below the ", need / MB,
+                  " MB a step needs however the chunks are placed: the largest chunk gathered (", double(gathered) / MB,
+                  " MB) and its step state (", double(chunk) / MB, " MB) beside what the process holds outside its "
+                  "tensors (", double(untracked) / MB, " MB, on the rank holding most), before any activation; raise the "
+                  "cap, or make the chunks smaller (chunk_config_dict.chunk_size, min_chunk_size_m)");
+}
 
 size_t AutoPlacement::chunk_bytes(size_t b, bool with_step_state) const {
   size_t n = 0;

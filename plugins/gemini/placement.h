@@ -53,6 +53,9 @@ class AutoPlacement : public zero::Placement {
   const Stats& stats() const { return stats_; }
 
  private:
+  /// Refuses (at boost, on every rank) a cap below one gathered chunk, its step state and
+  /// the `untracked` memory the process holds outside its tensors.
+  void check_cap_at_boost(size_t untracked) const;
   /// This rank's model-state bytes of chunk b: its slices and masters, and with the step's
   /// state its gradient shards and optimizer states (as planned until they exist).
   size_t chunk_bytes(size_t b, bool with_step_state = true) const;
