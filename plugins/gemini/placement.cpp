@@ -40,7 +40,10 @@ AutoPlacement::AutoPlacement(zero::Engine& engine, zero::LowLevelZeroOptimizer& 
   for (size_t b = 0; b < layout_.buckets().size(); ++b) stats_.model_bytes += chunk_bytes(b);
   // Idle cached blocks are resident memory too: the host tier keeps them only under the cap
   // (less what the process holds outside the tier), from the warm-up step on.
-  check_cap_at_boost(limit_host_footprint(cap));
+  // The host tier's idle cache is held to what placement plans for in use (steady_cuda_cap_ratio
+  // of the cap): the rest of the cap is headroom for memory outside the tier that comes and
+  // goes within a step (MPI's and oneDNN's buffers), which the resident set counts too.
+  check_cap_at_boost(limit_host_footprint(size_t(steady_ratio_ * double(cap))));
   // Warm-up: warmup_non_model_data_ratio of the cap is left to what is not model data.
   place(double(cap) * (1.0 - warmup_ratio_));
   host_tier().reset_peak();
@@ -143,13 +146,17 @@ void AutoPlacement::after_step() {
   // Memory outside the host tier counts against the cap too: libraries' pages, oneDNN's
   // scratchpads, MPI's buffers, small blocks from malloc (the resident set beyond the
   // tier's blocks in use and cached).
-  stats_.untracked = limit_host_footprint(stats_.cap);
+  stats_.untracked = limit_host_footprint(size_t(steady_ratio_ * double(stats_.cap)));
   double non_model = double(peak > held ? peak - held : 0) + double(stats_.untracked);
   const auto& dp = layout_.group();
   if (dp.size() > 1) non_model = dist::all_reduce_scalar(non_model, dist::ReduceOp::max, dp);
-  // The warm-up step created the optimizer states while measuring: its figure is kept only
-  // until a steady step has been measured.
-  steady_peak_ = stats_.steps <= 2 ? size_t(non_model) : std::max(steady_peak_, size_t(non_model));
+  // The first step records the order Gemini packs the chunks in (they are packed again after
+  // it), the second the order prefetching follows: only the third runs as every later step
+  // (read-ahead on). Until it is measured the warm-up placement is not exceeded, and its figure is the
+  // first steady one (the warm-up steps' figures err low by the prefetched chunks, high by
+  // the optimizer states created as the first step went).
+  constexpr int kWarmupSteps = 2;
+  steady_peak_ = stats_.steps <= kWarmupSteps + 1 ? size_t(non_model) : std::max(steady_peak_, size_t(non_model));
   stats_.non_model_peak = steady_peak_;
   const double budget = steady_ratio_ * double(stats_.cap) - double(steady_peak_);
   const double MB = double(1 << 20);
@@ -159,7 +166,9 @@ void AutoPlacement::after_step() {
                   steady_ratio_, " x the memory cap ", double(stats_.cap) / MB, " MB (memory_cap_mb or "
                   "BOOSTER_MEMORY_CAP_MB): it does not fit even with every chunk on disk; raise the cap or lower the "
                   "batch size");
-  place(std::max(budget, 0.0));  // the warm-up's figure errs high: a steady step decides whether it fits
+  // Warm-up steps keep at most the warm-up placement (less when the measured figure leaves less).
+  const double warmup_budget = double(stats_.cap) * (1.0 - warmup_ratio_);
+  place(stats_.steps > kWarmupSteps ? std::max(budget, 0.0) : std::clamp(budget, 0.0, warmup_budget));
   host_tier().reset_peak();
 }
 
