@@ -4,14 +4,12 @@
 namespace booster::nn {
 
 void materialize(Module& m) {
-  for (bool params : {true, false})
-    for (auto& [n, t] : params ? m.named_parameters() : m.named_buffers()) booster::materialize(t);
+  for (auto& [n, t] : m.state_dict()) booster::materialize(t);  // parameters and buffers
 }
 
 bool is_lazy(const Module& m) {
-  for (bool params : {true, false})
-    for (auto& [n, t] : params ? m.named_parameters() : m.named_buffers())
-      if (booster::is_lazy(t)) return true;
+  for (auto& [n, t] : m.state_dict())
+    if (booster::is_lazy(t)) return true;
   return false;
 }
 

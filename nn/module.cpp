@@ -62,9 +62,8 @@ detail::ChildCell* Module::add_child(const std::string& name, std::shared_ptr<Mo
 }
 
 void name_lazy_tensors(const Module& m, const std::string& prefix) {
-  for (bool params : {true, false})
-    for (auto& [n, t] : params ? m.named_parameters() : m.named_buffers())
-      if (LazyRecipe* r = lazy_recipe(t)) r->name = prefix + n;
+  for (auto& [n, t] : m.state_dict())  // parameters and buffers
+    if (LazyRecipe* r = lazy_recipe(t)) r->name = prefix + n;
 }
 
 TensorSlot Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {

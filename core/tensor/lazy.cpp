@@ -46,22 +46,21 @@ bool is_lazy(const Tensor& t) { return t.defined() && t.impl()->lazy && !t.impl(
 
 LazyRecipe* lazy_recipe(const Tensor& t) { return is_lazy(t) ? t.impl()->lazy.get() : nullptr; }
 
-bool lazy_record_draw(Tensor& t, const Draw& d) {
+namespace {
+// Makes `next` t's recipe (keeping its name) when t is lazy; false otherwise.
+bool record(Tensor& t, LazyRecipe next) {
   LazyRecipe* r = lazy_recipe(t);
   if (!r) return false;
-  r->kind = LazyRecipe::Kind::draw;
-  r->draw = d;
-  r->source = nullptr;
+  next.name = std::move(r->name);
+  *r = std::move(next);
   return true;
 }
+}  // namespace
+
+bool lazy_record_draw(Tensor& t, const Draw& d) { return record(t, {LazyRecipe::Kind::draw, 0, d, nullptr, ""}); }
 
 bool lazy_record_constant(Tensor& t, double value) {
-  LazyRecipe* r = lazy_recipe(t);
-  if (!r) return false;
-  r->kind = LazyRecipe::Kind::constant;
-  r->value = value;
-  r->source = nullptr;
-  return true;
+  return record(t, {LazyRecipe::Kind::constant, value, Draw{}, nullptr, ""});
 }
 
 void lazy_set_source(Tensor& t, std::function<void(Tensor& local, const Region& r)> source) {
