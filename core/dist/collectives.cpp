@@ -403,4 +403,34 @@ WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g, b
   return finish(w, async_op);
 }
 
+WorkPtr all_to_all_v(Tensor& output, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
+                     const Tensor& input, const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& send_offsets, const ProcessGroup& g, bool async_op) {
+  check_tensor("all_to_all_v", output);
+  check_tensor("all_to_all_v", input);
+  const size_t n = size_t(g.size());
+  BOOSTER_CHECK_T(ShapeError, recv_counts.size() == n && recv_offsets.size() == n && send_counts.size() == n &&
+                                  send_offsets.size() == n && input.dtype() == output.dtype(),
+                  "all_to_all_v: counts and offsets for ", n, " ranks, input ", input.describe(), " and output ",
+                  output.describe(), " of one dtype");
+  std::vector<int> sc(n), so(n), rc(n), ro(n);
+  for (size_t r = 0; r < n; ++r) {
+    BOOSTER_CHECK_T(ShapeError, send_offsets[r] >= 0 && send_offsets[r] + send_counts[r] <= input.numel() &&
+                                    recv_offsets[r] >= 0 && recv_offsets[r] + recv_counts[r] <= output.numel(),
+                    "all_to_all_v: the blocks of rank ", r, " fall outside input ", input.describe(), " or output ",
+                    output.describe());
+    BOOSTER_CHECK(send_offsets[r] + send_counts[r] < g_max_elems && recv_offsets[r] + recv_counts[r] < g_max_elems,
+                  "all_to_all_v: blocks beyond one MPI message (", g_max_elems, " elements)");
+    sc[r] = int(send_counts[r]), so[r] = int(send_offsets[r]), rc[r] = int(recv_counts[r]), ro[r] = int(recv_offsets[r]);
+  }
+  auto w = std::make_shared<Work>("all_to_all_v", g);
+  MPI_Request req;
+  mpi_check(MPI_Ialltoallv(input.raw_data(), sc.data(), so.data(), raw_type(input.dtype()), output.raw_data(),
+                           rc.data(), ro.data(), raw_type(output.dtype()), g.comm(), &req),
+            "all_to_all_v", g);
+  w->requests.push_back(req);
+  w->keep_alive = {input, output};
+  return finish(w, async_op);
+}
+
 }  // namespace booster::dist

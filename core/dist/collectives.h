@@ -85,6 +85,14 @@ std::vector<std::string> all_gather_bytes(const std::string& mine, const Process
 WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
                    bool async_op = false);
 
+/// Variable blocks: sends input elements [send_offsets[r], + send_counts[r]) to group rank r
+/// and receives rank r's block into output [recv_offsets[r], + recv_counts[r]) (MPI_Alltoallv;
+/// every count within one MPI message).
+WorkPtr all_to_all_v(Tensor& output, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
+                     const Tensor& input, const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& send_offsets, const ProcessGroup& g = ProcessGroup::world(),
+                     bool async_op = false);
+
 /// Largest element count of one MPI message (INT_MAX by default; tests lower it).
 void set_max_message_elements(int64_t n);
 int64_t max_message_elements();
