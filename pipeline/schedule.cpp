@@ -63,6 +63,14 @@ std::vector<PipelineSchedule::Op> OneForwardOneBackwardSchedule::order(int64_t m
   return ops;
 }
 
+std::vector<PipelineSchedule::Op> GPipeSchedule::order(int64_t m, bool forward_only) const {
+  std::vector<Op> ops;
+  for (int64_t i = 0; i < m; ++i) ops.push_back({true, 0, i});
+  if (!forward_only)
+    for (int64_t i = 0; i < m; ++i) ops.push_back({false, 0, i});
+  return ops;
+}
+
 std::vector<PipelineSchedule::Op> InterleavedSchedule::order(int64_t m, bool forward_only) const {
   const int64_t S = sm_.num_stages(), C = sm_.num_model_chunks(), group = S * C, total = m * C;
   // Virtual micro-batch k: model chunk and micro-batch (Megatron's and Colossal-AI's order).
@@ -318,6 +326,24 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   stats_.microbatches = M;
   stats_.seconds = since(step_start);
   return result;
+}
+
+void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
+                        OptimizerWrapper* optimizer) {
+  std::vector<std::string> held;
+  for (int c = 0; c < stages.num_model_chunks(); ++c)
+    for (auto& path : pm.stage_modules(stages.stage_spec(pm.num_pipeline_layers(), c))) held.push_back(path + ".");
+  auto is_held = [&](const std::string& name) {
+    for (auto& h : held)
+      if (name.compare(0, h.size(), h) == 0) return true;
+    return false;
+  };
+  for (auto& [name, t] : model.state_dict())  // parameters and buffers
+    if (!is_held(name)) model.replace_tensor(name, Tensor());
+  if (optimizer)
+    for (auto& g : optimizer->param_groups())
+      g.params.erase(std::remove_if(g.params.begin(), g.params.end(), [&](auto& np) { return !is_held(np.first); }),
+                     g.params.end());
 }
 
 }  // namespace booster::pipeline

@@ -75,12 +75,26 @@ class OneForwardOneBackwardSchedule : public PipelineSchedule {
   std::vector<Op> order(int64_t m, bool forward_only) const override;
 };
 
+/// GPipe (Galvatron's "gpipe"): every micro-batch forward, then every backward, so all m
+/// micro-batches are in flight on every stage (1F1B holds at most S - s).
+class GPipeSchedule : public PipelineSchedule {
+ public:
+  using PipelineSchedule::PipelineSchedule;
+  std::vector<Op> order(int64_t m, bool forward_only) const override;
+};
+
 class InterleavedSchedule : public PipelineSchedule {
  public:
   using PipelineSchedule::PipelineSchedule;
   std::vector<Op> order(int64_t m, bool forward_only) const override;
   void check_microbatches(int64_t m) const override;
 };
+
+/// Keeps what this stage holds (the layers of its model chunks and, on the first / last
+/// stage, the input / output modules): every other parameter and buffer is released
+/// (undefined, so it leaves named_parameters() and state_dict()) and leaves the optimizer.
+void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
+                        OptimizerWrapper* optimizer);
 
 /// The micro-batch sizes of a batch of `batch` rows (training: it must divide evenly).
 std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, bool training);

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "plugins/galvatron/galvatron_plugin.h"
 #include "plugins/gemini/gemini_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/low_level_zero/low_level_zero_plugin.h"
@@ -20,6 +21,10 @@ const std::map<std::string, Factory>& factories() {
       {"torch_ddp",
        [](const Config& c, const std::string& t) {
          return std::make_shared<TorchDDPPlugin>(TorchDDPOptions::from_config(c, t));
+       }},
+      {"galvatron",
+       [](const Config& c, const std::string& t) {
+         return std::make_shared<GalvatronPlugin>(GalvatronOptions::from_config(c, t));
        }},
       {"gemini",
        [](const Config& c, const std::string& t) {

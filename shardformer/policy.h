@@ -70,6 +70,12 @@ class Policy {
 /// replacement that fails is reported with the module path.
 void shard_model(nn::Module& model, const Policy& policy, const ShardConfig& config);
 
+/// Applies `policy`'s rewrites (attributes and sub-module replacements) to the modules whose
+/// path `select` takes, with their own config (a layerwise plan: each layer its own
+/// tensor-parallel group); the sanity check runs, the model-wide pre/postprocess do not.
+void shard_modules(nn::Module& model, const Policy& policy, const ShardConfig& config,
+                   const std::function<bool(const std::string& path)>& select);
+
 /// Policies by name, for a run config's `plugin.custom_policy` (code passes a Policy object).
 void register_policy(const std::string& name, std::function<std::shared_ptr<Policy>()> make);
 /// The policy registered as `name`; ValueError listing the registered names.

@@ -12,14 +12,14 @@ const dist::ProcessGroup& ShardConfig::tp_group() const {
   return *tensor_parallel_process_group;
 }
 
-void shard_model(nn::Module& model, const Policy& policy, const ShardConfig& config) {
-  policy.config_sanity_check(model, config);
-  policy.preprocess(model, config);
+namespace {
+void rewrite(nn::Module& model, const Policy& policy, const ShardConfig& config,
+             const std::function<bool(const std::string&)>& select) {
   const auto table = policy.module_policy(model, config);
   // The modules to rewrite, listed before any replacement (a replaced child is not revisited).
   std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> todo;
   for (auto& [path, m] : model.named_modules())
-    if (table.count(m->type_name())) todo.emplace_back(path, m);
+    if (table.count(m->type_name()) && (!select || select(path))) todo.emplace_back(path, m);
   for (auto& [path, m] : todo) {
     const auto& desc = table.at(m->type_name());
     const std::string where = path.empty() ? "the model" : "'" + path + "'";
@@ -47,7 +47,20 @@ void shard_model(nn::Module& model, const Policy& policy, const ShardConfig& con
       }
     }
   }
+}
+}  // namespace
+
+void shard_model(nn::Module& model, const Policy& policy, const ShardConfig& config) {
+  policy.config_sanity_check(model, config);
+  policy.preprocess(model, config);
+  rewrite(model, policy, config, nullptr);
   policy.postprocess(model, config);
+}
+
+void shard_modules(nn::Module& model, const Policy& policy, const ShardConfig& config,
+                   const std::function<bool(const std::string& path)>& select) {
+  policy.config_sanity_check(model, config);
+  rewrite(model, policy, config, select);
 }
 
 namespace {

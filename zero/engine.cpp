@@ -12,8 +12,8 @@ DType comm_dtype(const ZeroOptions& opts) {
 }
 }  // namespace
 
-Engine::Engine(const optim::NamedParams& params, const dist::ProcessGroup& dp, const ZeroOptions& opts)
-    : layout_(params, dp, opts.reduce_bucket_size_in_m * double(1 << 20)),
+Engine::Engine(const optim::NamedParams& params, const dist::ProcessGroup& dp, const ZeroOptions& opts, PartPlacer placer)
+    : layout_(params, dp, opts.reduce_bucket_size_in_m * double(1 << 20), std::move(placer)),
       shards_(layout_, dtype_from_name(opts.precision), opts.master_weights, disk_tier_for(opts), opts.offload_frac),
       gatherer_(layout_, shards_),
       grads_(layout_, shards_, gatherer_, opts.stage, opts.overlap_communication, comm_dtype(opts)) {}

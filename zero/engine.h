@@ -24,8 +24,9 @@ class Placement {
 class Engine {
  public:
   /// `params` (the optimizer's) over `dp`, as `opts` says: the working precision, masters,
-  /// the disk tier, buckets and the gradient reduction.
-  Engine(const optim::NamedParams& params, const dist::ProcessGroup& dp, const ZeroOptions& opts);
+  /// the disk tier, buckets and the gradient reduction. A placer puts parameters on groups
+  /// of their own, split or whole (see layout.h).
+  Engine(const optim::NamedParams& params, const dist::ProcessGroup& dp, const ZeroOptions& opts, PartPlacer placer = {});
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 

@@ -79,6 +79,7 @@ void FetchHooks::repack() {
     if (!used_[i]) forward.push_back(i);
   forward.insert(forward.end(), first_use_.begin(), first_use_.end());
   // Every rank must pack alike (the buckets are collectives): the group's first rank decides.
+  BOOSTER_CHECK(layout_.uniform(), "ZeRO-3: chunks are packed again over one data-parallel group only");
   const auto& dp = layout_.group();
   if (dp.size() > 1) {
     Tensor order = Tensor::empty({int64_t(n)}, DType::i64);

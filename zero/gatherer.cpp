@@ -34,6 +34,8 @@ void Gatherer::rebucket(std::vector<std::vector<size_t>> buckets) {
 void Gatherer::shard_bucket(size_t b) {
   NoGradGuard ng;
   wait_gather();
+  BOOSTER_CHECK(!layout_.parts()[layout_.buckets().at(b).front()].replicated, "ZeRO gatherer: bucket ", b,
+                " holds parameters kept whole (DDP) and cannot be sharded");
   bool changed = false;
   for (size_t i : layout_.buckets().at(b))
     if (!shards_.sharded(i)) shards_.keep_own(i), changed = true;
@@ -86,7 +88,7 @@ size_t Gatherer::full_bytes() const {
 Gatherer::Pending Gatherer::start_gather(const std::vector<size_t>& bucket) const {
   NoGradGuard ng;
   Tensor send = pack_own(bucket);
-  const auto& dp = layout_.group();
+  const auto& dp = layout_.group_of(bucket);
   Pending pend{bucket, Tensor::empty({dp.size() * send.numel()}, shards_.working_dtype()), nullptr, send};
   pend.work = dist::all_gather(pend.recv, send, dp, /*async_op=*/true);
   return pend;
@@ -100,7 +102,7 @@ void Gatherer::finish_gather(Pending& pend, bool fresh) {
   for (size_t i : pend.parts) {
     Part& p = layout_.parts()[i];
     Tensor flat = fresh ? Tensor::empty({p.numel}, shards_.working_dtype()) : p.param.detach().view({-1});
-    for (int r = 0; r < layout_.group().size(); ++r) {
+    for (int r = 0; r < layout_.group_of(pend.parts).size(); ++r) {
       const auto [lo, len] = p.range_of(r);
       if (len > 0) flat.narrow(0, lo, len).copy_(pend.recv.narrow(0, r * width + off, len));
     }
@@ -132,6 +134,7 @@ void Gatherer::gather(bool async) {
       release(b);
       continue;
     }
+    if (layout_.parts()[layout_.buckets()[b].front()].replicated) continue;  // updated whole in place
     pending_.push_back(start_gather(layout_.buckets()[b]));
   }
   if (!async) wait_gather();

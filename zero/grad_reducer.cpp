@@ -70,7 +70,9 @@ void GradReducer::launch(size_t b) {
   const auto& ids = layout_.buckets()[b];
   auto& parts = layout_.parts();
   const int64_t width = layout_.width(ids);
-  const int n = layout_.group().size();
+  const auto& group = layout_.group_of(ids);
+  const bool whole = parts[ids.front()].replicated;  // DDP: one block, all-reduced
+  const int n = whole ? 1 : group.size();
   // [rank][parameter chunk]: block r holds every parameter's chunk r, padded with zeros.
   Tensor stage = Tensor::empty({n * width}, comm_);
   for (size_t i : ids) settle(i);  // no gradient in this backward: its average counts once
@@ -88,9 +90,14 @@ void GradReducer::launch(size_t b) {
     }
   }
   Bucket& bk = buckets_[b];
-  bk.out = Tensor::empty({width}, comm_);
-  bk.stage = stage;
-  bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, layout_.group(), /*async_op=*/true);
+  if (whole) {
+    bk.out = stage;
+    bk.work = dist::all_reduce(bk.out, dist::ReduceOp::avg, group, /*async_op=*/true);
+  } else {
+    bk.out = Tensor::empty({width}, comm_);
+    bk.stage = stage;
+    bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, group, /*async_op=*/true);
+  }
   if (stage_ == 2)
     for (size_t i : ids) {  // only the chunks are kept
       Tensor p = parts[i].param;
@@ -168,7 +175,7 @@ void GradReducer::settle(size_t i) {
   NoGradGuard ng;
   Tensor flat = g.view({-1});
   Tensor own = flat.narrow(0, p.lo, p.n);
-  kernels::scale_(own, double(layout_.group().size()));
+  kernels::scale_(own, double(p.replicated ? 1 : p.group->size()));
   if (p.lo > 0) flat.narrow(0, 0, p.lo).zero_();
   if (p.lo + p.n < p.numel) flat.narrow(0, p.lo + p.n, p.numel - p.lo - p.n).zero_();
 }

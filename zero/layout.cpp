@@ -6,12 +6,13 @@
 namespace booster::zero {
 
 std::pair<int64_t, int64_t> Part::range_of(int r) const {
+  if (replicated) return {0, numel};
   const int64_t first = std::min(numel, chunk * r);
   return {first, std::min(numel, first + chunk) - first};
 }
 
-Layout::Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, double bucket_elems) : dp_(dp) {
-  const int n = dp.size(), r = dp.rank();
+Layout::Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, double bucket_elems, PartPlacer placer)
+    : dp_(dp), uniform_(!placer) {
   for (auto& [name, p] : params) {
     if (!p.requires_grad() || !is_floating(p.dtype())) continue;
     Part part;
@@ -19,6 +20,11 @@ Layout::Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, d
     part.param = p;
     part.shape = p.shape();
     part.numel = p.numel();
+    const PartPlacement where = placer ? placer(name) : PartPlacement{&dp, false};
+    BOOSTER_CHECK(where.group != nullptr, "ZeRO layout: no data-parallel group for '", name, "'");
+    part.group = where.group;
+    part.replicated = where.replicated;
+    const int n = part.replicated ? 1 : part.group->size(), r = part.replicated ? 0 : part.group->rank();
     part.chunk = (part.numel + n - 1) / n;
     std::tie(part.lo, part.n) = part.range_of(r);
     const Region whole = p.region() ? *p.region() : Region::whole(p.shape());
@@ -45,7 +51,9 @@ std::vector<std::vector<size_t>> Layout::pack_buckets(const std::vector<size_t>&
   double in_bucket = 0;
   for (size_t k : order) {
     const double cap = buckets.size() <= 1 ? std::min(bucket_elems, double(1 << 18)) : bucket_elems;
-    if (buckets.empty() || (in_bucket > 0 && in_bucket + double(parts_.at(k).numel) > cap)) {
+    const bool other_kind = !buckets.empty() && (parts_.at(k).group != parts_.at(buckets.back().front()).group ||
+                                                 parts_[k].replicated != parts_[buckets.back().front()].replicated);
+    if (buckets.empty() || other_kind || (in_bucket > 0 && in_bucket + double(parts_.at(k).numel) > cap)) {
       buckets.emplace_back();
       in_bucket = 0;
     }
@@ -58,7 +66,12 @@ std::vector<std::vector<size_t>> Layout::pack_buckets(const std::vector<size_t>&
 void Layout::set_buckets(std::vector<std::vector<size_t>> buckets) {
   std::vector<int> seen(parts_.size(), 0);
   for (auto& b : buckets)
-    for (size_t i : b) ++seen.at(i);
+    for (size_t i : b) {
+      ++seen.at(i);
+      BOOSTER_CHECK(parts_[i].group == parts_[b.front()].group && parts_[i].replicated == parts_[b.front()].replicated,
+                    "ZeRO layout: a bucket mixes parts of different groups or kinds ('", parts_[i].name, "' and '",
+                    parts_[b.front()].name, "')");
+    }
   BOOSTER_CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }),
                 "ZeRO layout: every part must be in exactly one bucket");
   buckets_ = std::move(buckets);

@@ -7,6 +7,7 @@
 // made or moved here.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,17 +26,33 @@ struct Part {
   int64_t numel, chunk;  // elements, and elements per rank (ceil(numel / dp))
   int64_t lo, n;         // this rank's elements [lo, lo + n) of the flattened parameter
   Region region;         // the same, as a region of the logical tensor
+  const dist::ProcessGroup* group = nullptr;  // the data-parallel group it is reduced over
+  bool replicated = false;  // whole on every rank of its group (DDP): all-reduced, never split
   /// Rank r's elements [first, first + second) of the flattened parameter.
   std::pair<int64_t, int64_t> range_of(int r) const;
 };
 
+/// Where one parameter is reduced, and whether it is split there (ZeRO) or kept whole (DDP).
+struct PartPlacement {
+  const dist::ProcessGroup* group = nullptr;
+  bool replicated = false;
+};
+/// A parameter's placement by name (Galvatron: each layer its own data-parallel group and kind).
+using PartPlacer = std::function<PartPlacement(const std::string& name)>;
+
 class Layout {
  public:
   /// The trainable floating parameters of `params` over `dp`, in buckets of about
-  /// bucket_elems elements, last parameters first (the order backward finishes them).
-  Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, double bucket_elems);
+  /// bucket_elems elements, last parameters first (the order backward finishes them). A
+  /// placer puts parameters on other groups (or keeps them whole); a bucket never mixes them.
+  Layout(const optim::NamedParams& params, const dist::ProcessGroup& dp, double bucket_elems, PartPlacer placer = {});
 
+  /// The group of every part when uniform(); the engine's nominal group otherwise.
   const dist::ProcessGroup& group() const { return dp_; }
+  /// Every part split over group(): plain ZeRO (no placer).
+  bool uniform() const { return uniform_; }
+  /// The group of a bucket's parts (one group a bucket).
+  const dist::ProcessGroup& group_of(const std::vector<size_t>& bucket) const { return *parts_.at(bucket.front()).group; }
   std::vector<Part>& parts() { return parts_; }
   const std::vector<Part>& parts() const { return parts_; }
   size_t size() const { return parts_.size(); }
@@ -52,6 +69,7 @@ class Layout {
 
  private:
   const dist::ProcessGroup& dp_;
+  bool uniform_;
   std::vector<Part> parts_;
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;

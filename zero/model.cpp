@@ -27,9 +27,10 @@ void LowLevelZeroModel::after_load() {
   if (eng_) eng_->gatherer().refresh_working();  // offloaded masters went back to the store as loaded
 }
 
-std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const ZeroOptions& opts) {
+std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const ZeroOptions& opts,
+                                   PartPlacer placer) {
   auto module = o.model->module();
-  broadcast_module_state(*module, dp);  // in full precision, before the working copies
+  if (!placer) broadcast_module_state(*module, dp);  // in full precision, before the working copies
   const DType working = dtype_from_name(opts.precision);
   std::shared_ptr<Engine> engine;
   if (o.optimizer) {
@@ -37,7 +38,7 @@ std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& 
     optim::NamedParams params;
     for (auto& g : optim->param_groups())
       for (auto& np : g.params) params.push_back(np);
-    engine = std::make_shared<Engine>(params, dp, opts);
+    engine = std::make_shared<Engine>(params, dp, opts, std::move(placer));
     ZeroStepOptions so;
     so.precision = opts.precision;
     so.scaler = opts.scaler;

@@ -32,6 +32,9 @@ class LowLevelZeroModel : public ModelWrapper {
 /// ZeRO over `dp`: the group starts from its first rank's weights, the optimizer becomes a
 /// LowLevelZeroOptimizer on this rank's chunks and the model a LowLevelZeroModel. Returns
 /// the engine (null without an optimizer: the model is only cast to the working precision).
-std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const ZeroOptions& opts);
+/// With a placer the parameters go to groups of their own (see layout.h), and the caller
+/// has already made the ranks agree on the weights.
+std::shared_ptr<Engine> apply_zero(BoostedObjects& o, const dist::ProcessGroup& dp, const ZeroOptions& opts,
+                                   PartPlacer placer = {});
 
 }  // namespace booster::zero

@@ -43,7 +43,9 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
   BOOSTER_CHECK(norm_type == 2.0, "LowLevelZeroPlugin: only the 2-norm clips across partitions, got norm_type ",
                 norm_type);
   // The chunks are disjoint: their squares summed over the dp group count each element once.
-  const auto& dp = eng_->layout().group();
+  // Parts on several groups (a layerwise plan) are summed over the world, a part kept whole
+  // counted on its group's first rank.
+  const auto& dp = eng_->layout().uniform() ? eng_->layout().group() : dist::ProcessGroup::world();
   double on_disk = 0;  // sums of squares noted as disk chunks were written
   for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
     if (eng_->grads().on_disk(i) && eng_->grads().has(i) && scope.count(eng_->layout().parts()[i].param)) on_disk += eng_->grads().noted(i).sum_squares;
@@ -54,8 +56,11 @@ double LowLevelZeroOptimizer::clip_norm(double max_norm, double norm_type, bool 
     return scope.combine(v, is_max);
   };
   std::vector<Tensor> counted;  // a part replicated over an outer group (tensor parallelism) counts once there
-  for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
-    if (Tensor g = eng_->grads().chunk(i); g.defined() && scope.count(eng_->layout().parts()[i].param)) counted.push_back(g);
+  for (size_t i = 0; i < eng_->layout().parts().size(); ++i) {
+    const Part& p = eng_->layout().parts()[i];
+    if (p.replicated && p.group->rank() != 0) continue;
+    if (Tensor g = eng_->grads().chunk(i); g.defined() && scope.count(p.param)) counted.push_back(g);
+  }
   const double norm = optim::norm_of(counted, 2.0, over_dp) / scaling_.loss_scale();
   BOOSTER_CHECK(!error_if_nonfinite || std::isfinite(norm), "clip_grad_by_norm: the total norm is ", norm);
   scaling_.set_clip(norm, max_norm);
@@ -213,7 +218,7 @@ void LowLevelZeroOptimizer::load_local_state_dict(const optim::OptimizerStateDic
 
 optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
   const optim::OptimizerStateDict local = local_state_dict();
-  const auto& dp = eng_->layout().group();
+  const auto& dp = eng_->layout().uniform() ? eng_->layout().group() : dist::ProcessGroup::world();
   // Which states each parameter has (a rank without a chunk of it has none): over all ranks.
   std::ostringstream mine;
   for (auto& [name, st] : local.state) {
@@ -241,12 +246,19 @@ optim::OptimizerStateDict LowLevelZeroOptimizer::state_dict() const {
     if (it == known.end()) continue;
     optim::ParamState st{it->second.first, {}};
     for (auto& k : it->second.second) {
+      auto mine_k = local.state.find(p.name);
+      if (p.replicated) {  // whole on every rank of its group
+        if (mine_k != local.state.end() && mine_k->second.buffers.count(k))
+          st.buffers[k] = mine_k->second.buffers.at(k).view(p.shape).clone();
+        continue;
+      }
+      const auto& group = *p.group;
       Tensor send = Tensor::zeros({p.chunk});
       auto mine_st = local.state.find(p.name);
       if (mine_st != local.state.end() && mine_st->second.buffers.count(k) && p.n > 0)
         send.narrow(0, 0, p.n).copy_(mine_st->second.buffers.at(k).view({-1}));
-      Tensor recv = Tensor::empty({dp.size() * p.chunk});
-      dist::all_gather(recv, send, dp);
+      Tensor recv = Tensor::empty({group.size() * p.chunk});
+      dist::all_gather(recv, send, group);
       st.buffers[k] = recv.narrow(0, 0, p.numel).contiguous().view(p.shape);
     }
     full.state[p.name] = std::move(st);

@@ -8,6 +8,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
+#include "core/kernels/raw.h"
 
 namespace booster::dist {
 
@@ -108,22 +109,25 @@ Tensor move_rows(const Tensor& x, const RowLayout& from, const RowLayout& to, co
 
 }  // namespace
 
-Tensor redistribute_rows(const Tensor& x, const RowLayout& from, const RowLayout& to, const ProcessGroup& g) {
+Tensor redistribute_rows(const Tensor& x, const RowLayout& from, const RowLayout& to, const ProcessGroup& g,
+                         double backward_scale) {
   const int me = g.rank(), n = g.size();
   BOOSTER_CHECK_T(ShapeError, int(from.size()) == n && int(to.size()) == n, "redistribute_rows: layouts for ",
                   from.size(), " and ", to.size(), " ranks over a group of ", n);
   const auto [a, b] = from[size_t(me)];
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(0) == b - a, "redistribute_rows: ", x.describe(),
                   " should hold rows [", a, ", ", b, ") of the batch on rank ", me, " of '", g.name(), "'");
-  if (from == to) return x;
+  if (from == to && backward_scale == 1.0) return x;
   Tensor y;
   {
     NoGradGuard ng;
     y = move_rows(x.detach(), from, to, g);
   }
   const ProcessGroup* pg = &g;
-  return autograd::record("RedistributeRows", {x}, y, [pg, from, to](const std::vector<Tensor>& gr) {
-    return std::vector<Tensor>{move_rows(gr[0], to, from, *pg)};
+  return autograd::record("RedistributeRows", {x}, y, [pg, from, to, backward_scale](const std::vector<Tensor>& gr) {
+    Tensor g = move_rows(gr[0], to, from, *pg);
+    if (backward_scale != 1.0) kernels::scale_(g, backward_scale);
+    return std::vector<Tensor>{g};
   });
 }
 

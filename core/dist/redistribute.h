@@ -25,8 +25,11 @@ using RowLayout = std::vector<std::pair<int64_t, int64_t>>;
 /// size / tp, ... hold slice k); slices are batch / (size / tp) rows, in order.
 RowLayout tp_row_layout(int64_t batch, int size, int tp, bool consecutive);
 
-/// x: [rows of `from` for this rank, ...] -> [rows of `to` for this rank, ...]; differentiable.
-/// ShapeError when x does not hold this rank's rows of `from`.
-Tensor redistribute_rows(const Tensor& x, const RowLayout& from, const RowLayout& to, const ProcessGroup& g);
+/// x: [rows of `from` for this rank, ...] -> [rows of `to` for this rank, ...]; differentiable,
+/// the gradient times backward_scale (a layerwise plan keeps each row's gradient in the
+/// proportion of its layout's data-parallel size). ShapeError when x does not hold this
+/// rank's rows of `from`.
+Tensor redistribute_rows(const Tensor& x, const RowLayout& from, const RowLayout& to, const ProcessGroup& g,
+                         double backward_scale = 1.0);
 
 }  // namespace booster::dist

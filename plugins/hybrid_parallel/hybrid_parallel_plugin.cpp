@@ -158,21 +158,7 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
     per_slot = pipeline::partition_balanced(weights, slots);
   }
   stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
-  std::vector<std::string> held;
-  for (int c = 0; c < opts_.num_model_chunks; ++c)
-    for (auto& path : pm->stage_modules(stages_->stage_spec(pm->num_pipeline_layers(), c))) held.push_back(path + ".");
-  auto is_held = [&](const std::string& name) {
-    for (auto& h : held)
-      if (name.compare(0, h.size(), h) == 0) return true;
-    return false;
-  };
-  // Released tensors leave named_parameters() and state_dict() (undefined, as PyTorch's None).
-  for (auto& [name, t] : module->state_dict())  // parameters and buffers
-    if (!is_held(name)) module->replace_tensor(name, Tensor());
-  if (o.optimizer)
-    for (auto& g : o.optimizer->param_groups())
-      g.params.erase(std::remove_if(g.params.begin(), g.params.end(), [&](auto& np) { return !is_held(np.first); }),
-                     g.params.end());
+  pipeline::keep_stage_modules(*module, *pm, *stages_, o.optimizer.get());
   pipeline::ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
   if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<pipeline::InterleavedSchedule>(*stages_, so);
   else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);

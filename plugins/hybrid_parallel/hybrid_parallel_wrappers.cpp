@@ -16,9 +16,9 @@ int64_t split_dim(const Tensor& p) {
     if (r->extent[d] != r->full[d]) return int64_t(d);
   return -1;
 }
-// Calls f(state tensor, its parameter's region, split dim) for every optimizer state tensor
-// of a tensor-parallel shard in `sd` (those shaped like the parameter, or like the logical
-// tensor when `logical`).
+// Calls f(state tensor, its parameter, its region, split dim) for every optimizer state
+// tensor of a tensor-parallel shard in `sd` (those shaped like the parameter, or like the
+// logical tensor when `logical`).
 template <typename F>
 void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bool logical, F&& f) {
   for (auto& g : o.param_groups())
@@ -27,8 +27,22 @@ void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bo
       auto it = sd.state.find(name);
       if (d < 0 || it == sd.state.end()) continue;
       for (auto& [k, buf] : it->second.buffers)
-        if (buf.shape() == (logical ? p.region()->full : p.shape())) f(buf, *p.region(), d);
+        if (buf.shape() == (logical ? p.region()->full : p.shape())) f(buf, p, *p.region(), d);
     }
+}
+
+TensorParallelGroups mesh_groups(const std::shared_ptr<dist::ProcessGroupMesh>& mesh) {
+  const auto* tp = &mesh->group("tp");
+  const auto* pp = &mesh->group("pp");
+  TensorParallelGroups g;
+  g.tp_of = [tp](const Tensor&) { return tp; };
+  g.reduce = [tp, pp](double local, bool is_max) {
+    const auto op = is_max ? dist::ReduceOp::max : dist::ReduceOp::sum;
+    double v = tp->size() > 1 ? dist::all_reduce_scalar(local, op, *tp) : local;
+    return pp->size() > 1 ? dist::all_reduce_scalar(v, op, *pp) : v;
+  };
+  g.trivial = tp->size() == 1 && pp->size() == 1;
+  return g;
 }
 }  // namespace
 
@@ -44,23 +58,22 @@ void HybridParallelModule::check_whole_forward() const {
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
                                                  std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm)
-    : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), max_norm_(max_norm) {}
+    : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), groups_(mesh_groups(mesh_)), max_norm_(max_norm) {}
+
+HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups,
+                                                 double max_norm)
+    : OptimizerDecorator(std::move(inner)), groups_(std::move(groups)), max_norm_(max_norm) {}
 
 double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
                                           const optim::NormScope& outer) {
-  const auto& tp = mesh_->group("tp");
-  const auto& pp = mesh_->group("pp");
-  if (tp.size() == 1 && pp.size() == 1) return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
-  const bool first = tp.rank() == 0;
+  if (groups_.trivial) return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, outer);
   optim::NormScope scope;
-  scope.reduce = [&tp, &pp, outer](double local, bool is_max) {
-    const auto op = is_max ? dist::ReduceOp::max : dist::ReduceOp::sum;
-    double v = tp.size() > 1 ? dist::all_reduce_scalar(local, op, tp) : local;
-    if (pp.size() > 1) v = dist::all_reduce_scalar(v, op, pp);
-    return outer.combine(v, is_max);
+  scope.reduce = [this, outer](double local, bool is_max) { return outer.combine(groups_.reduce(local, is_max), is_max); };
+  // A shard is this rank's own; a replicated parameter is the same on every rank of its tp group.
+  scope.counts = [this, outer](const Tensor& p) {
+    const dist::ProcessGroup* tp = groups_.tp_of(p);
+    return (split_dim(p) >= 0 || !tp || tp->rank() == 0) && outer.count(p);
   };
-  // A shard is this rank's own; a replicated parameter is the same on every tp rank.
-  scope.counts = [first, outer](const Tensor& p) { return (split_dim(p) >= 0 || first) && outer.count(p); };
   return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
 }
 
@@ -71,18 +84,19 @@ void HybridParallelOptimizer::step() {
 
 optim::OptimizerStateDict HybridParallelOptimizer::state_dict() const {
   optim::OptimizerStateDict sd = OptimizerDecorator::state_dict();
-  const auto& tp = mesh_->group("tp");
-  if (tp.size() == 1) return sd;
   NoGradGuard ng;
-  for_each_shard_state(*inner(), sd, false,
-                       [&](Tensor& buf, const Region&, int64_t d) { buf = dist::gather_forward_split_backward(buf, d, tp); });
+  for_each_shard_state(*inner(), sd, false, [&](Tensor& buf, const Tensor& p, const Region&, int64_t d) {
+    const dist::ProcessGroup* tp = groups_.tp_of(p);
+    BOOSTER_CHECK(tp != nullptr, "HybridParallelOptimizer: a tensor-parallel shard without a tensor-parallel group");
+    buf = dist::gather_forward_split_backward(buf, d, *tp);
+  });
   return sd;
 }
 
 void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& full) {
   optim::OptimizerStateDict sd = full;
   NoGradGuard ng;
-  for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Region& r, int64_t d) {
+  for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Tensor&, const Region& r, int64_t d) {
     buf = buf.narrow(d, r.offset[size_t(d)], r.extent[size_t(d)]).contiguous().clone();
   });
   OptimizerDecorator::load_state_dict(sd);

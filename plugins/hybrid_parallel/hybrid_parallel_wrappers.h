@@ -7,6 +7,7 @@
 // shapes by gathering tensor-parallel shards.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "booster/model_wrapper.h"
@@ -31,10 +32,21 @@ class HybridParallelModule : public ModelWrapper {
   int stage_;
 };
 
+/// How a plugin's parameters are split by tensor parallelism: each one's tensor-parallel
+/// group (null: not split; a replicated parameter on it counts once there), and how the
+/// per-rank shares of a norm are combined over the groups that hold different parameters.
+struct TensorParallelGroups {
+  std::function<const dist::ProcessGroup*(const Tensor& param)> tp_of;
+  std::function<double(double local, bool is_max)> reduce;
+  bool trivial = false;  // no tensor parallelism and nothing to combine
+};
+
 class HybridParallelOptimizer : public OptimizerDecorator {
  public:
+  /// tp and pp of the mesh: every parameter on the mesh's tp group, norms summed over tp and pp.
   HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh,
                           double max_norm);
+  HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups, double max_norm);
   std::string type_name() const override { return "HybridParallelOptimizer"; }
   void step() override;
   /// Every parameter's state in its logical shape (tensor-parallel shards all-gathered; collective).
@@ -47,6 +59,7 @@ class HybridParallelOptimizer : public OptimizerDecorator {
 
  private:
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
+  TensorParallelGroups groups_;
   double max_norm_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
@@ -30,7 +31,9 @@ struct PluginCase {
   int tp = 1;        // tensor-parallel size
   int pp = 1;        // pipeline stages (training runs through execute_pipeline)
   bool split = false;  // Booster split_batch: each of 2 threads runs a share of the rank's batch
-  /// Ranks of one data-parallel replica (the world must be a multiple).
+  int ranks = 0;       // the world must be a multiple of this (0: of group())
+  std::string plan;    // a Galvatron strategy JSON (written for the case, its path added to the table)
+  /// Ranks of one data-parallel replica (they see the same rows).
   int group() const { return tp * pp; }
 };
 
@@ -39,6 +42,15 @@ const std::string kHybrid = "[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\npr
 const std::string kGemini = "[plugin]\nname = 'gemini'\nprecision = 'fp32'\nmin_chunk_size_m = 0.002\n"
                             "search_range_m = 0.004\nenable_gradient_accumulation = true\n";
 const std::string kPipeline = "[plugin]\nname = 'hybrid_parallel'\npp_size = 2\nprecision = 'fp32'\n";
+
+const std::string kGalvatron = "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\n";
+// Layerwise plans of the tiny ViT's 4 layers: every kind of layer next to another kind.
+const std::string kMixedPlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,1", "tp_consecutive_flags": "1,0,1,1",
+  "dp_types_enc": "0,0,1,0", "checkpoint": "0,0,0,1", "global_bsz": 8, "chunks": 1, "pipeline_type": "pipedream_flush",
+  "default_dp_type": "ddp", "vtp": 1, "vsp": 0, "embed_sdp": 0})";
+const std::string kMixedPlanVtp2 = R"({"pp_deg": 1, "tp_sizes_enc": "1,4,2,2", "tp_consecutive_flags": "1,1,0,1",
+  "dp_types_enc": "0,0,1,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "chunks": 1, "default_dp_type": "zero2",
+  "vtp": 2, "embed_sdp": 1})";
 
 const std::vector<PluginCase> kCases = {
     {"no_plugin", ""},
@@ -76,15 +88,28 @@ const std::vector<PluginCase> kCases = {
     {"gemini_offload_all", kGemini + "offload_optim_frac = 1.0\noffload_param_frac = 1.0\n"},
     // auto: the warm-up keeps every chunk on disk, then they move into RAM (the cap is RAM).
     {"gemini_auto", kGemini + "placement_policy = 'auto'\nwarmup_non_model_data_ratio = 1.0\n"},
+    {"galvatron_ddp", kGalvatron},
+    {"galvatron_sdp_checkpoint", kGalvatron + "sdp = true\nglobal_checkpoint = true\n"},
+    {"galvatron_tp2_strided_zero2", kGalvatron + "global_tp_deg = 2\nglobal_tp_consec = false\ndefault_dp_type = 'zero2'\n",
+     1, 1, false, 2},
+    {"galvatron_mixed", kGalvatron, 1, 1, false, 4, kMixedPlan},
+    {"galvatron_mixed_vtp2", kGalvatron, 2, 1, false, 4, kMixedPlanVtp2},
 };
 
 // Whether a configuration runs at this world size.
-bool runs_here(const PluginCase& c) { return dist::world_size() % c.group() == 0; }
+bool runs_here(const PluginCase& c) { return dist::world_size() % (c.ranks ? c.ranks : c.group()) == 0; }
 
 
 std::shared_ptr<Plugin> make(const PluginCase& c) {
   if (c.toml.empty()) return nullptr;
-  return plugins::make_plugin(Config::from_string(c.toml, c.name + ".toml"));
+  std::string toml = c.toml;
+  if (!c.plan.empty()) {  // each rank reads its own copy
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("galvatron_" + c.name + "_rank" + std::to_string(dist::world_rank()) + ".json");
+    std::ofstream(path) << c.plan;
+    toml += "galvatron_config_path = '" + path.string() + "'\n";
+  }
+  return plugins::make_plugin(Config::from_string(toml, c.name + ".toml"));
 }
 
 // The case's booster: its plugin, and split_batch where the case asks.

@@ -1,0 +1,292 @@
+// GalvatronPlugin (see galvatron_plugin.h).
+#include "plugins/galvatron/galvatron_plugin.h"
+
+#include <spdlog/spdlog.h>
+
+#include "booster/plugin_options.h"
+#include "core/dist/runtime.h"
+#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+#include "shardformer/policy.h"
+#include "zero/model.h"
+
+namespace booster::plugins {
+
+using galvatron::DpKind;
+using galvatron::GalvatronLayer;
+using galvatron::HybridPlan;
+using galvatron::TpKey;
+
+namespace {
+
+bool power_of_two(int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
+
+// The boosted model's head: holds the groups every layer refers to.
+class GalvatronModel : public ModelWrapper {
+ public:
+  GalvatronModel(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<galvatron::LayerGroups> groups, int stages)
+      : ModelWrapper(std::move(inner)), groups_(std::move(groups)), stages_(stages) {}
+  std::string type_name() const override { return "GalvatronModel"; }
+  void check_whole_forward() const override {
+    BOOSTER_CHECK(stages_ == 1, "GalvatronPlugin: this rank is pipeline stage ", groups_->stage_index(), " of ", stages_,
+                  " and holds only its layers; run the model with booster.execute_pipeline (training and evaluation)");
+    ModelWrapper::check_whole_forward();
+  }
+
+ private:
+  std::shared_ptr<galvatron::LayerGroups> groups_;
+  int stages_;
+};
+
+// The layer each module path prefix belongs to ("vit.encoder.layer.3." -> 3).
+struct LayerIndex {
+  std::vector<std::pair<std::string, int64_t>> prefixes;
+  LayerIndex(const nn::PipelineModule& pm) {
+    for (int64_t l = 0; l < pm.num_pipeline_layers(); ++l)
+      for (auto& path : pm.stage_modules({l, l + 1, false, false})) prefixes.emplace_back(path, l);
+  }
+  /// The layer of a module path or a tensor name, -1 for the embeddings and the head.
+  int64_t of(const std::string& name) const {
+    for (auto& [p, l] : prefixes)
+      if (name == p || name.compare(0, p.size() + 1, p + ".") == 0) return l;
+    return -1;
+  }
+};
+
+// Consecutive and strided are the same group when tp is 1 or the whole stage (Galvatron forces the flag to 1).
+TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.tp == 1 || s.tp == stage || s.tp_consec}; }
+
+}  // namespace
+
+GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::string& t) {
+  using O = GalvatronOptions;
+  static const auto binder = [] {
+    OptionBinder<O> b;
+    b.add("galvatron_config_path", &O::galvatron_config_path, "a strategy JSON (\"\": the global-mode arguments)")
+        .add("pp_deg", &O::pp_deg, "pipeline degree")
+        .add("global_tp_deg", &O::global_tp_deg, "every layer's tensor-parallel degree")
+        .add("global_tp_consec", &O::global_tp_consec, "tensor-parallel groups of consecutive ranks")
+        .add("sdp", &O::sdp, "ZeRO-3 on every layer")
+        .add("global_checkpoint", &O::global_checkpoint, "every layer checkpointed")
+        .add("chunks", &O::chunks, "micro-batches a step (-1: micro-batches of 4 rows with pp_deg > 1)")
+        .add("pipeline_type", &O::pipeline_type, "gpipe or pipedream_flush")
+        .add("default_dp_type", &O::default_dp_type, "ddp, zero2 or zero3")
+        .add("vocab_tp", &O::vocab_tp, "the embeddings' and head's tensor-parallel degree")
+        .add("embed_sdp", &O::embed_sdp, "the embeddings and head under ZeRO-3")
+        .add("global_train_batch_size", &O::global_train_batch_size, "the global batch (0: the run's)")
+        .add("mixed_precision", &O::mixed_precision, "fp32, fp16 or bf16")
+        .add("reduce_bucket_size_in_m", &O::reduce_bucket_size_in_m, "millions of elements a gradient bucket")
+        .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)");
+    return bind_loss_scale(b, &O::scaler);
+  }();
+  return options_from(cfg, t, "galvatron", binder);
+}
+
+void GalvatronOptions::validate() const {
+  const char* who = "GalvatronPlugin: ";
+  BOOSTER_CHECK(power_of_two(pp_deg), who, "pp_deg must be a power of two, got ", pp_deg);
+  BOOSTER_CHECK(power_of_two(global_tp_deg), who, "global_tp_deg must be a power of two, got ", global_tp_deg);
+  BOOSTER_CHECK(power_of_two(vocab_tp), who, "vocab_tp must be a power of two, got ", vocab_tp);
+  BOOSTER_CHECK(chunks >= 1 || chunks == -1, who, "chunks must be >= 1 or -1, got ", chunks);
+  BOOSTER_CHECK(pipeline_type == "gpipe" || pipeline_type == "pipedream_flush", who,
+                "pipeline_type must be gpipe or pipedream_flush, got '", pipeline_type, "'");
+  galvatron::dp_kind_from_name(default_dp_type, "[plugin] default_dp_type");
+  BOOSTER_CHECK(mixed_precision == "fp32" || mixed_precision == "fp16" || mixed_precision == "bf16", who,
+                "mixed_precision must be fp32, fp16 or bf16, got '", mixed_precision, "'");
+  BOOSTER_CHECK(global_train_batch_size >= 0, who, "global_train_batch_size must be >= 0, got ", global_train_batch_size);
+  BOOSTER_CHECK(reduce_bucket_size_in_m > 0, who, "reduce_bucket_size_in_m must be positive, got ", reduce_bucket_size_in_m);
+  scaler.validate(who);
+}
+
+HybridPlan GalvatronOptions::plan(int64_t num_layers) const {
+  if (!galvatron_config_path.empty()) {
+    HybridPlan p = HybridPlan::from_json_file(galvatron_config_path);
+    if (p.global_bsz == 0) p.global_bsz = global_train_batch_size;
+    return p;
+  }
+  HybridPlan p;
+  p.pp_deg = pp_deg;
+  p.layers.assign(size_t(num_layers), {global_tp_deg, global_tp_consec, sdp, global_checkpoint});
+  p.global_bsz = global_train_batch_size;
+  p.chunks = chunks == -1 && pp_deg == 1 ? 1 : chunks;
+  p.pipeline_type = pipeline_type;
+  p.default_dp_type = default_dp_type;
+  p.vtp = vocab_tp;
+  p.embed_sdp = embed_sdp;
+  return p;
+}
+
+GalvatronPlugin::GalvatronPlugin(GalvatronOptions opts) : opts_(std::move(opts)) {
+  opts_.validate();
+  BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
+                  "GalvatronPlugin: call dist::launch_from_openmpi() before creating the plugin");
+  // The groups are made now, once (collective): from the file's layers, or the global template.
+  plan_ = opts_.plan(1);
+  const int world = dist::world_size();
+  pp_deg_ = plan_.pp_deg;
+  vtp_ = plan_.vtp;
+  BOOSTER_CHECK(world % pp_deg_ == 0, plan_.where("pp_deg"), ": ", pp_deg_, " does not divide the world size ", world);
+  const int stage = world / pp_deg_;
+  std::set<TpKey> keys{{vtp_, true}};
+  for (auto& l : plan_.layers) {
+    BOOSTER_CHECK(power_of_two(l.tp) && stage % l.tp == 0, plan_.where("tp_sizes_enc"), ": tensor-parallel degree ",
+                  l.tp, " must be a power of two dividing world / pp_deg = ", stage);
+    keys.insert(key_of(l, stage));
+  }
+  BOOSTER_CHECK(stage % vtp_ == 0, plan_.where("vtp"), ": ", vtp_, " must divide world / pp_deg = ", stage);
+  groups_ = std::make_shared<galvatron::LayerGroups>(pp_deg_, keys);
+}
+
+std::pair<int, int> GalvatronPlugin::dp_rank_size() const {
+  return {groups_->local_rank() / vtp_, groups_->stage_size() / vtp_};
+}
+
+void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule& pm) {
+  const int stage = groups_->stage_size();
+  const LayerIndex index(pm);
+  bool any = vtp_ > 1;
+  for (auto& l : plan_.layers) any = any || l.tp > 1;
+  if (!any) return;
+  std::shared_ptr<shardformer::Policy> policy =
+      !opts_.custom_policy.empty() ? shardformer::make_policy(opts_.custom_policy) : shardformer::auto_policy(module);
+  BOOSTER_CHECK(policy != nullptr, "GalvatronPlugin: the plan has tensor-parallel layers, and there is no shardformer "
+                "policy for a ", module.type_name(), " model; write one and pass it as custom_policy");
+  const uint64_t seed = default_generator().state().seed;
+  int key_index = 0;
+  std::map<TpKey, shardformer::ShardConfig> configs;
+  auto config = [&](TpKey k) -> const shardformer::ShardConfig& {
+    auto [it, fresh] = configs.try_emplace(k);
+    if (fresh) {
+      // Dropout streams: one per data-parallel slice of the key (equal on its tp group), one per rank.
+      const auto& tp = groups_->tp(k);
+      it->second.tensor_parallel_process_group = &tp;
+      const uint64_t slice = uint64_t(groups_->dp(k).rank());
+      it->second.replicated_generator = std::make_shared<Generator>(
+          seed, (uint64_t(1) << 32) + (uint64_t(++key_index) << 20) + slice + uint64_t(groups_->stage_index()) * 4096);
+      it->second.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
+    }
+    return it->second;
+  };
+  for (size_t l = 0; l < plan_.layers.size(); ++l) {
+    const TpKey k = key_of(plan_.layers[l], stage);
+    if (k.tp == 1) continue;
+    shardformer::shard_modules(module, *policy, config(k), [&](const std::string& path) { return index.of(path) == int64_t(l); });
+  }
+  if (vtp_ > 1)
+    shardformer::shard_modules(module, *policy, config({vtp_, true}), [&](const std::string& path) { return index.of(path) < 0; });
+}
+
+void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& pm, const nn::StageSpec& spec) {
+  const int stage = groups_->stage_size();
+  const TpKey boundary{vtp_, true};
+  for (int64_t l = spec.layer_begin; l < spec.layer_end; ++l) {
+    const auto paths = pm.stage_modules({l, l + 1, false, false});
+    BOOSTER_CHECK(paths.size() == 1, "GalvatronPlugin: layer ", l, " of a ", module.type_name(), " is ", paths.size(),
+                  " modules; a layerwise plan needs one module a layer");
+    auto inner = std::dynamic_pointer_cast<nn::UnaryModule>(module.get(paths[0]));
+    BOOSTER_CHECK(inner != nullptr, "GalvatronPlugin: layer '", paths[0], "' is a ", module.get(paths[0])->type_name(),
+                  ", not a module of one tensor in and one out");
+    const TpKey in = l == spec.layer_begin ? boundary : key_of(plan_.layers[size_t(l - 1)], stage);
+    const TpKey own = key_of(plan_.layers[size_t(l)], stage);
+    std::optional<TpKey> out;
+    if (l + 1 == spec.layer_end) out = boundary;
+    module.replace(paths[0], std::make_shared<GalvatronLayer>(inner, groups_, in, own, out, plan_.layers[size_t(l)].checkpoint));
+  }
+}
+
+void GalvatronPlugin::configure(BoostedObjects& o) {
+  auto module = o.model->module();
+  auto* pm = dynamic_cast<nn::PipelineModule*>(module.get());
+  BOOSTER_CHECK(pm != nullptr, "GalvatronPlugin: a layerwise plan needs a model that exposes its layers "
+                "(nn::PipelineModule: ViTForImageClassification, Sequential); a ", module->type_name(), " does not");
+  const int64_t L = pm->num_pipeline_layers();
+  const int world = dist::world_size(), stage = groups_->stage_size();
+  plan_ = opts_.plan(L);
+  plan_.validate(world, L);
+  if (dist::world_rank() == 0) spdlog::info("GalvatronPlugin: {} layers: {}", L, plan_.summary(world));
+
+  broadcast_module_state(*module, dist::ProcessGroup::world());  // every rank from world rank 0's weights
+  shard_layers(*module, *pm);
+  nn::StageSpec spec{0, L, true, true};
+  if (pp_deg_ > 1) {
+    stages_ = std::make_unique<pipeline::PipelineStageManager>(groups_->pp(), 1, plan_.stage_layers());
+    pipeline::keep_stage_modules(*module, *pm, *stages_, o.optimizer.get());
+    spec = stages_->stage_spec(L);
+  }
+  wrap_layers(*module, *pm, spec);
+
+  // One engine: every parameter on its layer's data-parallel group, whole (DDP) or split.
+  const LayerIndex index(*pm);
+  const TpKey boundary{vtp_, true};
+  const DpKind other_kind = plan_.embed_sdp ? DpKind::zero3 : plan_.dp_kind({});
+  auto key_of_name = [&](const std::string& name) {
+    const int64_t l = index.of(name);
+    return l < 0 ? boundary : key_of(plan_.layers[size_t(l)], stage);
+  };
+  auto kind_of_name = [&](const std::string& name) {
+    const int64_t l = index.of(name);
+    return l < 0 ? other_kind : plan_.dp_kind(plan_.layers[size_t(l)]);
+  };
+  zero::ZeroOptions z;
+  z.stage = 2;
+  z.precision = opts_.mixed_precision;
+  z.scaler = opts_.scaler;
+  z.reduce_bucket_size_in_m = opts_.reduce_bucket_size_in_m;
+  auto engine = zero::apply_zero(o, dist::ProcessGroup::world(), z, [&](const std::string& name) {
+    return zero::PartPlacement{&groups_->dp(key_of_name(name)), kind_of_name(name) == DpKind::ddp};
+  });
+  if (engine) {
+    // One bucket a layer (last first, the order backward finishes them) and one for the rest,
+    // so that a ZeRO-3 layer is gathered alone where it runs.
+    const auto& parts = engine->layout().parts();
+    std::vector<std::vector<size_t>> buckets(size_t(L) + 1);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t l = index.of(parts[i].name);
+      buckets[l < 0 ? size_t(L) : size_t(L - 1 - l)].push_back(i);
+    }
+    buckets.erase(std::remove_if(buckets.begin(), buckets.end(), [](auto& b) { return b.empty(); }), buckets.end());
+    engine->gatherer().rebucket(buckets);
+    engine->grads().rebucket();
+    bool sharded = false;
+    for (size_t b = 0; b < engine->layout().buckets().size(); ++b)
+      if (kind_of_name(parts[engine->layout().buckets()[b].front()].name) == DpKind::zero3) {
+        engine->gatherer().shard_bucket(b);
+        sharded = true;
+      }
+    if (sharded) engine->install_fetch_hooks(*module, 1, nullptr);
+  }
+  o.model = std::make_shared<GalvatronModel>(o.model, groups_, pp_deg_);
+  if (o.optimizer) {
+    // Each parameter's tensor-parallel group; the engine already sums norms over the world.
+    auto owners = std::make_shared<std::map<const void*, const dist::ProcessGroup*>>();
+    for (auto& [name, p] : module->named_parameters()) {
+      const TpKey k = key_of_name(name);
+      (*owners)[p.impl()] = k.tp > 1 ? &groups_->tp(k) : nullptr;
+    }
+    TensorParallelGroups tg;
+    tg.tp_of = [owners](const Tensor& p) -> const dist::ProcessGroup* {
+      auto it = owners->find(p.impl());
+      return it == owners->end() ? nullptr : it->second;
+    };
+    tg.reduce = [](double v, bool) { return v; };
+    o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, std::move(tg), 0.0);
+  }
+  if (pp_deg_ > 1) {
+    pipeline::ScheduleOptions so{plan_.chunks > 0 ? plan_.chunks : 0, plan_.chunks > 0 ? 0 : 4, true, true};
+    if (plan_.pipeline_type == "gpipe") schedule_ = std::make_unique<pipeline::GPipeSchedule>(*stages_, so);
+    else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);
+  }
+}
+
+PipelineResult GalvatronPlugin::execute_pipeline(const DataIter& data_iter, ModelWrapper& model,
+                                                 const StageCriterion& criterion, OptimizerWrapper* optimizer,
+                                                 bool return_loss, bool return_outputs) {
+  if (pp_deg_ == 1) return Plugin::execute_pipeline(data_iter, model, criterion, optimizer, return_loss, return_outputs);
+  BOOSTER_CHECK(schedule_ != nullptr, "GalvatronPlugin.execute_pipeline: boost the model first");
+  return schedule_->forward_backward_step(model, data_iter, criterion, optimizer, return_loss, return_outputs);
+}
+
+std::shared_ptr<CheckpointIO> GalvatronPlugin::get_checkpoint_io() {
+  return layout_checkpoint_io(groups_->stage_size() / vtp_, vtp_, pp_deg_, opts_.mixed_precision);
+}
+
+}  // namespace booster::plugins
