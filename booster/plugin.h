@@ -88,6 +88,9 @@ class Plugin {
   virtual std::vector<std::string> supported_precisions() const = 0;
   /// True when the plugin applies its own precision (Booster's mixed_precision is ignored).
   virtual bool control_precision() const = 0;
+  /// The [plugin] key that sets the precision of a plugin that controls it (Colossal-AI's
+  /// "precision"; PyTorch FSDP's and Galvatron's names differ).
+  virtual std::string precision_option() const { return "precision"; }
   virtual bool control_checkpoint_io() const = 0;
   virtual bool support_no_sync() const = 0;
   virtual bool support_pipeline() const { return false; }
@@ -118,6 +121,8 @@ class Plugin {
   int dp_size() const { return dp_rank_size().second; }
   /// This rank's index in its data-parallel group.
   int dp_rank() const { return dp_rank_size().first; }
+  /// The global batch the plugin's plan fixes (Galvatron's global_bsz), 0 when the run decides.
+  virtual int64_t global_batch_size() const { return 0; }
 
  protected:
   /// This rank's data-parallel group: rank and size (all ranks by default).

@@ -27,6 +27,7 @@
 #include "nn/vit.h"
 #include "optim/adam.h"
 #include "peer.h"
+#include "plugins/galvatron/galvatron_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/registry.h"
 
@@ -52,7 +53,7 @@ class StepBench {
       Config cfg = Config::from_file(config);
       plugin = plugins::make_plugin(cfg);
       if (plugin->control_precision()) {
-        cfg.set("plugin.precision=" + precision);
+        cfg.set("plugin." + plugin->precision_option() + "=" + precision);
         plugin = plugins::make_plugin(cfg);
         mixed = "";
       }
@@ -60,6 +61,7 @@ class StepBench {
     booster_.emplace(plugin, mixed, split_batch);
     pipelined_ = plugin && plugin->support_pipeline();
     hybrid_ = std::dynamic_pointer_cast<plugins::HybridParallelPlugin>(plugin);
+    galvatron_ = std::dynamic_pointer_cast<plugins::GalvatronPlugin>(plugin);
     dp_ = plugin ? plugin->dp_size() : dist::world_size();  // replicas that see different images
     boosted_ = booster_->boost(model_, std::make_shared<optim::HybridAdam>(model_->named_parameters()));
     for (auto& [name, p] : model_->named_parameters()) param_bytes_ += p.nbytes();
@@ -132,7 +134,7 @@ class StepBench {
       static const StageCriterion ce = on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); });
       booster_->execute_pipeline(single_batch({{"pixel_values", x_}, {"labels", y_}}), *boosted_.model, ce,
                                  boosted_.optimizer.get());
-      activation_bytes_ = hybrid_->pipeline_stats()->peak_activation_bytes;
+      activation_bytes_ = (hybrid_ ? hybrid_->pipeline_stats() : galvatron_->pipeline_stats())->peak_activation_bytes;
     } else {
       const size_t before = host_tier().bytes_in_use();
       Tensor loss = boosted_.model(x_, y_).loss;
@@ -153,6 +155,7 @@ class StepBench {
   size_t param_bytes_ = 0, activation_bytes_ = 0;
   bool pipelined_ = false;
   std::shared_ptr<plugins::HybridParallelPlugin> hybrid_;
+  std::shared_ptr<plugins::GalvatronPlugin> galvatron_;
   std::optional<bench::RawMatmul> ceiling_;
 };
 

@@ -170,7 +170,21 @@ void record_run(const Config& cfg, const fs::path& run_dir, examples::MetricsLog
                  {"plugin", plugin ? plugin->name() : "none"}, {"resumed", resumed}});
 }
 
-int train(const Config& cfg, const Cli& cli) {
+// A plugin whose plan fixes the global batch (Galvatron's global_bsz) sets each data-parallel
+// replica's share of it; train.batch_size is that share, said in the log.
+void take_plan_batch(Config& cfg, const Plugin* plugin) {
+  if (!plugin || plugin->global_batch_size() == 0) return;
+  const int64_t global = plugin->global_batch_size(), dp = plugin->dp_size();
+  BOOSTER_CHECK(global % dp == 0, "the plan's global batch ", global, " does not divide over ", dp,
+                " data-parallel replicas");
+  const int64_t was = cfg.get_int("train.batch_size");
+  cfg.set("train.batch_size=" + std::to_string(global / dp));
+  dist::logger().info("global batch {} from the {} plan: {} images per data-parallel replica ({} replicas; "
+                      "train.batch_size was {})", global, plugin->name(), global / dp, dp, was);
+}
+
+int train(const Config& cfg_in, const Cli& cli) {
+  Config cfg = cfg_in;
   DistCoordinator coordinator;
   const uint64_t seed = uint64_t(cfg.get_int("train.seed"));
   const data::ViTImageProcessor processor = examples::make_processor(cfg);
@@ -183,6 +197,7 @@ int train(const Config& cfg, const Cli& cli) {
   const fs::path run_dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
   set_default_offload_dir((run_dir / "offload").string());  // a disk tier's nameless files, unless offload_dir says
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
+  take_plan_batch(cfg, plugin.get());
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
   RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model);
   auto [vit, optimizer, criterion, dataloader, lr_scheduler] = booster.boost(

@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
@@ -78,7 +80,13 @@ GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::str
         .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)");
     return bind_loss_scale(b, &O::scaler);
   }();
-  return options_from(cfg, t, "galvatron", binder);
+  GalvatronOptions o = options_from(cfg, t, "galvatron", binder);
+  // A relative strategy file is found beside the config file (as a run's configs ship together).
+  namespace fs = std::filesystem;
+  const fs::path plan(o.galvatron_config_path), config_dir = fs::path(cfg.name()).parent_path();
+  if (!plan.empty() && plan.is_relative() && !fs::exists(plan) && fs::exists(config_dir / plan))
+    o.galvatron_config_path = (config_dir / plan).string();
+  return o;
 }
 
 void GalvatronOptions::validate() const {
@@ -133,6 +141,7 @@ GalvatronPlugin::GalvatronPlugin(GalvatronOptions opts) : opts_(std::move(opts))
     keys.insert(key_of(l, stage));
   }
   BOOSTER_CHECK(stage % vtp_ == 0, plan_.where("vtp"), ": ", vtp_, " must divide world / pp_deg = ", stage);
+  if (!plan_.source.empty()) plan_.validate(world, int64_t(plan_.layers.size()));  // all but the model's layer count
   groups_ = std::make_shared<galvatron::LayerGroups>(pp_deg_, keys);
 }
 

@@ -56,6 +56,7 @@ class GalvatronPlugin : public Plugin {
   std::string name() const override { return "galvatron"; }
   std::vector<std::string> supported_precisions() const override { return {"fp16", "bf16", "fp32"}; }
   bool control_precision() const override { return true; }
+  std::string precision_option() const override { return "mixed_precision"; }
   bool control_checkpoint_io() const override { return true; }
   bool support_no_sync() const override { return true; }
   bool support_pipeline() const override { return pp_deg_ > 1; }
@@ -65,6 +66,7 @@ class GalvatronPlugin : public Plugin {
   PipelineResult execute_pipeline(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
                                   OptimizerWrapper* optimizer, bool return_loss, bool return_outputs) override;
   const GalvatronOptions& options() const { return opts_; }
+  int64_t global_batch_size() const override { return plan_.global_bsz; }
   /// The plan boost() ran (after configure).
   const galvatron::HybridPlan& plan() const { return plan_; }
   const galvatron::LayerGroups& groups() const { return *groups_; }

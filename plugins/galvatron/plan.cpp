@@ -158,6 +158,7 @@ std::string HybridPlan::to_json() const {
   j["vtp"] = vtp;
   j["vsp"] = 0;
   j["embed_sdp"] = int(embed_sdp);
+  if (world_size > 0) j["world_size"] = world_size;
   return j.dump(4);
 }
 

@@ -57,6 +57,7 @@ class TorchFSDPPlugin : public Plugin {
   std::string name() const override { return "torch_fsdp"; }
   std::vector<std::string> supported_precisions() const override { return {"fp16", "bf16", "fp32"}; }
   bool control_precision() const override { return true; }
+  std::string precision_option() const override { return "mixed_precision.param_dtype"; }
   bool control_checkpoint_io() const override { return true; }
   bool support_no_sync() const override { return true; }
 

@@ -32,7 +32,7 @@ struct PluginCase {
   int pp = 1;        // pipeline stages (training runs through execute_pipeline)
   bool split = false;  // Booster split_batch: each of 2 threads runs a share of the rank's batch
   int ranks = 0;       // the world must be a multiple of this (0: of group())
-  std::string plan;    // a Galvatron strategy JSON (written for the case, its path added to the table)
+  std::string plan = {};  // a Galvatron strategy JSON (written for the case, its path added to the table)
   /// Ranks of one data-parallel replica (they see the same rows).
   int group() const { return tp * pp; }
 };

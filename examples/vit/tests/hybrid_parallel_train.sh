@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # vit_train under HybridParallelPlugin on 2 ranks (an example config at a small setting:
-# hybrid_parallel.toml, tp 2; pipeline.toml, pp 2 through execute_pipeline): trains,
+# hybrid_parallel.toml, tp 2; pipeline.toml, pp 2 through execute_pipeline; under GalvatronPlugin,
+# galvatron.toml, a layerwise plan whose global batch sets the per-replica batch): trains,
 # evaluates every validation image once (not once per tensor-parallel rank or pipeline
 # stage), and rank 0 writes metrics with the real loss (a pipeline's last stage has it).
-# Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR [CONFIG RUN_NAME]
+# Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR [CONFIG RUN_NAME PLUGIN]
 set -euo pipefail
-mpiexec=$1 build=$2 src=$3 config=${4:-hybrid_parallel.toml} run=${5:-beans_tp2}
+mpiexec=$1 build=$2 src=$3 config=${4:-hybrid_parallel.toml} run=${5:-beans_tp2} plugin=${6:-hybrid_parallel}
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
 "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
   --no-progress --set model.image_size=32 --set train.epochs=1 --set data.limit=32 --set train.batch_size=8 \
   --set train.log_every=1 --set run.output_dir=runs 2>&1 | tee train.log
-grep -q "plugin hybrid_parallel" train.log
+grep -q "plugin $plugin" train.log
+if [ "$plugin" = galvatron ]; then grep -q "global batch 16 from the galvatron plan: 8 images per data-parallel replica" train.log; fi
 grep -q "done: best validation accuracy" train.log
 m=runs/$run/metrics.jsonl
 grep -q '"type":"step"' "$m"

@@ -1,0 +1,123 @@
+// Galvatron's cost model for this runtime (see cost_model.h).
+#include "plugins/galvatron/cost_model.h"
+
+#include <algorithm>
+
+#include "core/common/check.h"
+
+namespace booster::plugins::galvatron {
+
+namespace {
+constexpr double kMB = 1 << 20;
+bool consec_of(const LayerStrategy& s, int stage) { return s.tp == 1 || s.tp == stage || s.tp_consec; }
+}  // namespace
+
+CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision)
+    : hw_(std::move(hw)), model_(std::move(model)), world_(world), beta_(precision == "fp32" ? 4.0 : 2.0) {
+  BOOSTER_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "cost model: precision must be fp32, "
+                "bf16 or fp16, got '", precision, "'");
+}
+
+double CostModel::states_per_param(DpKind kind, int dp) const {
+  // Working copy, and fp32 master + gradient + two Adam states (16 bytes) per parameter.
+  switch (kind) {
+    case DpKind::ddp: return beta_ + 16.0;
+    case DpKind::zero2: return beta_ + 16.0 / dp;
+    case DpKind::zero3: return (beta_ + 16.0) / dp;
+  }
+  return 0;
+}
+
+double CostModel::layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const {
+  const int dp = stage / s.tp;
+  return model_.param_count / s.tp * states_per_param(plan.dp_kind(s), dp) / kMB;
+}
+
+double CostModel::layer_act_mb(const LayerStrategy& s, int stage, double rows) const {
+  const int dp = stage / s.tp;
+  const double r = rows / dp;  // this rank's rows
+  return r * (s.checkpoint ? model_.checkpoint_act_mb_per_sample : model_.act_mb(s.tp));
+}
+
+double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double* sync_ms) const {
+  const int dp = stage / s.tp;
+  const double r = rows / dp;
+  const double fwd = model_.fwd_ms(s.tp) * r;
+  double t = fwd * (s.checkpoint ? 4.0 : 3.0);
+  const double grad_mb = model_.param_count / s.tp * beta_ / kMB;
+  // The data-parallel group of a consecutive tensor-parallel group is strided, and the reverse.
+  const bool dp_consec = dp == 1 || dp == stage || !consec_of(s, stage);
+  const DpKind kind = plan.dp_kind(s);
+  if (kind == DpKind::zero3) t += 2 * 0.5 * hw_.allreduce_ms(grad_mb, dp, dp_consec);  // a gather forward, one backward
+  if (sync_ms) *sync_ms = (kind == DpKind::ddp ? 1.0 : 0.5) * hw_.allreduce_ms(grad_mb, dp, dp_consec);
+  return t;
+}
+
+double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const {
+  if (from.tp == to.tp && consec_of(from, stage) == consec_of(to, stage)) return 0;
+  // Shrinking between consecutive groups moves nothing; otherwise a rank receives the rows
+  // it lacks (about its new rows), forward and backward.
+  if (to.tp <= from.tp && consec_of(from, stage) && consec_of(to, stage)) return 0;
+  const double mb = rows / (stage / to.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;
+  return 2 * hw_.p2p_ms(mb, 1);
+}
+
+PlanCost CostModel::cost(const HybridPlan& plan) const {
+  BOOSTER_CHECK(plan.global_bsz > 0, "cost model: the plan needs its global batch (global_bsz)");
+  const int p = plan.pp_deg, stage = world_ / p;
+  const int64_t m = p == 1 ? 1 : std::max<int64_t>(plan.chunks, 1);
+  const double rows = double(plan.global_bsz) / double(m);  // a stage micro-batch
+  const LayerStrategy boundary{plan.vtp, true, plan.embed_sdp, false};
+  const auto per = plan.stage_layers();
+  PlanCost out;
+  int64_t first = 0;
+  for (int k = 0; k < p; ++k) {
+    StageCost sc;
+    double states = 0, acts = 0, transient = 0, sync = 0;
+    LayerStrategy prev = boundary;
+    for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
+      const LayerStrategy& s = plan.layers[size_t(l)];
+      double sy = 0;
+      const double t = layer_ms(plan, s, stage, rows, &sy);
+      sc.fwd_bwd_ms += t + switch_ms(prev, s, stage, rows);
+      sc.last_bwd_ms += t * (2.0 / 3.0);
+      sync += sy;
+      states += layer_states_mb(plan, s, stage);
+      acts += layer_act_mb(s, stage, rows);
+      const double whole = model_.param_count / s.tp * beta_ / kMB;  // a fetched layer, or its full gradient
+      transient = std::max(transient, whole);
+      prev = s;
+    }
+    sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
+    // The embeddings (first stage) and the head (last stage), at vtp.
+    const double other_share = (k == 0 ? 0.5 : 0) + (k == p - 1 ? 0.5 : 0);
+    const int vdp = stage / plan.vtp;
+    sc.fwd_bwd_ms += 3 * model_.other_fwd_ms_per_sample * (rows / vdp) * other_share;
+    states += other_share * model_.other_param_count / plan.vtp *
+              states_per_param(plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({}), vdp) / kMB;
+    acts += other_share * model_.other_act_mb_per_sample * rows / vdp;
+    if (p > 1) {  // the boundary's activations to the next stage and their gradients back
+      const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;
+      sc.fwd_bwd_ms += (k < p - 1 ? 1 : 0) * 2 * hw_.p2p_ms(mb, p);
+    }
+    const int64_t in_flight = p == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(p - k, m);
+    sc.sync_ms = sync;
+    sc.memory_mb = model_.runtime_mb + states + acts * double(in_flight) + transient;
+    out.stages.push_back(sc);
+    out.memory_mb = std::max(out.memory_mb, sc.memory_mb);
+    first += per[size_t(k)];
+  }
+  // Fill and drain, then the exposed part of the gradient sync after the last backward.
+  double sum = 0, slowest = 0, exposed = 0;
+  const double a = hw_.overlap_coe;
+  for (auto& s : out.stages) {
+    sum += s.fwd_bwd_ms;
+    slowest = std::max(slowest, s.fwd_bwd_ms);
+    const double b = s.last_bwd_ms, d = s.sync_ms;
+    exposed = std::max(exposed, std::max(0.0, d - b) + (a - 1) * std::min(b, d));
+  }
+  out.step_ms = sum + double(m - 1) * slowest + exposed;
+  return out;
+}
+
+}  // namespace booster::plugins::galvatron

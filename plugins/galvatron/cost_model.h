@@ -1,0 +1,64 @@
+// Galvatron's cost model for this runtime: a plan's step time and each rank's peak memory
+// from the hardware and model profiles. It models what GalvatronPlugin does, not what
+// Galvatron's PyTorch runtime does:
+//   time, per stage and micro-batch: each layer's forward f_t * rows (profiled per
+//   tensor-parallel degree, its tensor-parallel traffic included), backward twice that
+//   (plus a forward when checkpointed), the moves between layouts, ZeRO-3's gathers; the
+//   pipeline's fill and drain (sum of stages + (m - 1) x the slowest); then the gradient
+//   synchronization after the last backward (all-reduce for DDP, reduce-scatter for ZeRO)
+//   with the overlap coefficient against that backward.
+//   memory, per rank of a stage: model states by kind (one ZeRO engine: working copy,
+//   fp32 master, fp32 gradient and two optimizer states a parameter, split by tp and, for
+//   ZeRO, by dp), activations times the micro-batches in flight (min(p - k, m) for 1F1B,
+//   m for GPipe: Galvatron's older runtime counted 1), checkpointed layers their input,
+//   the largest transient (a fetched ZeRO-3 layer, a layer's full gradient), the
+//   embeddings and head, and the runtime's own memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plugins/galvatron/plan.h"
+#include "plugins/galvatron/profiles.h"
+
+namespace booster::plugins::galvatron {
+
+struct StageCost {
+  double fwd_bwd_ms = 0;  // one micro-batch through the stage, forward and backward
+  double last_bwd_ms = 0; // the last micro-batch's backward (what the gradient sync overlaps)
+  double sync_ms = 0;     // the gradient synchronization after it
+  double memory_mb = 0;   // a rank's peak
+};
+
+struct PlanCost {
+  double step_ms = 0;
+  double memory_mb = 0;  // the largest over stages
+  std::vector<StageCost> stages;
+};
+
+class CostModel {
+ public:
+  CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision);
+  /// The step time and peak memory of a plan at its global batch.
+  PlanCost cost(const HybridPlan& plan) const;
+  /// One layer's time for one micro-batch of `rows` stage rows (forward, backward, ZeRO-3
+  /// gathers) and its share of the gradient sync, under stage size `stage`.
+  double layer_ms(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double* sync_ms) const;
+  /// One layer's model states on a rank (MB) and its activations for one micro-batch of `rows`.
+  double layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const;
+  double layer_act_mb(const LayerStrategy& s, int stage, double rows) const;
+  /// Moving a micro-batch's activations between two layers' layouts (forward and backward).
+  double switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const;
+  const ModelProfile& model() const { return model_; }
+  const HardwareProfile& hardware() const { return hw_; }
+  int world() const { return world_; }
+
+ private:
+  double states_per_param(DpKind kind, int dp) const;
+  HardwareProfile hw_;
+  ModelProfile model_;
+  int world_;
+  double beta_;  // bytes of the working precision
+};
+
+}  // namespace booster::plugins::galvatron

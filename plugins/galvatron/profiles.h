@@ -1,0 +1,56 @@
+// What Galvatron's search is costed from, in Galvatron's file formats. The hardware profile
+// (galvatron_profile_hardware): all-reduce bus bandwidth per group size and consecutiveness
+// (allreduce_bandwidth_{N}nodes_{G}gpus_per_node.json), point-to-point bandwidth per
+// pipeline size (p2p_bandwidth_...json) and the slowdown of compute beside communication
+// (overlap_coefficient.json). The model profile (galvatron_profile_model): a layer's
+// forward time per sample for each tensor-parallel degree and the embeddings' and head's
+// (computation_profiling_{prec}_{model}.json), a layer's parameters and its activations per
+// sample for each degree and checkpointed, the rest's, and the runtime's own memory
+// (memory_profiling_{prec}_{model}.json).
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace booster::plugins::galvatron {
+
+struct HardwareProfile {
+  std::map<std::string, double> allreduce_busbw;  // "allreduce_size_{n}_consec_{0|1}" -> GB/s
+  std::map<int, double> p2p_bw;                   // pipeline size -> GB/s
+  double overlap_coe = 1.0;
+
+  /// File names under a folder for a machine of `nodes` x `per_node` ranks.
+  static std::string allreduce_file(int nodes, int per_node);
+  static std::string p2p_file(int nodes, int per_node);
+  static HardwareProfile read(const std::string& dir, int nodes, int per_node);
+  void write(const std::string& dir, int nodes, int per_node) const;
+  /// Milliseconds to all-reduce `mb` megabytes over n ranks (consecutive or strided); 0 for n = 1.
+  double allreduce_ms(double mb, int n, bool consec) const;
+  /// Milliseconds to send `mb` megabytes between ranks of a pipeline of pp stages (or the
+  /// ranks of a stage, pp = 1, using the nearest profiled size).
+  double p2p_ms(double mb, int pp) const;
+};
+
+struct ModelProfile {
+  std::string model, precision;
+  int64_t seq = 0, hidden = 0, profiled_batch = 0;
+  std::map<int, double> fwd_ms_per_sample;  // tp -> one layer's forward, ms a sample (its tp traffic included)
+  double other_fwd_ms_per_sample = 0;       // the embeddings and the head
+  double param_count = 0;                   // one layer's parameters
+  double other_param_count = 0;             // the embeddings' and head's
+  std::map<int, double> act_mb_per_sample;  // tp -> one layer's activations kept for backward, MB a sample
+  double checkpoint_act_mb_per_sample = 0;  // a checkpointed layer's (its input)
+  double other_act_mb_per_sample = 0;
+  double runtime_mb = 0;                    // what a boosted rank holds beyond the model (buffers, workspace)
+
+  static std::string computation_file(const std::string& precision, const std::string& model);
+  static std::string memory_file(const std::string& precision, const std::string& model);
+  static ModelProfile read(const std::string& dir, const std::string& precision, const std::string& model);
+  void write(const std::string& dir) const;
+  /// The forward time of a tensor-parallel degree (the nearest profiled degree scaled by the
+  /// ratio of degrees where it was not profiled).
+  double fwd_ms(int tp) const;
+  double act_mb(int tp) const;
+};
+
+}  // namespace booster::plugins::galvatron

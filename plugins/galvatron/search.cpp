@@ -1,0 +1,192 @@
+// Galvatron's search (see search.h).
+#include "plugins/galvatron/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/common/check.h"
+
+namespace booster::plugins::galvatron {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<int> powers_up_to(int n) {
+  std::vector<int> out;
+  for (int v = 1; v <= n; v *= 2) out.push_back(v);
+  return out;
+}
+
+HybridPlan base_plan(const SearchOptions& o, int pp, int vtp, int64_t m) {
+  HybridPlan p;
+  p.pp_deg = pp, p.vtp = vtp, p.chunks = m, p.global_bsz = o.global_bsz;
+  p.pipeline_type = o.pipeline_type, p.default_dp_type = o.default_dp_type;
+  return p;
+}
+
+bool rows_divide(int64_t rows, int stage, int tp) { return rows % (stage / tp) == 0; }
+
+// One stage's layers by the knapsack over memory: the strategies with the least time whose
+// memory fits `budget_mb`, or empty when none fits.
+std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& plan, const std::vector<LayerStrategy>& ss,
+                                      int64_t layers, int stage, double rows, int64_t in_flight, int64_t m,
+                                      double budget_mb, double step_mb) {
+  const int V = int(std::floor(budget_mb / step_mb));
+  if (V < 0) return {};
+  const size_t S = ss.size();
+  std::vector<int> mem(S);
+  std::vector<double> time(S);
+  for (size_t s = 0; s < S; ++s) {
+    const double mb = cm.layer_states_mb(plan, ss[s], stage) + cm.layer_act_mb(ss[s], stage, rows) * double(in_flight);
+    mem[s] = int(std::ceil(mb / step_mb));
+    double sync = 0;
+    time[s] = cm.layer_ms(plan, ss[s], stage, rows, &sync) * double(m) + sync;
+  }
+  const LayerStrategy boundary{plan.vtp, true, plan.embed_sdp, false};
+  // f[v][s]: least time of the layers so far using at most v memory units, the last in strategy s.
+  std::vector<std::vector<double>> f(size_t(V) + 1, std::vector<double>(S, kInf));
+  std::vector<std::vector<std::vector<int16_t>>> mark(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<std::vector<double>> g(size_t(V) + 1, std::vector<double>(S, kInf));
+    mark[size_t(l)].assign(size_t(V) + 1, std::vector<int16_t>(S, -1));
+    for (int v = 0; v <= V; ++v)
+      for (size_t s = 0; s < S; ++s) {
+        if (mem[s] > v) continue;
+        const int rest = v - mem[s];
+        if (l == 0) {
+          g[size_t(v)][s] = time[s] + cm.switch_ms(boundary, ss[s], stage, rows) * double(m);
+          continue;
+        }
+        for (size_t q = 0; q < S; ++q) {
+          const double c = f[size_t(rest)][q] + time[s] + cm.switch_ms(ss[q], ss[s], stage, rows) * double(m);
+          if (c < g[size_t(v)][s]) g[size_t(v)][s] = c, mark[size_t(l)][size_t(v)][s] = int16_t(q);
+        }
+      }
+    f = std::move(g);
+  }
+  double best = kInf;
+  size_t bs = 0;
+  for (size_t s = 0; s < S; ++s) {
+    const double c = f[size_t(V)][s] + cm.switch_ms(ss[s], boundary, stage, rows) * double(m);
+    if (c < best) best = c, bs = s;
+  }
+  if (!std::isfinite(best)) return {};
+  std::vector<LayerStrategy> out(static_cast<size_t>(layers));
+  int v = V;
+  size_t s = bs;
+  for (int64_t l = layers - 1; l >= 0; --l) {
+    out[size_t(l)] = ss[s];
+    if (l == 0) break;
+    const int q = mark[size_t(l)][size_t(v)][s];
+    v -= mem[s];
+    s = size_t(q);
+  }
+  return out;
+}
+
+void sort_fastest(std::vector<Candidate>& c) {
+  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.cost.step_ms < b.cost.step_ms;
+  });
+}
+
+// The (pp, vtp, micro-batches) the search loops over, with the stage's micro-batch rows.
+template <typename F>
+void for_each_layout(const SearchOptions& o, int world, F&& f) {
+  const int max_pp = o.max_pp > 0 ? std::min(o.max_pp, world) : world;
+  for (int pp : powers_up_to(max_pp)) {
+    if (world % pp || pp > o.num_layers) continue;
+    const int stage = world / pp;
+    const int max_tp = o.max_tp > 0 ? std::min(o.max_tp, stage) : stage;
+    for (int vtp : powers_up_to(o.vtp ? max_tp : 1))
+      for (int64_t m = 1; m <= (pp == 1 ? 1 : o.max_chunks); m *= 2) {
+        if (o.global_bsz % m) continue;
+        const int64_t rows = o.global_bsz / m;
+        if (!rows_divide(rows, stage, vtp)) continue;
+        f(pp, vtp, m, rows);
+      }
+  }
+}
+
+}  // namespace
+
+std::vector<LayerStrategy> strategies(int stage, const SearchOptions& o) {
+  std::vector<LayerStrategy> out;
+  const int max_tp = o.max_tp > 0 ? std::min(o.max_tp, stage) : stage;
+  for (int t : powers_up_to(max_tp)) {
+    const int dp = stage / t;
+    for (bool consec : {true, false}) {
+      if (!consec && (t == 1 || t == stage || !o.tp_consec_off)) continue;
+      for (bool sdp : {false, true}) {
+        if (sdp && (dp == 1 || !o.sdp)) continue;
+        for (bool ckpt : {false, true}) {
+          if (ckpt && !o.checkpoint) continue;
+          out.push_back({t, consec, sdp, ckpt});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
+  BOOSTER_CHECK(o.num_layers > 0 && o.global_bsz > 0 && o.memory_mb > 0, "galvatron_search: needs the model's layers, "
+                "a global batch and a memory budget");
+  const int world = cm.world();
+  const double step = o.memory_step_mb > 0 ? o.memory_step_mb : std::max(1.0, o.memory_mb / 2048);
+  std::vector<Candidate> out;
+  for_each_layout(o, world, [&](int pp, int vtp, int64_t m, int64_t rows) {
+    const int stage = world / pp;
+    std::vector<LayerStrategy> ss;
+    for (auto& s : strategies(stage, o))
+      if (rows_divide(rows, stage, s.tp)) ss.push_back(s);
+    HybridPlan plan = base_plan(o, pp, vtp, m);
+    plan.layers.assign(size_t(o.num_layers), LayerStrategy{});
+    const auto per = plan.stage_layers();
+    // What a stage holds besides its layers (the layers' plan is not known yet: score an
+    // all-DDP plan's stage and take its non-layer part).
+    int64_t first = 0;
+    for (int k = 0; k < pp; ++k) {
+      HybridPlan probe = plan;
+      const PlanCost empty = cm.cost(probe);
+      double layers_mb = 0;
+      for (int64_t l = 0; l < per[size_t(k)]; ++l)
+        layers_mb += cm.layer_states_mb(probe, probe.layers[0], stage) +
+                     cm.layer_act_mb(probe.layers[0], stage, double(rows)) *
+                         double(pp == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(pp - k, m));
+      const double fixed = empty.stages[size_t(k)].memory_mb - layers_mb;
+      const int64_t in_flight = pp == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(pp - k, m);
+      auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), in_flight, m, o.memory_mb - fixed, step);
+      if (chosen.empty()) return;  // this layout does not fit
+      std::copy(chosen.begin(), chosen.end(), plan.layers.begin() + first);
+      first += per[size_t(k)];
+    }
+    Candidate c{plan, cm.cost(plan), false};
+    c.fits = c.cost.memory_mb <= o.memory_mb;
+    out.push_back(std::move(c));
+  });
+  sort_fastest(out);
+  return out;
+}
+
+std::vector<Candidate> global_plans(const CostModel& cm, const SearchOptions& o) {
+  std::vector<Candidate> out;
+  for_each_layout(o, cm.world(), [&](int pp, int vtp, int64_t m, int64_t rows) {
+    const int stage = cm.world() / pp;
+    for (auto& s : strategies(stage, o)) {
+      if (!rows_divide(rows, stage, s.tp) || (vtp != 1 && vtp != s.tp)) continue;  // vocab_tp 1 or the layers' degree
+      HybridPlan plan = base_plan(o, pp, vtp, m);
+      plan.layers.assign(size_t(o.num_layers), s);
+      Candidate c{plan, cm.cost(plan), false};
+      c.fits = c.cost.memory_mb <= o.memory_mb;
+      out.push_back(std::move(c));
+    }
+  });
+  sort_fastest(out);
+  return out;
+}
+
+}  // namespace booster::plugins::galvatron

@@ -1,0 +1,266 @@
+// GalvatronPlugin beyond the conformance suite: pipelines under layerwise plans (1F1B and
+// GPipe, stages of mixed layers) train as one process does; a plan written by HybridPlan
+// reads back the same; bad strategy files and arguments are refused naming the key and the
+// file, before any rank waits on another.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "booster/booster.h"
+#include "core/dist/runtime.h"
+#include "nn/vit.h"
+#include "optim/sgd.h"
+#include "plugins/galvatron/galvatron_plugin.h"
+#include "plugins/galvatron/search.h"
+#include "plugins/registry.h"
+#include "tests/plugins/vit_cases.h"
+#include "tests/support/logical.h"
+
+using namespace booster;
+using namespace booster::plugin_tests;
+using booster::plugins::galvatron::HybridPlan;
+
+namespace {
+
+// A strategy file of this rank (every rank reads its own copy).
+std::string write_plan(const std::string& name, const std::string& json) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("galvatron_test_" + name + "_rank" + std::to_string(dist::world_rank()) + ".json");
+  std::ofstream(path) << json;
+  return path.string();
+}
+
+std::shared_ptr<Plugin> plugin_for(const std::string& name, const std::string& json, const std::string& extra = "") {
+  const std::string toml = "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\n" + extra +
+                           (json.empty() ? "" : "galvatron_config_path = '" + write_plan(name, json) + "'\n");
+  return plugins::make_plugin(Config::from_string(toml, name + ".toml"));
+}
+
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one naming '" << needles.front() << "'";
+  } catch (const Error& e) {
+    for (auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+// K steps through execute_pipeline under a plan with pp_deg 2 against one process: losses
+// and every parameter within 1e-5.
+void pipeline_parity(const std::string& name, const std::string& json) {
+  const int world = dist::world_size(), stage = world / 2;
+  const int64_t b = 2, replicas = stage;  // vtp 1: each local rank of a stage is a replica
+  const int K = 3;
+  auto ref = fresh_model();
+  optim::SGD ref_opt(ref->named_parameters(), sgd());
+  std::vector<double> ref_losses;
+  for (int s = 0; s < K; ++s) {
+    auto [x, y] = global_batch(s, replicas * b);
+    ref_opt.zero_grad();
+    Tensor loss = (*ref)(x, y).loss;
+    ref_losses.push_back(loss.item());
+    loss.backward();
+    ref_opt.step();
+  }
+  Booster booster(plugin_for(name, json));
+  ASSERT_TRUE(booster.plugin()->support_pipeline());
+  EXPECT_EQ(booster.plugin()->dp_size(), stage);
+  auto model = fresh_model(42 + uint64_t(dist::world_rank()));  // ranks differ: boost makes them agree
+  auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
+  StageCriterion ce = [](const TensorMap& out, const TensorMap& batch) {
+    return cross_entropy(out.at("logits"), batch.at("labels"));
+  };
+  for (int s = 0; s < K; ++s) {
+    auto [gx, gy] = global_batch(s, replicas * b);
+    const int64_t first = int64_t(booster.plugin()->dp_rank()) * b;
+    Tensor x = gx.narrow(0, first, b).contiguous(), y = gy.narrow(0, first, b).contiguous();
+    boosted.optimizer->zero_grad();
+    PipelineResult res = booster.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), *boosted.model,
+                                                  ce, boosted.optimizer.get(), true, false);
+    boosted.optimizer->step();
+    const double logged = booster.mean_loss(res.loss);
+    EXPECT_NEAR(logged, ref_losses[size_t(s)], 1e-5 * std::abs(ref_losses[size_t(s)])) << name << " step " << s;
+  }
+  const ShardedState got = boosted.model->checkpoint_state();
+  for (auto& [n, p] : ref->named_parameters()) {
+    Tensor mine = testkit::logical_state(got, n);
+    auto a = mine.to_vector(), w = p.to_vector();
+    ASSERT_EQ(a.size(), w.size()) << n;
+    double err = 0, scale = 1e-3;
+    for (size_t i = 0; i < a.size(); ++i) err = std::max(err, double(std::abs(a[i] - w[i]))), scale = std::max(scale, double(std::abs(w[i])));
+    EXPECT_LE(err, 1e-5 * scale) << name << ": parameter " << n;
+  }
+}
+
+TEST(Galvatron, PipelineOfMixedStagesMatchesOneProcess) {
+  if (dist::world_size() != 4) GTEST_SKIP() << "the plans are for 4 ranks";
+  // Stage 0: tp 2 consecutive, then ZeRO-3; stage 1: checkpointed DDP, then tp 2 strided.
+  const std::string layers = R"("tp_sizes_enc": "2,1,1,2", "tp_consecutive_flags": "1,1,1,0", "dp_types_enc": "0,1,0,0",
+    "checkpoint": "0,0,1,0", "global_bsz": 4, "pp_division": "2,2", "default_dp_type": "ddp", "vtp": 1)";
+  pipeline_parity("pp2_1f1b", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "pipedream_flush", )" + layers + "}");
+  pipeline_parity("pp2_gpipe", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "gpipe", )" + layers + "}");
+  // Uneven stages (1 + 3 layers) and micro-batches of one row.
+  pipeline_parity("pp2_uneven", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "pipedream_flush", "tp_sizes_enc": "1,2,2,1",
+    "tp_consecutive_flags": "1,1,0,1", "dp_types_enc": "0,0,0,1", "checkpoint": "1,0,0,0", "pp_division": "1,3",
+    "default_dp_type": "zero2"})");
+}
+
+TEST(Galvatron, PlanWrittenReadsBackTheSame) {
+  HybridPlan p;
+  p.pp_deg = 2;
+  p.layers = {{2, true, false, false}, {4, false, true, true}, {1, true, true, false}};
+  p.pp_division = {1, 2};
+  p.global_bsz = 64, p.chunks = 4, p.pipeline_type = "gpipe", p.default_dp_type = "zero2", p.vtp = 2, p.embed_sdp = true;
+  HybridPlan q = HybridPlan::from_json(p.to_json(), "memory");
+  EXPECT_EQ(q.layers, p.layers);
+  EXPECT_EQ(q.pp_division, p.pp_division);
+  EXPECT_EQ(q.to_json(), p.to_json());
+  EXPECT_EQ(q.describe(q.layers[1], 16), "2-4-2*f-c");
+  EXPECT_EQ(q.describe(q.layers[0], 16), "2-2*-4z2");
+}
+
+TEST(Galvatron, BadStrategyFilesAreRefusedNamingKeyAndFile) {
+  const int w = dist::world_size();
+  auto model = [] { return fresh_model(); };
+  auto boost = [&](const std::shared_ptr<Plugin>& p) {
+    Booster bo(p);
+    auto m = model();
+    bo.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), sgd()));
+  };
+  // Degrees that do not multiply into the world.
+  expect_error([&] { plugin_for("tp3", R"({"pp_deg": 1, "tp_sizes_enc": "3,1,1,1"})"); },
+               {"tp_sizes_enc", "galvatron_test_tp3", "power of two"});
+  expect_error([&] { plugin_for("tp_big", "{\"pp_deg\": 1, \"tp_sizes_enc\": \"" + std::to_string(2 * w) + ",1,1,1\"}"); },
+               {"tp_sizes_enc", "galvatron_test_tp_big"});
+  expect_error([&] { plugin_for("pp_big", "{\"pp_deg\": " + std::to_string(2 * w) + ", \"tp_sizes_enc\": \"1,1,1,1\"}"); },
+               {"pp_deg", "galvatron_test_pp_big"});
+  // A layer count other than the model's (checked at boost, on every rank alike).
+  expect_error([&] { boost(plugin_for("layers", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1"})")); },
+               {"tp_sizes_enc", "galvatron_test_layers", "3 layers", "4 transformer layers"});
+  // Unknown keys, wrong kinds, lists of another length, features not implemented.
+  expect_error([&] { plugin_for("unknown", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "tp_size_enc": "1"})"); },
+               {"unknown key 'tp_size_enc'", "galvatron_test_unknown"});
+  expect_error([&] { plugin_for("kind", R"({"pp_deg": "two", "tp_sizes_enc": "1,1,1,1"})"); },
+               {"'pp_deg' in", "galvatron_test_kind", "integer"});
+  expect_error([&] { plugin_for("length", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "checkpoint": "0,1"})"); },
+               {"'checkpoint' in", "2 layers"});
+  expect_error([&] { plugin_for("sp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "use_sp": "0,1,0,0"})"); },
+               {"'use_sp' in", "not implemented"});
+  expect_error([&] { plugin_for("json", R"({"pp_deg": 1, "tp_sizes_enc": )"); }, {"galvatron_test_json", "not JSON"});
+  expect_error([&] { plugin_for("missing", "", "galvatron_config_path = '/nonexistent/plan.json'\n"); },
+               {"/nonexistent/plan.json"});
+  expect_error([&] { boost(plugin_for("division", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "pp_division": "3"})")); },
+               {"'pp_division' in", "3 layers"});
+  expect_error([&] { boost(plugin_for("bsz", "{\"pp_deg\": 1, \"tp_sizes_enc\": \"1,1,1,1\", \"global_bsz\": " +
+                                                 std::to_string(w == 1 ? -1 : w + 1) + "}")); },
+               {"'global_bsz' in"});
+  expect_error([&] { plugin_for("dp_type", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "default_dp_type": "zero4"})"); },
+               {"default_dp_type", "zero4"});
+  // Global-mode arguments under their [plugin] names.
+  expect_error([&] { plugin_for("global", "", "global_tp_deg = 3\n"); }, {"global_tp_deg"});
+  expect_error([&] { plugin_for("global2", "", "pipeline_type = '1f1b'\n"); }, {"pipeline_type"});
+  expect_error([&] { plugin_for("global3", "", "tp_size = 2\n"); }, {"unknown key 'plugin.tp_size'"});
+}
+
+}  // namespace
+
+namespace {
+
+namespace gv = booster::plugins::galvatron;
+
+// Profiles of a made-up machine and model: communication free (so the dynamic program's
+// objective and the cost model's step agree exactly), compute halving with tp.
+gv::CostModel free_comm_model(int world) {
+  gv::HardwareProfile h;
+  for (int n = 2; n <= world; n *= 2)
+    for (int c : {0, 1}) h.allreduce_busbw["allreduce_size_" + std::to_string(n) + "_consec_" + std::to_string(c)] = 1e12;
+  h.p2p_bw[1] = 1e12;
+  gv::ModelProfile m;
+  m.model = "made_up", m.precision = "fp32", m.seq = 50, m.hidden = 64, m.profiled_batch = 8;
+  m.fwd_ms_per_sample = {{1, 1.0}, {2, 0.6}, {4, 0.35}};
+  m.act_mb_per_sample = {{1, 4.0}, {2, 2.2}, {4, 1.3}};
+  m.checkpoint_act_mb_per_sample = 0.2;
+  m.param_count = 2e6, m.other_param_count = 1e5, m.other_fwd_ms_per_sample = 0.1, m.other_act_mb_per_sample = 0.5;
+  m.runtime_mb = 10;
+  return gv::CostModel(h, m, world, "fp32");
+}
+
+}  // namespace
+
+TEST(GalvatronSearch, DynamicProgramFindsTheBestPlanUnderTheBudget) {
+  const int world = 4;
+  const gv::CostModel cm = free_comm_model(world);
+  gv::SearchOptions o;
+  o.num_layers = 3, o.global_bsz = 8, o.max_pp = 1, o.vtp = false, o.memory_step_mb = 0.25;
+  // Plain data parallelism needs (4 + 16) B x 2e6 a layer = 38 MB of states; a budget below
+  // three such layers rules it out.
+  gv::HybridPlan ddp;
+  ddp.layers.assign(3, gv::LayerStrategy{});
+  ddp.global_bsz = 8;
+  const double ddp_mb = cm.cost(ddp).memory_mb;
+  o.memory_mb = ddp_mb * 0.6;
+  const auto found = gv::search(cm, o);
+  ASSERT_FALSE(found.empty());
+  ASSERT_TRUE(found.front().fits);
+  EXPECT_LE(found.front().cost.memory_mb, o.memory_mb);
+  // Brute force over every assignment of strategies to the three layers.
+  const auto ss = gv::strategies(world, o);
+  double best = 1e300;
+  for (auto& a : ss)
+    for (auto& b : ss)
+      for (auto& c : ss) {
+        gv::HybridPlan p = ddp;
+        p.layers = {a, b, c};
+        const auto cost = cm.cost(p);
+        if (cost.memory_mb <= o.memory_mb) best = std::min(best, cost.step_ms);
+      }
+  EXPECT_NEAR(found.front().cost.step_ms, best, 1e-9 * best) << found.front().plan.summary(world);
+  // Every global plan that fits is no faster than the layerwise one.
+  for (auto& g : gv::global_plans(cm, o))
+    if (g.fits) EXPECT_GE(g.cost.step_ms, found.front().cost.step_ms - 1e-9) << g.plan.summary(world);
+}
+
+TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {
+  const gv::CostModel cm = free_comm_model(4);
+  gv::HybridPlan p;
+  p.layers.assign(4, gv::LayerStrategy{});
+  p.global_bsz = 16;
+  const double ddp = cm.cost(p).memory_mb;
+  for (auto& l : p.layers) l.sdp = true;  // ZeRO-3 over 4 ranks: states / 4
+  const double zero3 = cm.cost(p).memory_mb;
+  EXPECT_NEAR(ddp - zero3, 4 * 2e6 * 20.0 * 0.75 / (1 << 20), 1e-6);
+  // GPipe keeps every micro-batch's activations, 1F1B at most p - k on stage k.
+  gv::HybridPlan pipe;
+  pipe.pp_deg = 2, pipe.chunks = 4, pipe.global_bsz = 16;
+  pipe.layers.assign(4, gv::LayerStrategy{});
+  const double f1b = cm.cost(pipe).stages[0].memory_mb;
+  pipe.pipeline_type = "gpipe";
+  const double gpipe = cm.cost(pipe).stages[0].memory_mb;
+  // Two layers and half the embeddings-and-head share, a micro-batch's 4 rows over 2 data-parallel ranks.
+  const double act_stage0 = (2 * 4.0 + 0.5 * 0.5) * (16 / 4 / 2);
+  EXPECT_NEAR(gpipe - f1b, act_stage0 * (4 - 2), 1e-6);
+}
+
+TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {
+  const auto dir = std::filesystem::temp_directory_path() / ("galvatron_profiles_" + std::to_string(dist::world_rank()));
+  gv::HardwareProfile h;
+  h.allreduce_busbw = {{"allreduce_size_2_consec_1", 3.5}, {"allreduce_size_2_consec_0", 2.5}};
+  h.p2p_bw = {{1, 4.0}, {2, 3.0}};
+  h.overlap_coe = 1.4;
+  h.write(dir.string(), 1, 2);
+  const auto h2 = gv::HardwareProfile::read(dir.string(), 1, 2);
+  EXPECT_EQ(h2.allreduce_busbw, h.allreduce_busbw);
+  EXPECT_EQ(h2.p2p_bw, h.p2p_bw);
+  EXPECT_DOUBLE_EQ(h2.overlap_coe, 1.4);
+  EXPECT_NEAR(h2.allreduce_ms(100, 2, true), 100 * 1.0 / 3.5, 1e-12);
+  EXPECT_TRUE(std::filesystem::exists(dir / "allreduce_bandwidth_1nodes_2gpus_per_node.json"));
+  const gv::ModelProfile m = free_comm_model(4).model();
+  m.write(dir.string());
+  const auto m2 = gv::ModelProfile::read(dir.string(), "fp32", "made_up");
+  EXPECT_EQ(m2.fwd_ms_per_sample, m.fwd_ms_per_sample);
+  EXPECT_EQ(m2.act_mb_per_sample, m.act_mb_per_sample);
+  EXPECT_DOUBLE_EQ(m2.runtime_mb, m.runtime_mb);
+  EXPECT_TRUE(std::filesystem::exists(dir / "computation_profiling_fp32_made_up.json"));
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,155 @@
+// galvatron_profile_model: profiles a ViT preset on this machine as Galvatron's
+// profile_model does (its computation and memory files), under mpirun with the ranks the
+// tensor-parallel degrees need: for every degree t = 1, 2, ..., W the model is boosted under
+// GalvatronPlugin's global mode at layernum_min and layernum_max layers; the difference of
+// the forward times per sample is a layer's forward at t (its tensor-parallel traffic
+// included), the difference of what a forward keeps for backward its activations, and a
+// checkpointed run gives a checkpointed layer's. What is left at layernum_min is the
+// embeddings' and head's; a training step's allocator peak at layernum_min, less what the
+// cost model counts for it, is the runtime's own memory.
+//   mpirun -np 4 galvatron_profile_model --model vit-small --image-size 224 --batch 8 --precision bf16 --out profiles/
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "booster/booster.h"
+#include "core/autograd/grad_mode.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "core/tensor/allocator.h"
+#include "nn/vit.h"
+#include "optim/adam.h"
+#include "plugins/galvatron/cost_model.h"
+#include "plugins/galvatron/galvatron_plugin.h"
+
+using namespace booster;
+using Clock = std::chrono::steady_clock;
+namespace gv = booster::plugins::galvatron;
+
+namespace {
+
+struct Args {
+  std::string model = "vit-small", precision = "bf16", out = "galvatron_profiles";
+  int64_t image_size = 224, batch = 8, layers_min = 1, layers_max = 3;
+  int iters = 5;
+};
+
+struct Measure {
+  double fwd_ms = 0;       // a forward of this rank's rows (no grad)
+  double act_mb = 0;       // what a forward with grad keeps
+  double peak_mb = 0;      // a training step's allocator peak
+};
+
+std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint) {
+  plugins::GalvatronOptions o;
+  o.global_tp_deg = tp;
+  o.global_checkpoint = checkpoint;
+  o.mixed_precision = a.precision;
+  return std::make_shared<plugins::GalvatronPlugin>(o);
+}
+
+Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
+  nn::ViTConfig c = nn::ViTConfig::preset(a.model);
+  c.num_hidden_layers = layers;
+  c.image_size = a.image_size;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  manual_seed(7);
+  auto model = std::make_shared<nn::ViTForImageClassification>(c);
+  Booster booster(galvatron(a, tp, checkpoint));
+  auto opt = std::make_shared<optim::AdamW>(model->named_parameters());
+  auto r = booster.boost(model, opt);
+  Tensor x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
+  Generator(3).normal_(x);
+  Tensor y = Tensor::zeros({a.batch}, DType::i64);
+  Measure m;
+  {  // a training step first (warm-up), its peak measured
+    host_tier().reset_peak();
+    r.optimizer->zero_grad();
+    booster.backward((*r.model)(x, y).loss, *r.optimizer);
+    r.optimizer->step();
+    m.peak_mb = double(host_tier().peak_bytes()) / (1 << 20);
+  }
+  {
+    NoGradGuard ng;
+    (*r.model)(x, y);
+    dist::barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.iters; ++i) (*r.model)(x, y);
+    m.fwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
+  }
+  r.optimizer->zero_grad();
+  const size_t before = host_tier().bytes_in_use();
+  {
+    auto out = (*r.model)(x, y);
+    m.act_mb = double(host_tier().bytes_in_use() - before) / (1 << 20);
+  }
+  m.fwd_ms = dist::all_reduce_scalar(m.fwd_ms, dist::ReduceOp::max);
+  m.act_mb = dist::all_reduce_scalar(m.act_mb, dist::ReduceOp::max);
+  m.peak_mb = dist::all_reduce_scalar(m.peak_mb, dist::ReduceOp::max);
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Profile a ViT's layers for Galvatron's search"};
+  Args a;
+  app.add_option("--model", a.model, "a ViT preset (vit-tiny, vit-small, vit-base, ...)");
+  app.add_option("--image-size", a.image_size);
+  app.add_option("--batch", a.batch, "rows a rank feeds (the embeddings' share)");
+  app.add_option("--precision", a.precision, "fp32, bf16 or fp16");
+  app.add_option("--layers-min", a.layers_min, "layernum_min");
+  app.add_option("--layers-max", a.layers_max, "layernum_max");
+  app.add_option("--iters", a.iters, "timed forwards");
+  app.add_option("--out", a.out, "folder of the profile files");
+  CLI11_PARSE(app, argc, argv);
+  dist::launch_from_openmpi();
+  BOOSTER_CHECK(a.layers_max > a.layers_min && a.layers_min >= 1, "--layers-max must exceed --layers-min >= 1");
+  const int w = dist::world_size();
+  const double dl = double(a.layers_max - a.layers_min);
+  gv::ModelProfile p;
+  p.model = a.model, p.precision = a.precision, p.profiled_batch = a.batch;
+  nn::ViTConfig c = nn::ViTConfig::preset(a.model);
+  c.image_size = a.image_size;
+  p.hidden = c.hidden_size, p.seq = c.num_patches() + 1;
+  {  // parameters: a layer's, and the rest's
+    nn::ViTConfig one = c;
+    one.num_hidden_layers = 1;
+    nn::ViTForImageClassification m(one);
+    double layer = 0, all = 0;
+    for (auto& [n, t] : m.named_parameters()) (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
+    p.param_count = layer, p.other_param_count = all;
+  }
+  Measure base;
+  for (int t = 1; t <= w; t *= 2) {
+    const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
+    const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
+    p.fwd_ms_per_sample[t] = (hi.fwd_ms - lo.fwd_ms) / dl / rows;
+    p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
+    if (dist::world_rank() == 0)
+      std::printf("tp %d: forward %.3f ms a sample a layer, activations %.3f MB a sample a layer\n", t,
+                  p.fwd_ms_per_sample[t], p.act_mb_per_sample[t]);
+    if (t == 1) base = lo;
+  }
+  const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
+  p.checkpoint_act_mb_per_sample = (chi.act_mb - clo.act_mb) / dl / double(a.batch);
+  p.other_fwd_ms_per_sample = std::max(0.0, base.fwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_ms_per_sample[1]);
+  p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
+  {  // what the cost model does not count at layernum_min under DDP at tp 1 is the runtime's
+    gv::HybridPlan plan;
+    plan.layers.assign(size_t(a.layers_min), gv::LayerStrategy{});
+    plan.global_bsz = a.batch * w;
+    gv::HardwareProfile none;
+    none.p2p_bw[1] = 1e9;
+    const gv::CostModel cm(none, p, w, a.precision);
+    p.runtime_mb = std::max(0.0, base.peak_mb - cm.cost(plan).memory_mb);
+  }
+  if (dist::world_rank() == 0) {
+    std::printf("checkpointed layer %.4f MB a sample; embeddings and head %.3f ms, %.3f MB a sample; runtime %.1f MB\n",
+                p.checkpoint_act_mb_per_sample, p.other_fwd_ms_per_sample, p.other_act_mb_per_sample, p.runtime_mb);
+    p.write(a.out);
+    std::printf("wrote %s/{%s, %s}\n", a.out.c_str(), gv::ModelProfile::computation_file(a.precision, a.model).c_str(),
+                gv::ModelProfile::memory_file(a.precision, a.model).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,102 @@
+// galvatron_search: Galvatron's search on this machine's profiles. For a model profiled by
+// galvatron_profile_model and a world profiled by galvatron_profile_hardware, it weighs every
+// pipeline degree, vocab degree and micro-batch count with the layerwise dynamic program
+// under a per-rank memory budget, prints each candidate (strategy, predicted ms, predicted
+// MB), and writes the fastest plan that fits as the strategy JSON GalvatronPlugin runs
+// (galvatron_config_path), named as Galvatron names it.
+//   galvatron_search --model vit-small --world 4 --memory-mb 2000 --global-batch 32 --profiles profiles/
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "nn/vit_config.h"
+#include "plugins/galvatron/search.h"
+
+using namespace booster;
+namespace gv = booster::plugins::galvatron;
+
+namespace {
+void print(const char* title, const std::vector<gv::Candidate>& cs, int world, size_t limit) {
+  std::printf("%s\n%-4s %-4s %-6s %12s %12s %5s  %s\n", title, "pp", "vtp", "chunks", "step ms", "MB / rank", "fits",
+              "layers");
+  for (size_t i = 0; i < cs.size() && i < limit; ++i) {
+    const auto& c = cs[i];
+    std::printf("%-4d %-4d %-6lld %12.1f %12.1f %5s  %s\n", c.plan.pp_deg, c.plan.vtp, (long long)c.plan.chunks,
+                c.cost.step_ms, c.cost.memory_mb, c.fits ? "yes" : "no", c.plan.summary(world).c_str());
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Galvatron's search: the fastest layerwise plan under a memory budget"};
+  gv::SearchOptions o;
+  std::string model = "vit-small", precision = "bf16", profiles = "galvatron_profiles", output;
+  int world = 0, nodes = 1;
+  int64_t layers = 0;
+  bool no_ckpt = false, no_sdp = false, no_consec_off = false, no_vtp = false, show_global = false;
+  app.add_option("--model", model, "the profiled model (a ViT preset name)")->required();
+  app.add_option("--world", world, "ranks")->required();
+  app.add_option("--memory-mb", o.memory_mb, "a rank's memory budget (MB)")->required();
+  app.add_option("--global-batch", o.global_bsz, "the global batch")->required();
+  app.add_option("--layers", layers, "transformer layers (default: the preset's)");
+  app.add_option("--nodes", nodes, "nodes (the hardware profile's file names)");
+  app.add_option("--precision", precision, "fp32, bf16 or fp16 (the model profile's)");
+  app.add_option("--profiles", profiles, "folder of the profile files");
+  app.add_option("--max-tp", o.max_tp, "largest tensor-parallel degree (0: a stage)");
+  app.add_option("--max-pp", o.max_pp, "largest pipeline degree (0: the world)");
+  app.add_option("--max-chunks", o.max_chunks, "most micro-batches with a pipeline");
+  app.add_option("--default-dp-type", o.default_dp_type, "ddp or zero2");
+  app.add_option("--pipeline-type", o.pipeline_type, "pipedream_flush or gpipe");
+  app.add_flag("--disable-ckpt", no_ckpt, "no checkpointed layers");
+  app.add_flag("--disable-sdp", no_sdp, "no ZeRO-3 layers");
+  app.add_flag("--disable-tp-consec", no_consec_off, "consecutive tensor-parallel groups only");
+  app.add_flag("--disable-vtp", no_vtp, "the embeddings and head at tp 1");
+  app.add_flag("--global", show_global, "also weigh every global plan (one strategy for all layers)");
+  app.add_option("--output", output, "the strategy JSON (default: Galvatron's name, in the profiles folder)");
+  std::vector<std::string> predict;
+  app.add_option("--predict", predict, "strategy JSONs to cost instead of searching (their global_bsz, or --global-batch)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    o.checkpoint = !no_ckpt, o.sdp = !no_sdp, o.tp_consec_off = !no_consec_off, o.vtp = !no_vtp;
+    o.num_layers = layers > 0 ? layers : nn::ViTConfig::preset(model).num_hidden_layers;
+    const auto hw = gv::HardwareProfile::read(profiles, nodes, world / nodes);
+    const auto mp = gv::ModelProfile::read(profiles, precision, model);
+    const gv::CostModel cm(hw, mp, world, precision);
+    if (!predict.empty()) {  // one line a plan: what the cost model predicts for it
+      for (auto& path : predict) {
+        gv::HybridPlan p = gv::HybridPlan::from_json_file(path);
+        if (p.global_bsz == 0) p.global_bsz = o.global_bsz;
+        p.validate(world, o.num_layers);
+        const auto c = cm.cost(p);
+        std::printf("{\"plan\": \"%s\", \"layers\": \"%s\", \"predicted_ms\": %.2f, \"predicted_mb\": %.1f}\n",
+                    path.c_str(), p.summary(world).c_str(), c.step_ms, c.memory_mb);
+      }
+      return 0;
+    }
+    const auto found = gv::search(cm, o);
+    print("layerwise candidates (the dynamic program's plan for each pipeline degree, vocab degree and chunks):", found,
+          world, found.size());
+    if (show_global) print("\nglobal plans:", gv::global_plans(cm, o), world, 1000);
+    if (found.empty() || !found.front().fits) {
+      std::fprintf(stderr, "no plan fits %.0f MB a rank at global batch %lld on %d ranks\n", o.memory_mb,
+                   (long long)o.global_bsz, world);
+      return 2;
+    }
+    gv::HybridPlan best = found.front().plan;
+    best.world_size = world;
+    if (output.empty())
+      output = (std::filesystem::path(profiles) /
+                ("galvatron_config_" + model + "_" + std::to_string(nodes) + "nodes_" + std::to_string(world / nodes) +
+                 "gpus_per_node_" + std::to_string(int64_t(o.memory_mb)) + "MB_" + precision + "_bsz" +
+                 std::to_string(o.global_bsz) + ".json")).string();
+    best.write_json(output);
+    std::printf("\nbest: %s; predicted %.1f ms a step (%.1f samples/s), %.1f MB a rank of %.0f\nwrote %s\n",
+                best.summary(world).c_str(), found.front().cost.step_ms,
+                double(o.global_bsz) / found.front().cost.step_ms * 1e3, found.front().cost.memory_mb, o.memory_mb,
+                output.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "galvatron_search: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
