@@ -36,39 +36,61 @@ struct Args {
 
 struct Measure {
   double fwd_ms = 0;       // a forward of this rank's rows (no grad)
+  double fwd_bwd_ms = 0;   // a forward and backward (no gradient sync: under no_sync)
+  double opt_ms = 0;       // an optimizer step
+  double opt_extra_mb = 0; // what the step allocates beyond what it started with, at most
   double act_mb = 0;       // what a forward with grad keeps
   double peak_mb = 0;      // a training step's allocator peak
 };
 
-std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint) {
+std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool sdp) {
   plugins::GalvatronOptions o;
   o.global_tp_deg = tp;
   o.global_checkpoint = checkpoint;
+  o.sdp = sdp;
   o.mixed_precision = a.precision;
   return std::make_shared<plugins::GalvatronPlugin>(o);
 }
 
-Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
+Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp = false) {
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
   c.num_hidden_layers = layers;
   c.image_size = a.image_size;
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
   manual_seed(7);
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
-  Booster booster(galvatron(a, tp, checkpoint));
+  Booster booster(galvatron(a, tp, checkpoint, sdp));
   auto opt = std::make_shared<optim::AdamW>(model->named_parameters());
   auto r = booster.boost(model, opt);
   Tensor x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
   Generator(3).normal_(x);
   Tensor y = Tensor::zeros({a.batch}, DType::i64);
   Measure m;
-  {  // a training step first (warm-up), its peak measured
-    host_tier().reset_peak();
+  for (int s = 0; s < 3; ++s) {  // training steps; the third's peak (the optimizer's states exist from the first)
+    if (s == 2) host_tier().reset_peak();
     r.optimizer->zero_grad();
     booster.backward((*r.model)(x, y).loss, *r.optimizer);
+    dist::barrier();
+    m.peak_mb = std::max(m.peak_mb, double(host_tier().peak_bytes()) / (1 << 20));
+    const size_t before_step = host_tier().bytes_in_use();
+    host_tier().reset_peak();
+    const auto t0 = Clock::now();
     r.optimizer->step();
-    m.peak_mb = double(host_tier().peak_bytes()) / (1 << 20);
+    m.opt_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    m.opt_extra_mb = double(host_tier().peak_bytes() - before_step) / (1 << 20);
+    if (s == 2) m.peak_mb = std::max(m.peak_mb, double(host_tier().peak_bytes()) / (1 << 20));
+    else m.peak_mb = 0;
   }
+  {
+    // Compute alone: the gradient reduction deferred (the cost model prices it from the
+    // hardware profile); ZeRO-3's gathers still run.
+    DeferredSync defer(r.model->grad_sync());
+    dist::barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.iters; ++i) booster.backward((*r.model)(x, y).loss, *r.optimizer);
+    m.fwd_bwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
+  }
+  r.optimizer->zero_grad();
   {
     NoGradGuard ng;
     (*r.model)(x, y);
@@ -84,9 +106,36 @@ Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
     m.act_mb = double(host_tier().bytes_in_use() - before) / (1 << 20);
   }
   m.fwd_ms = dist::all_reduce_scalar(m.fwd_ms, dist::ReduceOp::max);
+  m.fwd_bwd_ms = dist::all_reduce_scalar(m.fwd_bwd_ms, dist::ReduceOp::max);
+  m.opt_ms = dist::all_reduce_scalar(m.opt_ms, dist::ReduceOp::max);
+  m.opt_extra_mb = dist::all_reduce_scalar(m.opt_extra_mb, dist::ReduceOp::max);
   m.act_mb = dist::all_reduce_scalar(m.act_mb, dist::ReduceOp::max);
   m.peak_mb = dist::all_reduce_scalar(m.peak_mb, dist::ReduceOp::max);
   return m;
+}
+
+// What the cost model does not count at layernum_min under DDP at tp 1 is the runtime's own
+// memory; what a checkpointed step's peak holds beyond the rest of its backward is a
+// checkpointed layer's recompute and backward.
+void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, const Measure& clo) {
+  const int w = dist::world_size();
+  gv::HybridPlan plan;
+  plan.layers.assign(size_t(a.layers_min), gv::LayerStrategy{});
+  plan.global_bsz = a.batch * w;
+  gv::HardwareProfile none;  // memory only: communication costs nothing here
+  none.p2p_bw[1] = 1e12;
+  for (int n = 2; n <= w; n *= 2) none.allreduce_busbw["allreduce_size_" + std::to_string(n) + "_consec_1"] = 1e12;
+  const gv::CostModel cm(none, p, w, a.precision);
+  p.runtime_mb = base.peak_mb - cm.cost(plan).memory_mb;
+  if (dist::world_rank() == 0)
+    std::printf("a step at %lld layer(s): allocator peak %.1f MB, the cost model without the runtime %.1f MB\n",
+                (long long)a.layers_min, base.peak_mb, cm.cost(plan).memory_mb);
+  for (auto& l : plan.layers) l.checkpoint = true;
+  p.checkpoint_backward_mb_per_sample = 1e-9;
+  const gv::CostModel ck(none, p, w, a.precision);
+  const double whole_grad_mb = p.param_count * (a.precision == "fp32" ? 4.0 : 2.0) / (1 << 20);  // the transient it replaces
+  p.checkpoint_backward_mb_per_sample =
+      std::max(0.0, clo.peak_mb - ck.cost(plan).memory_mb + whole_grad_mb) / double(a.batch);
 }
 
 }  // namespace
@@ -120,33 +169,41 @@ int main(int argc, char** argv) {
     for (auto& [n, t] : m.named_parameters()) (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
     p.param_count = layer, p.other_param_count = all;
   }
-  Measure base;
+  Measure base, base_hi;
   for (int t = 1; t <= w; t *= 2) {
     const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
     const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
     p.fwd_ms_per_sample[t] = (hi.fwd_ms - lo.fwd_ms) / dl / rows;
+    p.fwd_bwd_ms_per_sample[t] = (hi.fwd_bwd_ms - lo.fwd_bwd_ms) / dl / rows;
+    if (t == 1) {  // the parameters are whole on every rank (DDP)
+      p.optimizer_ms_per_param = (hi.opt_ms - lo.opt_ms) / dl / p.param_count;
+      p.optimizer_mb_per_param = std::max(0.0, (hi.opt_extra_mb - lo.opt_extra_mb) / dl / p.param_count);
+    }
     p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
     if (dist::world_rank() == 0)
-      std::printf("tp %d: forward %.3f ms a sample a layer, activations %.3f MB a sample a layer\n", t,
-                  p.fwd_ms_per_sample[t], p.act_mb_per_sample[t]);
-    if (t == 1) base = lo;
+      std::printf("tp %d: forward %.3f ms, forward and backward %.3f ms a sample a layer, activations %.3f MB a sample "
+                  "a layer\n", t, p.fwd_ms_per_sample[t], p.fwd_bwd_ms_per_sample[t], p.act_mb_per_sample[t]);
+    if (t == 1) base = lo, base_hi = hi;
   }
   const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
+  if (w > 1) {  // ZeRO-3: what a layer's gathers (forward and backward) and releases add to its step, over the world
+    const Measure zlo = run(a, a.layers_min, 1, false, true), zhi = run(a, a.layers_max, 1, false, true);
+    p.zero3_ms_per_layer = std::max(0.0, ((zhi.fwd_bwd_ms - zlo.fwd_bwd_ms) - (base_hi.fwd_bwd_ms - base.fwd_bwd_ms)) / dl);
+    p.zero3_group = w;
+    if (dist::world_rank() == 0)
+      std::printf("ZeRO-3 over %d ranks: %.2f ms a layer a step for its gathers\n", w, p.zero3_ms_per_layer);
+  }
   p.checkpoint_act_mb_per_sample = (chi.act_mb - clo.act_mb) / dl / double(a.batch);
   p.other_fwd_ms_per_sample = std::max(0.0, base.fwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_ms_per_sample[1]);
+  p.other_fwd_bwd_ms_per_sample =
+      std::max(0.0, base.fwd_bwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_bwd_ms_per_sample[1]);
   p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
-  {  // what the cost model does not count at layernum_min under DDP at tp 1 is the runtime's
-    gv::HybridPlan plan;
-    plan.layers.assign(size_t(a.layers_min), gv::LayerStrategy{});
-    plan.global_bsz = a.batch * w;
-    gv::HardwareProfile none;
-    none.p2p_bw[1] = 1e9;
-    const gv::CostModel cm(none, p, w, a.precision);
-    p.runtime_mb = std::max(0.0, base.peak_mb - cm.cost(plan).memory_mb);
-  }
+  calibrate_memory(p, a, base, clo);
   if (dist::world_rank() == 0) {
-    std::printf("checkpointed layer %.4f MB a sample; embeddings and head %.3f ms, %.3f MB a sample; runtime %.1f MB\n",
-                p.checkpoint_act_mb_per_sample, p.other_fwd_ms_per_sample, p.other_act_mb_per_sample, p.runtime_mb);
+    std::printf("checkpointed layer %.4f MB a sample; embeddings and head %.3f ms forward, %.3f ms with backward, "
+                "%.3f MB a sample; optimizer %.3f ns a parameter; runtime %.1f MB\n", p.checkpoint_act_mb_per_sample,
+                p.other_fwd_ms_per_sample, p.other_fwd_bwd_ms_per_sample, p.other_act_mb_per_sample,
+                p.optimizer_ms_per_param * 1e6, p.runtime_mb);
     p.write(a.out);
     std::printf("wrote %s/{%s, %s}\n", a.out.c_str(), gv::ModelProfile::computation_file(a.precision, a.model).c_str(),
                 gv::ModelProfile::memory_file(a.precision, a.model).c_str());

@@ -25,6 +25,28 @@ void print(const char* title, const std::vector<gv::Candidate>& cs, int world, s
                 c.cost.step_ms, c.cost.memory_mb, c.fits ? "yes" : "no", c.plan.summary(world).c_str());
   }
 }
+// One line a plan: what the cost model predicts for it (its global_bsz, or the search's).
+int predict_plans(const gv::CostModel& cm, const std::vector<std::string>& paths, const gv::SearchOptions& o, int world) {
+  for (auto& path : paths) {
+    gv::HybridPlan p = gv::HybridPlan::from_json_file(path);
+    if (p.global_bsz == 0) p.global_bsz = o.global_bsz;
+    p.validate(world, o.num_layers);
+    const auto c = cm.cost(p);
+    std::printf("{\"plan\": \"%s\", \"layers\": \"%s\", \"predicted_ms\": %.2f, \"predicted_mb\": %.1f}\n",
+                path.c_str(), p.summary(world).c_str(), c.step_ms, c.memory_mb);
+  }
+  return 0;
+}
+
+// Every global plan, printed, and those that fit written to `dir` (to run them all).
+void weigh_globals(const gv::CostModel& cm, const gv::SearchOptions& o, int world, const std::string& dir) {
+  const auto globals = gv::global_plans(cm, o);
+  print("\nglobal plans:", globals, world, 1000);
+  if (dir.empty()) return;
+  std::filesystem::create_directories(dir);
+  for (size_t i = 0; i < globals.size(); ++i)
+    if (globals[i].fits) globals[i].plan.write_json((std::filesystem::path(dir) / ("global_" + std::to_string(i) + ".json")).string());
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +74,8 @@ int main(int argc, char** argv) {
   app.add_flag("--disable-tp-consec", no_consec_off, "consecutive tensor-parallel groups only");
   app.add_flag("--disable-vtp", no_vtp, "the embeddings and head at tp 1");
   app.add_flag("--global", show_global, "also weigh every global plan (one strategy for all layers)");
+  std::string global_dir;
+  app.add_option("--global-dir", global_dir, "with --global: write every global plan that fits there (to run them all)");
   app.add_option("--output", output, "the strategy JSON (default: Galvatron's name, in the profiles folder)");
   std::vector<std::string> predict;
   app.add_option("--predict", predict, "strategy JSONs to cost instead of searching (their global_bsz, or --global-batch)");
@@ -62,21 +86,11 @@ int main(int argc, char** argv) {
     const auto hw = gv::HardwareProfile::read(profiles, nodes, world / nodes);
     const auto mp = gv::ModelProfile::read(profiles, precision, model);
     const gv::CostModel cm(hw, mp, world, precision);
-    if (!predict.empty()) {  // one line a plan: what the cost model predicts for it
-      for (auto& path : predict) {
-        gv::HybridPlan p = gv::HybridPlan::from_json_file(path);
-        if (p.global_bsz == 0) p.global_bsz = o.global_bsz;
-        p.validate(world, o.num_layers);
-        const auto c = cm.cost(p);
-        std::printf("{\"plan\": \"%s\", \"layers\": \"%s\", \"predicted_ms\": %.2f, \"predicted_mb\": %.1f}\n",
-                    path.c_str(), p.summary(world).c_str(), c.step_ms, c.memory_mb);
-      }
-      return 0;
-    }
+    if (!predict.empty()) return predict_plans(cm, predict, o, world);
     const auto found = gv::search(cm, o);
     print("layerwise candidates (the dynamic program's plan for each pipeline degree, vocab degree and chunks):", found,
           world, found.size());
-    if (show_global) print("\nglobal plans:", gv::global_plans(cm, o), world, 1000);
+    if (show_global) weigh_globals(cm, o, world, global_dir);
     if (found.empty() || !found.front().fits) {
       std::fprintf(stderr, "no plan fits %.0f MB a rank at global batch %lld on %d ranks\n", o.memory_mb,
                    (long long)o.global_bsz, world);

@@ -83,9 +83,11 @@ class StepBench {
     dist::barrier();
     GradSync* sync = boosted_.model->grad_sync();
     if (sync) sync->reset_wait_seconds();
+    host_tier().reset_peak();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) step();
     dist::barrier();
+    step_peak_ = std::max(step_peak_, host_tier().peak_bytes());
     sync_wait_s_ = dist::all_reduce_scalar((sync ? sync->wait_seconds() : 0.0) / steps, dist::ReduceOp::max);
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   }
@@ -105,6 +107,8 @@ class StepBench {
                                ceiling_sum / dist::world_size(), steps);
   }
 
+  /// The allocator's peak over the timed steps (boost's own transients left out).
+  size_t step_peak_bytes() const { return step_peak_; }
   /// Bytes of this rank's parameters (its shards under tensor parallelism).
   size_t param_bytes() const { return param_bytes_; }
   /// Bytes the last forward held until its backward (saved activations, the loss).
@@ -152,7 +156,7 @@ class StepBench {
   BoostResult<nn::ViTForImageClassification> boosted_;
   Tensor x_, y_;
   double sync_wait_s_ = 0;
-  size_t param_bytes_ = 0, activation_bytes_ = 0;
+  size_t param_bytes_ = 0, activation_bytes_ = 0, step_peak_ = 0;
   bool pipelined_ = false;
   std::shared_ptr<plugins::HybridParallelPlugin> hybrid_;
   std::shared_ptr<plugins::GalvatronPlugin> galvatron_;
@@ -248,6 +252,7 @@ int main(int argc, char** argv) {
       const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
       const double param_mb = max_mb(sb.param_bytes()), act_mb = max_mb(sb.activation_bytes());
+      const double step_peak_mb = max_mb(sb.step_peak_bytes());
       const std::string report = profile ? sb.profile(ceiling, profile_steps) : "";
       if (!master) continue;
       if (profile)
@@ -265,7 +270,7 @@ int main(int argc, char** argv) {
                        {"batch_per_rank", batch}, {"split_batch", split_batch}, {"images_per_s", sb.images_per_s(step_s)},
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", share}, {"round_ceiling_shares", shares}, {"param_mb", param_mb},
-                       {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb},
+                       {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb}, {"step_peak_mb", step_peak_mb},
                        {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"rounds", rounds}};
       if (have_handoff) j["handoff_ns"] = bench::median(handoffs), j["round_handoff_ns"] = handoffs;
       if (have_peer) {

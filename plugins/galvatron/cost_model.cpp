@@ -19,11 +19,12 @@ CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::str
 }
 
 double CostModel::states_per_param(DpKind kind, int dp) const {
-  // Working copy, and fp32 master + gradient + two Adam states (16 bytes) per parameter.
+  // At the peak (the end of a forward) a parameter holds its working copy, its fp32 master
+  // and two Adam states (12 bytes); its gradient comes as the activations go (the transient).
   switch (kind) {
-    case DpKind::ddp: return beta_ + 16.0;
-    case DpKind::zero2: return beta_ + 16.0 / dp;
-    case DpKind::zero3: return (beta_ + 16.0) / dp;
+    case DpKind::ddp: return beta_ + 12.0;
+    case DpKind::zero2: return beta_ + 12.0 / dp;
+    case DpKind::zero3: return (beta_ + 12.0) / dp;
   }
   return 0;
 }
@@ -42,13 +43,16 @@ double CostModel::layer_act_mb(const LayerStrategy& s, int stage, double rows) c
 double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double* sync_ms) const {
   const int dp = stage / s.tp;
   const double r = rows / dp;
-  const double fwd = model_.fwd_ms(s.tp) * r;
-  double t = fwd * (s.checkpoint ? 4.0 : 3.0);
+  double t = model_.fwd_bwd_ms(s.tp) * r + (s.checkpoint ? model_.fwd_ms(s.tp) * r : 0.0);
   const double grad_mb = model_.param_count / s.tp * beta_ / kMB;
   // The data-parallel group of a consecutive tensor-parallel group is strided, and the reverse.
   const bool dp_consec = dp == 1 || dp == stage || !consec_of(s, stage);
   const DpKind kind = plan.dp_kind(s);
-  if (kind == DpKind::zero3) t += 2 * 0.5 * hw_.allreduce_ms(grad_mb, dp, dp_consec);  // a gather forward, one backward
+  if (kind == DpKind::zero3) {  // a gather forward, one backward: as profiled (scaled by the bandwidths), else from bandwidth
+    const double model = 2 * 0.5 * hw_.allreduce_ms(grad_mb, dp, dp_consec);
+    const double at = model_.zero3_group > 1 ? 2 * 0.5 * hw_.allreduce_ms(model_.param_count * beta_ / kMB, model_.zero3_group, true) : 0;
+    t += model_.zero3_ms_per_layer > 0 && at > 0 ? model_.zero3_ms_per_layer * model / at : model;
+  }
   if (sync_ms) *sync_ms = (kind == DpKind::ddp ? 1.0 : 0.5) * hw_.allreduce_ms(grad_mb, dp, dp_consec);
   return t;
 }
@@ -73,7 +77,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   int64_t first = 0;
   for (int k = 0; k < p; ++k) {
     StageCost sc;
-    double states = 0, acts = 0, transient = 0, sync = 0;
+    double states = 0, acts = 0, transient = 0, sync = 0, grads = 0, recompute = 0, updated = 0;
     LayerStrategy prev = boundary;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
       const LayerStrategy& s = plan.layers[size_t(l)];
@@ -84,17 +88,31 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sync += sy;
       states += layer_states_mb(plan, s, stage);
       acts += layer_act_mb(s, stage, rows);
-      const double whole = model_.param_count / s.tp * beta_ / kMB;  // a fetched layer, or its full gradient
-      transient = std::max(transient, whole);
+      // Backward stages every layer's whole gradient for its reduction (all of them are in
+      // flight until the backward ends), and a checkpointed layer holds its activations
+      // again while it recomputes (what the profile measured of that).
+      const double held = model_.param_count / s.tp / (plan.dp_kind(s) == DpKind::ddp ? 1 : stage / s.tp);
+      grads += model_.param_count / s.tp * beta_ / kMB;
+      updated += held;
+      if (s.checkpoint) recompute = std::max(recompute, model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp));
+      // A fetched ZeRO-3 layer and the one prefetched after it, or a layer's full gradient.
+      const double whole = model_.param_count / s.tp * beta_ / kMB;
+      transient = std::max(transient, plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : whole);
       prev = s;
     }
     sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
     // The embeddings (first stage) and the head (last stage), at vtp.
     const double other_share = (k == 0 ? 0.5 : 0) + (k == p - 1 ? 0.5 : 0);
     const int vdp = stage / plan.vtp;
-    sc.fwd_bwd_ms += 3 * model_.other_fwd_ms_per_sample * (rows / vdp) * other_share;
-    states += other_share * model_.other_param_count / plan.vtp *
-              states_per_param(plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({}), vdp) / kMB;
+    const double other_t = model_.other_fwd_bwd_ms_per_sample > 0 ? model_.other_fwd_bwd_ms_per_sample
+                                                                   : 3 * model_.other_fwd_ms_per_sample;
+    sc.fwd_bwd_ms += other_t * (rows / vdp) * other_share;
+    const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
+    const double other_params = other_share * model_.other_param_count / plan.vtp;
+    states += other_params * states_per_param(okind, vdp) / kMB;
+    grads += other_params * beta_ / kMB;
+    updated += other_params / (okind == DpKind::ddp ? 1 : vdp);
+    sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
     acts += other_share * model_.other_act_mb_per_sample * rows / vdp;
     if (p > 1) {  // the boundary's activations to the next stage and their gradients back
       const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;
@@ -102,7 +120,12 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     }
     const int64_t in_flight = p == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(p - k, m);
     sc.sync_ms = sync;
-    sc.memory_mb = model_.runtime_mb + states + acts * double(in_flight) + transient;
+    // The peak is at the end of a forward (activations in flight) or of the backward (the
+    // gradients, with a recomputed layer or a full gradient on the way).
+    // and the optimizer step's own temporaries beside the gradients (what the profile measured).
+    const double step_mb = grads + updated * model_.optimizer_mb_per_param;
+    sc.memory_mb = model_.runtime_mb + states +
+                   std::max({acts * double(in_flight) + transient, grads + std::max(recompute, transient), step_mb});
     out.stages.push_back(sc);
     out.memory_mb = std::max(out.memory_mb, sc.memory_mb);
     first += per[size_t(k)];
@@ -116,7 +139,9 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     const double b = s.last_bwd_ms, d = s.sync_ms;
     exposed = std::max(exposed, std::max(0.0, d - b) + (a - 1) * std::min(b, d));
   }
-  out.step_ms = sum + double(m - 1) * slowest + exposed;
+  double optimizer = 0;
+  for (auto& s : out.stages) optimizer = std::max(optimizer, s.optimizer_ms);
+  out.step_ms = sum + double(m - 1) * slowest + exposed + optimizer;
   return out;
 }
 

@@ -7,12 +7,14 @@
 //   pipeline's fill and drain (sum of stages + (m - 1) x the slowest); then the gradient
 //   synchronization after the last backward (all-reduce for DDP, reduce-scatter for ZeRO)
 //   with the overlap coefficient against that backward.
-//   memory, per rank of a stage: model states by kind (one ZeRO engine: working copy,
-//   fp32 master, fp32 gradient and two optimizer states a parameter, split by tp and, for
-//   ZeRO, by dp), activations times the micro-batches in flight (min(p - k, m) for 1F1B,
+//   memory, per rank of a stage, at its peak (the end of the forward): model states by kind
+//   (one ZeRO engine: working copy, fp32 master and two optimizer states a parameter, split
+//   by tp and, for ZeRO, by dp), activations times the micro-batches in flight (min(p - k, m) for 1F1B,
 //   m for GPipe: Galvatron's older runtime counted 1), checkpointed layers their input,
 //   the largest transient (a fetched ZeRO-3 layer, a layer's full gradient), the
-//   embeddings and head, and the runtime's own memory.
+//   embeddings and head, and the runtime's own memory; or, where larger, the end of the
+//   backward (every layer's gradient staged for its reduction, a checkpointed layer's
+//   recompute) or the optimizer step (its temporaries).
 #pragma once
 
 #include <string>
@@ -27,6 +29,7 @@ struct StageCost {
   double fwd_bwd_ms = 0;  // one micro-batch through the stage, forward and backward
   double last_bwd_ms = 0; // the last micro-batch's backward (what the gradient sync overlaps)
   double sync_ms = 0;     // the gradient synchronization after it
+  double optimizer_ms = 0;  // the optimizer step of what the rank holds
   double memory_mb = 0;   // a rank's peak
 };
 

@@ -54,6 +54,29 @@ struct LayerIndex {
   }
 };
 
+// One bucket a layer (last first, the order backward finishes them) and one for the rest,
+// so that a ZeRO-3 layer is gathered alone where it runs; the ZeRO-3 ones sharded.
+void bucket_by_layer(zero::Engine& engine, nn::Module& module, int64_t layers,
+                     const std::function<int64_t(const std::string&)>& layer_of,
+                     const std::function<DpKind(const std::string&)>& kind_of) {
+  const auto& parts = engine.layout().parts();
+  std::vector<std::vector<size_t>> buckets(size_t(layers) + 1);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const int64_t l = layer_of(parts[i].name);
+    buckets[l < 0 ? size_t(layers) : size_t(layers - 1 - l)].push_back(i);
+  }
+  buckets.erase(std::remove_if(buckets.begin(), buckets.end(), [](auto& b) { return b.empty(); }), buckets.end());
+  engine.gatherer().rebucket(buckets);
+  engine.grads().rebucket();
+  bool sharded = false;
+  for (size_t b = 0; b < engine.layout().buckets().size(); ++b)
+    if (kind_of(parts[engine.layout().buckets()[b].front()].name) == DpKind::zero3) {
+      engine.gatherer().shard_bucket(b);
+      sharded = true;
+    }
+  if (sharded) engine.install_fetch_hooks(module, 1, nullptr);
+}
+
 // Consecutive and strided are the same group when tp is 1 or the whole stage (Galvatron forces the flag to 1).
 TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.tp == 1 || s.tp == stage || s.tp_consec}; }
 
@@ -223,18 +246,16 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
   }
   wrap_layers(*module, *pm, spec);
 
-  // One engine: every parameter on its layer's data-parallel group, whole (DDP) or split.
   const LayerIndex index(*pm);
-  const TpKey boundary{vtp_, true};
-  const DpKind other_kind = plan_.embed_sdp ? DpKind::zero3 : plan_.dp_kind({});
   auto key_of_name = [&](const std::string& name) {
     const int64_t l = index.of(name);
-    return l < 0 ? boundary : key_of(plan_.layers[size_t(l)], stage);
+    return l < 0 ? TpKey{vtp_, true} : key_of(plan_.layers[size_t(l)], stage);
   };
   auto kind_of_name = [&](const std::string& name) {
     const int64_t l = index.of(name);
-    return l < 0 ? other_kind : plan_.dp_kind(plan_.layers[size_t(l)]);
+    return l < 0 ? (plan_.embed_sdp ? DpKind::zero3 : plan_.dp_kind({})) : plan_.dp_kind(plan_.layers[size_t(l)]);
   };
+  // One engine: every parameter on its layer's data-parallel group, whole (DDP) or split.
   zero::ZeroOptions z;
   z.stage = 2;
   z.precision = opts_.mixed_precision;
@@ -243,26 +264,7 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
   auto engine = zero::apply_zero(o, dist::ProcessGroup::world(), z, [&](const std::string& name) {
     return zero::PartPlacement{&groups_->dp(key_of_name(name)), kind_of_name(name) == DpKind::ddp};
   });
-  if (engine) {
-    // One bucket a layer (last first, the order backward finishes them) and one for the rest,
-    // so that a ZeRO-3 layer is gathered alone where it runs.
-    const auto& parts = engine->layout().parts();
-    std::vector<std::vector<size_t>> buckets(size_t(L) + 1);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const int64_t l = index.of(parts[i].name);
-      buckets[l < 0 ? size_t(L) : size_t(L - 1 - l)].push_back(i);
-    }
-    buckets.erase(std::remove_if(buckets.begin(), buckets.end(), [](auto& b) { return b.empty(); }), buckets.end());
-    engine->gatherer().rebucket(buckets);
-    engine->grads().rebucket();
-    bool sharded = false;
-    for (size_t b = 0; b < engine->layout().buckets().size(); ++b)
-      if (kind_of_name(parts[engine->layout().buckets()[b].front()].name) == DpKind::zero3) {
-        engine->gatherer().shard_bucket(b);
-        sharded = true;
-      }
-    if (sharded) engine->install_fetch_hooks(*module, 1, nullptr);
-  }
+  if (engine) bucket_by_layer(*engine, *module, L, [&](const std::string& n) { return index.of(n); }, kind_of_name);
   o.model = std::make_shared<GalvatronModel>(o.model, groups_, pp_deg_);
   if (o.optimizer) {
     // Each parameter's tensor-parallel group; the engine already sums norms over the world.

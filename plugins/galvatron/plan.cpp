@@ -208,6 +208,8 @@ void HybridPlan::validate(int world, int64_t num_layers) const {
   BOOSTER_CHECK(int64_t(per.size()) == pp_deg && sum == num_layers, where("pp_division"), " gives ", per.size(),
                 " stages and ", sum, " layers; pp_deg is ", pp_deg, " and the model has ", num_layers);
   BOOSTER_CHECK(chunks >= 1 || chunks == -1, where("chunks"), ": must be >= 1 (or -1: micro-batches of 4 rows), got ", chunks);
+  BOOSTER_CHECK(pp_deg == 1 || chunks == -1 || chunks >= pp_deg, where("chunks"), ": ", chunks,
+                " micro-batches cannot fill ", pp_deg, " pipeline stages (pp_deg); give at least pp_deg");
   BOOSTER_CHECK(pipeline_type == "gpipe" || pipeline_type == "pipedream_flush", where("pipeline_type"),
                 ": gpipe or pipedream_flush, got '", pipeline_type, "'");
   dp_kind_from_name(default_dp_type, where("default_dp_type"));

@@ -111,7 +111,14 @@ std::string ModelProfile::memory_file(const std::string& precision, const std::s
 }
 
 double ModelProfile::fwd_ms(int tp) const { return nearest(fwd_ms_per_sample, tp, "forward times", 1.0); }
+double ModelProfile::fwd_bwd_ms(int tp) const {
+  return fwd_bwd_ms_per_sample.empty() ? 3 * fwd_ms(tp) : nearest(fwd_bwd_ms_per_sample, tp, "backward times", 1.0);
+}
 double ModelProfile::act_mb(int tp) const { return nearest(act_mb_per_sample, tp, "activation sizes", 1.0); }
+double ModelProfile::checkpoint_backward_mb(int tp) const {
+  if (checkpoint_backward_mb_per_sample <= 0) return act_mb(tp);
+  return checkpoint_backward_mb_per_sample * act_mb(tp) / act_mb(1);
+}
 
 void ModelProfile::write(const std::string& dir) const {
   fs::create_directories(dir);
@@ -119,17 +126,23 @@ void ModelProfile::write(const std::string& dir) const {
   json c;
   c["layertype_0" + tag] = fwd_ms(1);
   for (auto& [t, f] : fwd_ms_per_sample) c["layertype_0_tp" + std::to_string(t) + tag] = f;
+  for (auto& [t, f] : fwd_bwd_ms_per_sample) c["layertype_0_fwd_bwd_tp" + std::to_string(t) + tag] = f;
   c["layertype_other" + tag] = other_fwd_ms_per_sample;
+  c["layertype_other_fwd_bwd" + tag] = other_fwd_bwd_ms_per_sample;
+  c["optimizer_ms_per_param"] = optimizer_ms_per_param;
+  c["zero3_ms_per_layer"] = zero3_ms_per_layer;
+  c["zero3_group"] = zero3_group;
   c["hidden_size"] = hidden, c["seq_length"] = seq, c["batch_size"] = profiled_batch;
   write_json((fs::path(dir) / computation_file(precision, model)).string(), c);
   json acts = json::object();
   for (auto& [t, a] : act_mb_per_sample) acts[std::to_string(t)] = a;
   acts["checkpoint"] = checkpoint_act_mb_per_sample;
+  acts["checkpoint_backward"] = checkpoint_backward_mb_per_sample;
   json m;
   m["layertype_0"] = {{"parameter_size", param_count * 4.0 / (1 << 20)}, {"parameter_count", param_count},
                       {"tp_activation_per_bsz_dict", acts}};
   m["other_memory"] = {{"parameter_count", other_param_count}, {"activation_per_bsz", other_act_mb_per_sample},
-                       {"runtime_mb", runtime_mb}};
+                       {"runtime_mb", runtime_mb}, {"optimizer_mb_per_param", optimizer_mb_per_param}};
   write_json((fs::path(dir) / memory_file(precision, model)).string(), m);
 }
 
@@ -141,8 +154,14 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   p.hidden = int64_t(number(c, "hidden_size", cpath)), p.seq = int64_t(number(c, "seq_length", cpath));
   p.profiled_batch = int64_t(number(c, "batch_size", cpath));
   const std::string tag = "_bsz" + std::to_string(p.profiled_batch) + "_seq" + std::to_string(p.seq);
-  for (auto& [k, v] : c.items())
+  for (auto& [k, v] : c.items()) {
     if (k.rfind("layertype_0_tp", 0) == 0) p.fwd_ms_per_sample[std::stoi(k.substr(14))] = v.get<double>();
+    if (k.rfind("layertype_0_fwd_bwd_tp", 0) == 0) p.fwd_bwd_ms_per_sample[std::stoi(k.substr(22))] = v.get<double>();
+  }
+  if (c.contains("layertype_other_fwd_bwd" + tag)) p.other_fwd_bwd_ms_per_sample = number(c, "layertype_other_fwd_bwd" + tag, cpath);
+  if (c.contains("optimizer_ms_per_param")) p.optimizer_ms_per_param = number(c, "optimizer_ms_per_param", cpath);
+  if (c.contains("zero3_ms_per_layer")) p.zero3_ms_per_layer = number(c, "zero3_ms_per_layer", cpath);
+  if (c.contains("zero3_group")) p.zero3_group = int(number(c, "zero3_group", cpath));
   if (p.fwd_ms_per_sample.empty()) p.fwd_ms_per_sample[1] = number(c, "layertype_0" + tag, cpath);
   p.other_fwd_ms_per_sample = number(c, "layertype_other" + tag, cpath);
   const std::string mpath = (fs::path(dir) / memory_file(precision, model)).string();
@@ -153,12 +172,14 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   p.param_count = number(l, "parameter_count", mpath);
   for (auto& [k, v] : l.at("tp_activation_per_bsz_dict").items()) {
     if (k == "checkpoint") p.checkpoint_act_mb_per_sample = v.get<double>();
+    else if (k == "checkpoint_backward") p.checkpoint_backward_mb_per_sample = v.get<double>();
     else p.act_mb_per_sample[std::stoi(k)] = v.get<double>();
   }
   const json& o = m.at("other_memory");
   p.other_param_count = number(o, "parameter_count", mpath);
   p.other_act_mb_per_sample = number(o, "activation_per_bsz", mpath);
   p.runtime_mb = number(o, "runtime_mb", mpath);
+  if (o.contains("optimizer_mb_per_param")) p.optimizer_mb_per_param = number(o, "optimizer_mb_per_param", mpath);
   return p;
 }
 

@@ -35,11 +35,18 @@ struct ModelProfile {
   std::string model, precision;
   int64_t seq = 0, hidden = 0, profiled_batch = 0;
   std::map<int, double> fwd_ms_per_sample;  // tp -> one layer's forward, ms a sample (its tp traffic included)
+  std::map<int, double> fwd_bwd_ms_per_sample;  // tp -> its forward and backward (no gradient sync)
   double other_fwd_ms_per_sample = 0;       // the embeddings and the head
+  double other_fwd_bwd_ms_per_sample = 0;
+  double optimizer_ms_per_param = 0;        // an optimizer step (master update and working copy)
+  double optimizer_mb_per_param = 0;        // what the step allocates on top, at most
+  double zero3_ms_per_layer = 0;            // a ZeRO-3 layer's gathers in a step, over zero3_group ranks
+  int zero3_group = 0;                      // (0: not profiled; the hardware profile's bandwidth then)
   double param_count = 0;                   // one layer's parameters
   double other_param_count = 0;             // the embeddings' and head's
   std::map<int, double> act_mb_per_sample;  // tp -> one layer's activations kept for backward, MB a sample
   double checkpoint_act_mb_per_sample = 0;  // a checkpointed layer's (its input)
+  double checkpoint_backward_mb_per_sample = 0;  // what a checkpointed layer's recompute and backward hold at most
   double other_act_mb_per_sample = 0;
   double runtime_mb = 0;                    // what a boosted rank holds beyond the model (buffers, workspace)
 
@@ -50,7 +57,12 @@ struct ModelProfile {
   /// The forward time of a tensor-parallel degree (the nearest profiled degree scaled by the
   /// ratio of degrees where it was not profiled).
   double fwd_ms(int tp) const;
+  /// Forward and backward (3 x the forward where not profiled).
+  double fwd_bwd_ms(int tp) const;
   double act_mb(int tp) const;
+  /// A checkpointed layer's backward working set at a degree (the profiled one at tp 1, by
+  /// the ratio of the activations elsewhere; its activations where not profiled).
+  double checkpoint_backward_mb(int tp) const;
 };
 
 }  // namespace booster::plugins::galvatron

@@ -102,7 +102,7 @@ void for_each_layout(const SearchOptions& o, int world, F&& f) {
     const int stage = world / pp;
     const int max_tp = o.max_tp > 0 ? std::min(o.max_tp, stage) : stage;
     for (int vtp : powers_up_to(o.vtp ? max_tp : 1))
-      for (int64_t m = 1; m <= (pp == 1 ? 1 : o.max_chunks); m *= 2) {
+      for (int64_t m = pp == 1 ? 1 : pp; m <= (pp == 1 ? 1 : std::max<int64_t>(o.max_chunks, pp)); m *= 2) {  // a pipeline needs >= pp micro-batches
         if (o.global_bsz % m) continue;
         const int64_t rows = o.global_bsz / m;
         if (!rows_divide(rows, stage, vtp)) continue;
