@@ -91,8 +91,10 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       // Backward stages every layer's whole gradient for its reduction (all of them are in
       // flight until the backward ends), and a checkpointed layer holds its activations
       // again while it recomputes (what the profile measured of that).
-      const double held = model_.param_count / s.tp / (plan.dp_kind(s) == DpKind::ddp ? 1 : stage / s.tp);
-      grads += model_.param_count / s.tp * beta_ / kMB;
+      const bool replicated = plan.dp_kind(s) == DpKind::ddp;
+      const double held = model_.param_count / s.tp / (replicated ? 1 : stage / s.tp);
+      // (a reduce-scatter's output, this rank's share, waits beside its staged input)
+      grads += model_.param_count / s.tp * beta_ / kMB * (replicated ? 1.0 : 1.0 + 1.0 / (stage / s.tp));
       updated += held;
       if (s.checkpoint) recompute = std::max(recompute, model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp));
       // A fetched ZeRO-3 layer and the one prefetched after it, or a layer's full gradient.
@@ -110,7 +112,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
     const double other_params = other_share * model_.other_param_count / plan.vtp;
     states += other_params * states_per_param(okind, vdp) / kMB;
-    grads += other_params * beta_ / kMB;
+    grads += other_params * beta_ / kMB * (okind == DpKind::ddp ? 1.0 : 1.0 + 1.0 / vdp);
     updated += other_params / (okind == DpKind::ddp ? 1 : vdp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
     acts += other_share * model_.other_act_mb_per_sample * rows / vdp;
