@@ -9,7 +9,6 @@ namespace booster::plugins::galvatron {
 
 namespace {
 constexpr double kMB = 1 << 20;
-bool consec_of(const LayerStrategy& s, int stage) { return s.tp == 1 || s.tp == stage || s.tp_consec; }
 }  // namespace
 
 CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision)
@@ -46,7 +45,7 @@ double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int s
   double t = model_.fwd_bwd_ms(s.tp) * r + (s.checkpoint ? model_.fwd_ms(s.tp) * r : 0.0);
   const double grad_mb = model_.param_count / s.tp * beta_ / kMB;
   // The data-parallel group of a consecutive tensor-parallel group is strided, and the reverse.
-  const bool dp_consec = dp == 1 || dp == stage || !consec_of(s, stage);
+  const bool dp_consec = dp == 1 || dp == stage || !s.consecutive(stage);
   const DpKind kind = plan.dp_kind(s);
   if (kind == DpKind::zero3) {  // a gather forward, one backward: as profiled (scaled by the bandwidths), else from bandwidth
     const double model = 2 * 0.5 * hw_.allreduce_ms(grad_mb, dp, dp_consec);
@@ -58,10 +57,10 @@ double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int s
 }
 
 double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const {
-  if (from.tp == to.tp && consec_of(from, stage) == consec_of(to, stage)) return 0;
+  if (from.tp == to.tp && from.consecutive(stage) == to.consecutive(stage)) return 0;
   // Shrinking between consecutive groups moves nothing; otherwise a rank receives the rows
   // it lacks (about its new rows), forward and backward.
-  if (to.tp <= from.tp && consec_of(from, stage) && consec_of(to, stage)) return 0;
+  if (to.tp <= from.tp && from.consecutive(stage) && to.consecutive(stage)) return 0;
   const double mb = rows / (stage / to.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;
   return 2 * hw_.p2p_ms(mb, 1);
 }
@@ -120,7 +119,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;
       sc.fwd_bwd_ms += (k < p - 1 ? 1 : 0) * 2 * hw_.p2p_ms(mb, p);
     }
-    const int64_t in_flight = p == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(p - k, m);
+    const int64_t in_flight = plan.in_flight(k);
     sc.sync_ms = sync;
     // The peak is at the end of a forward (activations in flight) or of the backward (the
     // gradients, with a recomputed layer or a full gradient on the way).

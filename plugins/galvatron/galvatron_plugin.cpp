@@ -14,13 +14,12 @@
 namespace booster::plugins {
 
 using galvatron::DpKind;
+using galvatron::power_of_two;
 using galvatron::GalvatronLayer;
 using galvatron::HybridPlan;
 using galvatron::TpKey;
 
 namespace {
-
-bool power_of_two(int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
 
 // The boosted model's head: holds the groups every layer refers to.
 class GalvatronModel : public ModelWrapper {
@@ -77,8 +76,7 @@ void bucket_by_layer(zero::Engine& engine, nn::Module& module, int64_t layers,
   if (sharded) engine.install_fetch_hooks(module, 1, nullptr);
 }
 
-// Consecutive and strided are the same group when tp is 1 or the whole stage (Galvatron forces the flag to 1).
-TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.tp == 1 || s.tp == stage || s.tp_consec}; }
+TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.consecutive(stage)}; }
 
 }  // namespace
 
@@ -150,21 +148,16 @@ GalvatronPlugin::GalvatronPlugin(GalvatronOptions opts) : opts_(std::move(opts))
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "GalvatronPlugin: call dist::launch_from_openmpi() before creating the plugin");
-  // The groups are made now, once (collective): from the file's layers, or the global template.
-  plan_ = opts_.plan(1);
+  // The groups are made now, once (collective): from the file's layers, or the global
+  // template (a layer a stage). Checked first, the model's layer count aside.
+  plan_ = opts_.plan(opts_.pp_deg);
   const int world = dist::world_size();
+  plan_.validate(world, int64_t(plan_.layers.size()));
   pp_deg_ = plan_.pp_deg;
   vtp_ = plan_.vtp;
-  BOOSTER_CHECK(world % pp_deg_ == 0, plan_.where("pp_deg"), ": ", pp_deg_, " does not divide the world size ", world);
   const int stage = world / pp_deg_;
   std::set<TpKey> keys{{vtp_, true}};
-  for (auto& l : plan_.layers) {
-    BOOSTER_CHECK(power_of_two(l.tp) && stage % l.tp == 0, plan_.where("tp_sizes_enc"), ": tensor-parallel degree ",
-                  l.tp, " must be a power of two dividing world / pp_deg = ", stage);
-    keys.insert(key_of(l, stage));
-  }
-  BOOSTER_CHECK(stage % vtp_ == 0, plan_.where("vtp"), ": ", vtp_, " must divide world / pp_deg = ", stage);
-  if (!plan_.source.empty()) plan_.validate(world, int64_t(plan_.layers.size()));  // all but the model's layer count
+  for (auto& l : plan_.layers) keys.insert(key_of(l, stage));
   groups_ = std::make_shared<galvatron::LayerGroups>(pp_deg_, keys);
 }
 

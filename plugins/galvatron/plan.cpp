@@ -26,9 +26,9 @@ std::string HybridPlan::where(const std::string& key) const {
   return source.empty() ? "[plugin] " + key : "'" + key + "' in " + source;
 }
 
-namespace {
-
 bool power_of_two(int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
+
+namespace {
 
 // An integer value (Galvatron writes some as numbers, some as strings).
 int64_t int_of(const json& v, const std::string& where) {
@@ -179,6 +179,12 @@ std::vector<int64_t> HybridPlan::stage_layers() const {
   std::vector<int64_t> out(size_t(pp_deg), each);
   out.back() += n - each * pp_deg;
   return out;
+}
+
+int64_t HybridPlan::in_flight(int stage_index) const {
+  if (pp_deg == 1) return 1;
+  const int64_t m = std::max<int64_t>(chunks, 1);
+  return pipeline_type == "gpipe" ? m : std::min<int64_t>(pp_deg - stage_index, m);
 }
 
 void HybridPlan::validate(int world, int64_t num_layers) const {

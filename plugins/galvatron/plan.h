@@ -17,12 +17,18 @@ enum class DpKind { ddp, zero2, zero3 };
 DpKind dp_kind_from_name(const std::string& name, const std::string& where);
 std::string dp_kind_name(DpKind k);
 
+/// True for 1, 2, 4, ...: every Galvatron degree.
+bool power_of_two(int64_t v);
+
 struct LayerStrategy {
   int tp = 1;
   bool tp_consec = true;
   bool sdp = false;  // dp_types_enc 1: ZeRO-3 whatever the default
   bool checkpoint = false;
   bool operator==(const LayerStrategy&) const = default;
+  /// Whether its tensor-parallel group is consecutive ranks in a stage of `stage` ranks
+  /// (consecutive and strided are the same group when tp is 1 or the whole stage).
+  bool consecutive(int stage) const { return tp == 1 || tp == stage || tp_consec; }
 };
 
 struct HybridPlan {
@@ -53,6 +59,9 @@ struct HybridPlan {
   void validate(int world, int64_t num_layers) const;
   /// Layers per stage (pp_division or the even split).
   std::vector<int64_t> stage_layers() const;
+  /// Micro-batches a stage holds activations of at once: 1 without a pipeline, every chunk
+  /// under GPipe, min(pp - k, chunks) on stage k under 1F1B.
+  int64_t in_flight(int stage_index) const;
   /// A layer's data-parallel kind.
   DpKind dp_kind(const LayerStrategy& s) const { return s.sdp ? DpKind::zero3 : dp_kind_from_name(default_dp_type, where("default_dp_type")); }
   /// Galvatron's notation of one layer's strategy in a world: pp-tp[*]-dp[*][f][-c].

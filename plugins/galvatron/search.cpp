@@ -146,19 +146,16 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
     HybridPlan plan = base_plan(o, pp, vtp, m);
     plan.layers.assign(size_t(o.num_layers), LayerStrategy{});
     const auto per = plan.stage_layers();
-    // What a stage holds besides its layers (the layers' plan is not known yet: score an
-    // all-DDP plan's stage and take its non-layer part).
+    // What a stage holds besides its layers (the layers' plan is not known yet: score the
+    // all-DDP plan once and take each stage's non-layer part).
+    const PlanCost all_ddp = cm.cost(plan);
+    const LayerStrategy ddp{};
     int64_t first = 0;
     for (int k = 0; k < pp; ++k) {
-      HybridPlan probe = plan;
-      const PlanCost empty = cm.cost(probe);
-      double layers_mb = 0;
-      for (int64_t l = 0; l < per[size_t(k)]; ++l)
-        layers_mb += cm.layer_states_mb(probe, probe.layers[0], stage) +
-                     cm.layer_act_mb(probe.layers[0], stage, double(rows)) *
-                         double(pp == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(pp - k, m));
-      const double fixed = empty.stages[size_t(k)].memory_mb - layers_mb;
-      const int64_t in_flight = pp == 1 ? 1 : plan.pipeline_type == "gpipe" ? m : std::min<int64_t>(pp - k, m);
+      const int64_t in_flight = plan.in_flight(k);
+      const double layers_mb = double(per[size_t(k)]) * (cm.layer_states_mb(plan, ddp, stage) +
+                                                         cm.layer_act_mb(ddp, stage, double(rows)) * double(in_flight));
+      const double fixed = all_ddp.stages[size_t(k)].memory_mb - layers_mb;
       auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), in_flight, m, o.memory_mb - fixed, step);
       if (chosen.empty()) return;  // this layout does not fit
       std::copy(chosen.begin(), chosen.end(), plan.layers.begin() + first);
