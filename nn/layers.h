@@ -37,6 +37,8 @@ class Conv2d : public UnaryModule {
          std::pair<int64_t, int64_t> stride = {1, 1}, std::pair<int64_t, int64_t> padding = {0, 0}, bool bias = true);
   std::string type_name() const override { return "Conv2d"; }
   Tensor forward(const Tensor& x) override;
+  std::pair<int64_t, int64_t> stride() const { return stride_; }
+  std::pair<int64_t, int64_t> padding() const { return padding_; }
   TensorSlot weight, bias;
 
  protected:

@@ -35,6 +35,15 @@ ViTEmbeddings::ViTEmbeddings(const ViTConfig& c) : c_(c) {
   dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.hidden_dropout_prob));
 }
 
+ViTEmbeddings::ViTEmbeddings(const ViTConfig& c, Tensor cls, Tensor pos, std::shared_ptr<UnaryModule> patch,
+                             std::shared_ptr<UnaryModule> drop)
+    : c_(c) {
+  cls_token = register_parameter("cls_token", std::move(cls));
+  position_embeddings = register_parameter("position_embeddings", std::move(pos));
+  patch_embeddings = register_module<UnaryModule>("patch_embeddings", std::move(patch));
+  dropout = register_module<UnaryModule>("dropout", std::move(drop));
+}
+
 // pixel_values: [B, C, H, W] -> [B, N + 1, hidden]
 Tensor ViTEmbeddings::forward(const Tensor& pixel_values) {
   Tensor patches = patch_embeddings(pixel_values);  // [B, N, hidden]

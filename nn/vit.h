@@ -32,10 +32,14 @@ class ViTEmbeddings : public UnaryModule {
   explicit ViTEmbeddings(const ViTConfig& c);
   std::string type_name() const override { return "ViTEmbeddings"; }
   Tensor forward(const Tensor& pixel_values) override;
+  const ViTConfig& config() const { return c_; }
   TensorSlot cls_token, position_embeddings;
   Slot<UnaryModule> patch_embeddings, dropout;
 
  protected:
+  /// Around existing parameters and children (a subclass replacing the embeddings keeps them).
+  ViTEmbeddings(const ViTConfig& c, Tensor cls, Tensor pos, std::shared_ptr<UnaryModule> patch,
+                std::shared_ptr<UnaryModule> drop);
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTEmbeddings>(c_); }
   ViTConfig c_;
 };

@@ -30,6 +30,10 @@ std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, b
   }
   std::vector<int64_t> sizes;
   for (int64_t off = 0; off < batch; off += mbs) sizes.push_back(std::min(mbs, batch - off));
+  for (int64_t s : sizes)
+    BOOSTER_CHECK_T(ShapeError, s % o.rows_multiple == 0, o.rows_owner, ": a batch of ", s,
+                    " rows does not divide into its ", o.rows_multiple, " row blocks (a micro-batch of the pipeline: ",
+                    "every micro-batch must be a multiple of ", o.rows_multiple, ")");
   return sizes;
 }
 

@@ -29,6 +29,10 @@ struct ScheduleOptions {
   int64_t microbatch_size = 0;   // 0: from num_microbatches
   bool enable_metadata_cache = true;
   bool overlap_p2p = true;
+  /// Every micro-batch's rows must be a multiple of this (a tensor-parallel grid's row
+  /// blocks), checked on every stage before any message moves; `rows_owner` names the grid.
+  int64_t rows_multiple = 1;
+  std::string rows_owner;
 };
 
 /// What the last forward_backward_step measured on this stage.

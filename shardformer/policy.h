@@ -15,6 +15,7 @@
 #include "core/dist/process_group.h"
 #include "core/tensor/random.h"
 #include "nn/module.h"
+#include "nn/parallel/grid.h"
 
 namespace booster::shardformer {
 
@@ -24,6 +25,8 @@ struct ShardConfig {
   bool enable_sequence_parallelism = false;
   std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled)
   bool parallel_output = true;
+  /// 2D, 2.5D or 3D tensor parallelism: the grid the tp group is split into (null: 1D).
+  const nn::TensorGrid* grid = nullptr;
   /// Dropout generators: the same stream on every tp rank (replicated activations) and a
   /// stream per tp rank (split activations).
   std::shared_ptr<Generator> replicated_generator, parallel_generator;

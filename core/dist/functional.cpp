@@ -107,6 +107,18 @@ std::pair<int64_t, int64_t> balanced_chunk(int64_t n, int parts, int r) {
   return {r * q + std::min<int64_t>(r, extra), q + (r < extra ? 1 : 0)};
 }
 
+Tensor all_gather_along(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("all_gather_along", x, dim, g.size(), false);
+  return g.size() == 1 ? x.detach() : raw_gather(x, d, g, x.size(d) * g.size());
+}
+
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const ProcessGroup& g) {
+  const int64_t d = checked_dim("reduce_scatter_along", x, dim, g.size(), true);
+  return g.size() == 1 ? x.detach() : raw_reduce_scatter(x, d, g);
+}
+
+Tensor all_reduce_sum(const Tensor& x, const ProcessGroup& g) { return raw_all_reduce(x, g); }
+
 Tensor reduce_backward(const Tensor& x, const ProcessGroup& g) {
   const ProcessGroup* pg = &g;
   return autograd::record("ReduceBackward", {x}, make_view(x, x.shape(), x.strides(), x.offset()),

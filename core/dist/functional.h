@@ -31,6 +31,13 @@ Tensor reducescatter_forward_gather_backward(const Tensor& x, int64_t dim, const
 /// Forward: all-gather along dim into `full` elements (-1: size x group size); backward:
 /// reduce-scatter (sum) along dim (sequence parallelism before a column-parallel linear).
 Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const ProcessGroup& g, int64_t full = -1);
+/// Without history: every rank's x concatenated along dim (an all-gather; x itself on a group of one).
+Tensor all_gather_along(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Without history: this rank's chunk along dim of the sum over ranks of x (a reduce-scatter;
+/// x itself on a group of one). The dim divides by the group size (ShapeError otherwise).
+Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const ProcessGroup& g);
+/// Without history: the sum over ranks of x (a new tensor).
+Tensor all_reduce_sum(const Tensor& x, const ProcessGroup& g);
 /// Forward: splits along scatter_dim, sends chunk r to rank r and concatenates what it
 /// receives along gather_dim; backward: the same with the dims exchanged.
 Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g);

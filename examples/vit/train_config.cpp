@@ -60,12 +60,19 @@ ConfigSchema vit_train_schema() {
       .add("run.output_dir", T::string, "runs")
       .add("log.level", T::string, "info")
       .add("log.all_ranks", T::boolean, false)
+      .add("parallel.pipeline", T::integer, 1, "legacy Colossal-AI: pipeline stages (mapped onto [plugin])")
+      .add("parallel.num_micro_batches", T::integer, 0, "legacy: micro-batches a step (0: the pipeline size)")
+      .add("parallel.tensor.mode", T::string, "1d", "legacy: 1d, 2d, 2.5d or 3d")
+      .add("parallel.tensor.size", T::integer, 1, "legacy: tensor-parallel size")
+      .add("parallel.tensor.depth", T::integer, 1, "legacy: 2.5d's depth")
       .open_table("plugin");
   // Numbers outside these ranges are refused by name, with the value and where it was set.
   for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr", "train.momentum",
                         "train.weight_decay", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
                         "checkpoint.every_steps", "model.patch_size"})
     s.range(k, 0);
+  for (const char* k : {"parallel.pipeline", "parallel.tensor.size", "parallel.tensor.depth"}) s.range(k, 1);
+  s.range("parallel.num_micro_batches", 0);
   for (const char* k : {"model.image_size", "train.epochs", "train.batch_size", "train.log_every", "checkpoint.keep_last",
                         "train.gradient_accumulation"})
     s.range(k, 1);
@@ -73,6 +80,19 @@ ConfigSchema vit_train_schema() {
                         "model.gradient_checkpointing_ratio"})
     s.range(k, 0, 1);
   return s;
+}
+
+void map_legacy_parallel(Config& cfg) {
+  BOOSTER_CHECK(!cfg.has("plugin"), cfg.where("parallel.pipeline"), ": [parallel] (legacy Colossal-AI's table) and "
+                "[plugin] both say how to parallelize; give one of them");
+  const int64_t pp = cfg.get_int("parallel.pipeline"), mb = cfg.get_int("parallel.num_micro_batches");
+  cfg.set("plugin.name=\"hybrid_parallel\"");
+  cfg.set("plugin.tp_size=" + std::to_string(cfg.get_int("parallel.tensor.size")));
+  cfg.set("plugin.tp_mode=\"" + cfg.get_string("parallel.tensor.mode") + "\"");
+  cfg.set("plugin.tp_depth=" + std::to_string(cfg.get_int("parallel.tensor.depth")));
+  cfg.set("plugin.pp_size=" + std::to_string(pp));
+  if (pp > 1) cfg.set("plugin.num_microbatches=" + std::to_string(mb > 0 ? mb : pp));
+  cfg.set("plugin.precision=\"" + cfg.get_string("booster.mixed_precision") + "\"");
 }
 
 }  // namespace booster::examples

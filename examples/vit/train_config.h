@@ -9,4 +9,10 @@ namespace booster::examples {
 /// checked by the plugin registry.
 ConfigSchema vit_train_schema();
 
+/// Legacy Colossal-AI's parallel table ([parallel] pipeline, num_micro_batches;
+/// [parallel.tensor] mode, size, depth) as HybridParallelPlugin's [plugin] keys (pp_size,
+/// num_microbatches, tp_size, tp_mode, tp_depth; precision from booster.mixed_precision).
+/// Call after apply(); ValueError when the config also has a [plugin] table.
+void map_legacy_parallel(Config& cfg);
+
 }  // namespace booster::examples

@@ -242,7 +242,9 @@ int main(int argc, char** argv) {
 
   Config cfg = cli.config_path.empty() ? Config::from_string("", "<defaults>", cli.overrides)
                                        : Config::from_file(cli.config_path, cli.overrides);
+  const bool legacy_parallel = cfg.has("parallel");
   cfg.apply(examples::vit_train_schema());
+  if (legacy_parallel) examples::map_legacy_parallel(cfg);
   dist::launch_from_openmpi({uint64_t(cfg.get_int("train.seed"))});
   dist::configure_logging({cfg.get_string("log.level"), cfg.get_bool("log.all_ranks"), ""});
   return cli.eval_only ? eval_only(cfg, cli) : train(cfg, cli);

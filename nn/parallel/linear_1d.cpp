@@ -7,39 +7,48 @@
 
 namespace booster::nn {
 
-void shard_parameter(Tensor p, int64_t dim, const dist::ProcessGroup& g, const std::string& who) {
+void shard_parameter_blocks(Tensor p, const std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>>& blocks,
+                            const std::string& who) {
   if (!p.defined()) return;
   BOOSTER_CHECK(!p.region(), who, ": the parameter ", shape_str(p.shape()), " is already a shard (",
                 p.region()->str(), ")");
-  const int64_t n = g.size(), size = p.size(dim);
-  BOOSTER_CHECK_T(ShapeError, size % n == 0, who, ": dim ", dim, " of the parameter ", shape_str(p.shape()),
-                  " does not divide by the tensor-parallel size ", n);
-  const int64_t c = size / n;
   const Shape full = p.shape();
   Shape offset(full.size(), 0), extent = full;
-  offset[size_t(dim)] = g.rank() * c;
-  extent[size_t(dim)] = c;
+  for (auto& [dim, bl] : blocks) {
+    const auto [block, n] = bl;
+    const int64_t size = full[size_t(dim)];
+    BOOSTER_CHECK_T(ShapeError, size % n == 0, who, ": dim ", dim, " of the parameter ", shape_str(full),
+                    " does not divide into ", n, " blocks");
+    extent[size_t(dim)] = size / n;
+    offset[size_t(dim)] = block * (size / n);
+  }
   const Region box = Region::box(full, offset, extent);
-  if (is_lazy(p)) return lazy_restrict(p, box);  // materialized as the slice alone
+  if (is_lazy(p)) return lazy_restrict(p, box);  // materialized as the block alone
   NoGradGuard ng;
-  p.set_data(p.detach().narrow(dim, offset[size_t(dim)], c).contiguous().clone());
+  Tensor t = p.detach();
+  for (auto& [dim, bl] : blocks) t = t.narrow(dim, offset[size_t(dim)], extent[size_t(dim)]);
+  p.set_data(t.contiguous().clone());
   p.set_region(box);
 }
 
-namespace {
-// The native Linear's handles, checked: a plain Linear (not already a parallel one).
-std::pair<Tensor, Tensor> native_handles(const std::shared_ptr<Module>& native, const char* who) {
+void shard_parameter(Tensor p, int64_t dim, const dist::ProcessGroup& g, const std::string& who) {
+  if (!p.defined()) return;
+  BOOSTER_CHECK_T(ShapeError, p.size(dim) % g.size() == 0, who, ": dim ", dim, " of the parameter ",
+                  shape_str(p.shape()), " does not divide by the tensor-parallel size ", g.size());
+  shard_parameter_blocks(p, {{dim, {g.rank(), g.size()}}}, who);
+}
+
+std::pair<Tensor, Tensor> linear_handles(const std::shared_ptr<Module>& native, const std::string& who) {
   auto* lin = dynamic_cast<Linear*>(native.get());
   BOOSTER_CHECK(lin != nullptr, who, ".from_native_module: expects a Linear, got a ",
                 native ? native->type_name() : "null module");
   return {lin->weight.get(), lin->bias.defined() ? lin->bias.get() : Tensor()};
 }
-}  // namespace
 
 std::shared_ptr<Linear> Linear1DCol::from_native_module(const std::shared_ptr<Module>& native,
                                                         const dist::ProcessGroup& tp, Linear1DOptions opts) {
   if (auto done = std::dynamic_pointer_cast<Linear1DCol>(native)) return done;
-  auto [w, b] = native_handles(native, "Linear1D_Col");
+  auto [w, b] = linear_handles(native, "Linear1D_Col");
   shard_parameter(w, 0, tp, "Linear1D_Col weight");
   shard_parameter(b, 0, tp, "Linear1D_Col bias");
   return std::make_shared<Linear1DCol>(w, b, tp, opts);
@@ -57,7 +66,7 @@ Tensor Linear1DCol::forward(const Tensor& x) {
 std::shared_ptr<Linear> Linear1DRow::from_native_module(const std::shared_ptr<Module>& native,
                                                         const dist::ProcessGroup& tp, Linear1DOptions opts) {
   if (auto done = std::dynamic_pointer_cast<Linear1DRow>(native)) return done;
-  auto [w, b] = native_handles(native, "Linear1D_Row");
+  auto [w, b] = linear_handles(native, "Linear1D_Row");
   shard_parameter(w, 1, tp, "Linear1D_Row weight");
   return std::make_shared<Linear1DRow>(w, b, tp, opts);
 }

@@ -28,6 +28,13 @@ struct Linear1DOptions {
 /// kept) and records it as a box of the logical tensor. ShapeError when the dim does not
 /// divide by the group size; ValueError when it is already a shard.
 void shard_parameter(Tensor param, int64_t dim, const dist::ProcessGroup& g, const std::string& who);
+/// The same for a box: block blocks[d].first of blocks[d].second along each dim d listed
+/// (a 2D grid's weight: a block of its rows and a block of its columns).
+void shard_parameter_blocks(Tensor param, const std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>>& blocks,
+                            const std::string& who);
+
+/// The weight and bias handles of `native`, a Linear (ValueError naming `who` otherwise).
+std::pair<Tensor, Tensor> linear_handles(const std::shared_ptr<Module>& native, const std::string& who);
 
 /// What both tensor-parallel linears share: the adopted handles, the group and the options.
 class Linear1D : public Linear {

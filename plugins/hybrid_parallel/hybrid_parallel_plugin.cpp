@@ -17,6 +17,8 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
   static const auto binder = [] {
     OptionBinder<O> b;
     b.add("tp_size", &O::tp_size, "tensor-parallel size")
+        .add("tp_mode", &O::tp_mode, "1d, 2d, 2.5d or 3d")
+        .add("tp_depth", &O::tp_depth, "2.5d: the grid's depth (tp_size = q^2 x tp_depth)")
         .add("pp_size", &O::pp_size, "pipeline stages")
         .add("sp_size", &O::sp_size, "sequence-parallel size (0: None)")
         .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16 or fp32")
@@ -69,6 +71,13 @@ void HybridParallelOptions::validate() const {
   const char* who = "HybridParallelPlugin: ";
   BOOSTER_CHECK(tp_size >= 1, who, "tp_size must be >= 1, got ", tp_size);
   BOOSTER_CHECK(pp_size >= 1, who, "pp_size must be >= 1, got ", pp_size);
+  if (tp_mode == "1d") {
+    BOOSTER_CHECK(tp_depth == 1, who, "tp_depth ", tp_depth, " needs tp_mode = \"2.5d\"");
+  } else {
+    nn::TensorGrid::edge(tp_mode, tp_size, tp_depth);  // throws naming the mode and the size
+    BOOSTER_CHECK(!enable_sequence_parallelism, who, "enable_sequence_parallelism runs with tp_mode 1d; tp_mode ",
+                  tp_mode, " partitions the activations itself");
+  }
   zero.validate_common(who);
   BOOSTER_CHECK(zero.stage >= 0 && zero.stage <= 2, who, "zero_stage must be 0, 1 or 2, got ", zero.stage);
   const std::string& m = sequence_parallelism_mode;
@@ -132,6 +141,10 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   BOOSTER_CHECK(world % (tp * pp) == 0, "HybridParallelPlugin: the world size ", world,
                 " is not divisible by tp_size ", tp, " x pp_size ", pp);
   mesh_ = std::make_shared<dist::ProcessGroupMesh>(dist::ProcessGroupMesh::dp_pp_tp(world / (tp * pp), pp, tp, opts_.dp_outside));
+  if (opts_.tp_mode != "1d") {
+    grid_ = std::make_shared<nn::TensorGrid>(mesh_->group("tp"), opts_.tp_mode, opts_.tp_depth);
+    grid_->set_pad_rows(pp == 1);  // a pipeline's stages cannot tell the padding apart: its micro-batches must divide
+  }
 }
 
 void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
@@ -160,6 +173,7 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
   stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
   pipeline::keep_stage_modules(*module, *pm, *stages_, o.optimizer.get());
   pipeline::ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
+  if (grid_) so.rows_multiple = grid_->row_blocks(), so.rows_owner = grid_->describe();
   if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<pipeline::InterleavedSchedule>(*stages_, so);
   else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);
 }
@@ -213,6 +227,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     sc.enable_sequence_parallelism = opts_.enable_sequence_parallelism;
     sc.sequence_parallelism_mode = opts_.sequence_parallelism_mode;
     sc.parallel_output = opts_.parallel_output;
+    sc.grid = grid_.get();
     const uint64_t seed = default_generator().state().seed;
     sc.replicated_generator = std::make_shared<Generator>(seed, (uint64_t(1) << 32) + uint64_t(mesh_->coordinate("dp")));
     sc.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
@@ -227,8 +242,9 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   } else {
     zero::apply_zero(o, dp, opts_.zero);  // its max_norm stays 0: HybridParallelOptimizer clips
   }
-  o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1);
-  if (o.optimizer) o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm);
+  o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1, grid_);
+  if (o.optimizer)
+    o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
 }
 
 std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() { return layout_checkpoint_io(mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision); }

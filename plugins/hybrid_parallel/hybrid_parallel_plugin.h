@@ -1,6 +1,6 @@
 // HybridParallelPlugin (Colossal-AI's name, arguments, defaults and checks): tensor
 // parallelism through a shardformer policy (ViT built in, custom_policy for any other
-// model), sequence parallelism (split_gather, ViT included), data parallelism over the dp
+// model), 1D or, as legacy Colossal-AI's tensor modes, on a 2D, 2.5D or 3D grid (tp_mode), sequence parallelism (split_gather, ViT included), data parallelism over the dp
 // group (DDP at zero_stage 0, the ZeRO-1/2 optimizer of LowLevelZeroPlugin otherwise) and
 // fp16 / bf16 / fp32 with the shared loss-scaling rule. Ranks form a (dp, pp, tp) mesh, tp
 // innermost (dp_outside; (pp, dp, tp) otherwise). Pipeline parallelism (pp_size > 1): each
@@ -26,6 +26,10 @@ namespace booster::plugins {
 
 struct HybridParallelOptions {
   int tp_size = 1;
+  /// Tensor parallelism's kind (legacy Colossal-AI's tensor modes): "1d" (Megatron), "2d"
+  /// (tp_size = q^2), "2.5d" (tp_size = q^2 * tp_depth) or "3d" (tp_size = q^3).
+  std::string tp_mode = "1d";
+  int tp_depth = 1;
   int pp_size = 1;
   int sp_size = 0;  // None
   bool enable_all_optimization = false;
@@ -94,6 +98,8 @@ class HybridParallelPlugin : public Plugin {
   int tp_size() const { return opts_.tp_size; }
   int pp_size() const { return opts_.pp_size; }
   const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
+  /// The 2D / 2.5D / 3D grid of the tp group, or null (1D).
+  const nn::TensorGrid* grid() const { return grid_.get(); }
 
  protected:
   std::pair<int, int> dp_rank_size() const override;
@@ -104,6 +110,7 @@ class HybridParallelPlugin : public Plugin {
   void keep_stage_layers(BoostedObjects& o);
 
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
+  std::shared_ptr<nn::TensorGrid> grid_;  // tp_mode 2d, 2.5d, 3d
   std::unique_ptr<pipeline::PipelineStageManager> stages_;
   std::unique_ptr<pipeline::PipelineSchedule> schedule_;
 };

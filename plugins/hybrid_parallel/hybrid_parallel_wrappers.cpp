@@ -1,6 +1,8 @@
 // HybridParallelPlugin's wrappers (see hybrid_parallel_wrappers.h).
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
 
+#include <set>
+
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/functional.h"
@@ -8,27 +10,76 @@
 namespace booster::plugins {
 
 namespace {
-// The dim along which a tensor-parallel shard splits its logical tensor, or -1 when whole.
-int64_t split_dim(const Tensor& p) {
+// True when p is a block of its logical tensor (a tensor-parallel shard), not all of it.
+bool is_block(const Tensor& p) {
   const Region* r = p.region();
-  if (!r) return -1;
-  for (size_t d = 0; d < r->full.size(); ++d)
-    if (r->extent[d] != r->full[d]) return int64_t(d);
-  return -1;
+  return r && r->extent != r->full;
 }
-// Calls f(state tensor, its parameter, its region, split dim) for every optimizer state
-// tensor of a tensor-parallel shard in `sd` (those shaped like the parameter, or like the
-// logical tensor when `logical`).
+// Calls f(state tensor, its parameter, its region) for every optimizer state tensor of a
+// tensor-parallel block in `sd` (those shaped like the parameter, or like the logical
+// tensor when `logical`).
 template <typename F>
 void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bool logical, F&& f) {
   for (auto& g : o.param_groups())
     for (auto& [name, p] : g.params) {
-      const int64_t d = split_dim(p);
       auto it = sd.state.find(name);
-      if (d < 0 || it == sd.state.end()) continue;
+      if (!is_block(p) || it == sd.state.end()) continue;
       for (auto& [k, buf] : it->second.buffers)
-        if (buf.shape() == (logical ? p.region()->full : p.shape())) f(buf, p, *p.region(), d);
+        if (buf.shape() == (logical ? p.region()->full : p.shape())) f(buf, p, *p.region());
     }
+}
+
+// The logical tensor assembled from every rank's block of it (blocks of one extent; ranks
+// holding the same block agree). Collective over g.
+Tensor gather_blocks(const Tensor& local, const Region& r, const dist::ProcessGroup& g) {
+  const int n = g.size();
+  const size_t nd = r.full.size();
+  std::vector<int64_t> corner(r.offset.begin(), r.offset.end());
+  corner.insert(corner.end(), r.extent.begin(), r.extent.end());
+  Tensor mine = Tensor::from_ints(corner, {int64_t(2 * nd)}), all = Tensor::empty({n * int64_t(2 * nd)}, DType::i64);
+  dist::all_gather(all, mine, g);
+  Tensor data = Tensor::empty({n * local.numel()}, local.dtype());
+  dist::all_gather(data, local.contiguous(), g);
+  Tensor full = Tensor::zeros(r.full, local.dtype());
+  const int64_t* c = all.data<int64_t>();
+  for (int k = 0; k < n; ++k) {
+    Tensor dst = full;
+    for (size_t d = 0; d < nd; ++d) {
+      BOOSTER_CHECK(c[k * int64_t(2 * nd) + int64_t(nd + d)] == r.extent[d], "HybridParallelOptimizer: tensor-parallel "
+                    "ranks hold blocks of different extents of one ", shape_str(r.full), " tensor");
+      dst = dst.narrow(int64_t(d), c[k * int64_t(2 * nd) + int64_t(d)], r.extent[d]);
+    }
+    dst.copy_(data.narrow(0, k * local.numel(), local.numel()).view(r.extent));
+  }
+  return full;
+}
+
+// The parameters of o whose block this rank is the first (lowest tp rank) to hold: a block's
+// holders are the ranks whose block starts at the same corner. Collective over tp.
+std::shared_ptr<std::set<const void*>> first_holders(OptimizerWrapper& o, const dist::ProcessGroup& tp) {
+  std::vector<const void*> ps;
+  std::vector<int64_t> keys;
+  for (auto& g : o.param_groups())
+    for (auto& [name, p] : g.params) {
+      int64_t key = -1;  // a whole parameter: the same on every rank
+      if (const Region* r = p.region()) {
+        key = 0;
+        for (size_t d = 0; d < r->full.size(); ++d) key = key * r->full[d] + r->offset[d];
+      }
+      ps.push_back(p.impl());
+      keys.push_back(key);
+    }
+  const int64_t n = int64_t(keys.size());
+  Tensor all = Tensor::empty({tp.size() * std::max<int64_t>(n, 1)}, DType::i64);
+  Tensor mine = Tensor::from_ints(n ? keys : std::vector<int64_t>{0}, {std::max<int64_t>(n, 1)});
+  dist::all_gather(all, mine, tp);
+  auto first = std::make_shared<std::set<const void*>>();
+  for (int64_t i = 0; i < n; ++i) {
+    bool earlier = false;
+    for (int r = 0; r < tp.rank() && !earlier; ++r) earlier = all.data<int64_t>()[r * std::max<int64_t>(n, 1) + i] == keys[size_t(i)];
+    if (!earlier) first->insert(ps[size_t(i)]);
+  }
+  return first;
 }
 
 TensorParallelGroups mesh_groups(const std::shared_ptr<dist::ProcessGroupMesh>& mesh) {
@@ -47,8 +98,9 @@ TensorParallelGroups mesh_groups(const std::shared_ptr<dist::ProcessGroupMesh>& 
 }  // namespace
 
 HybridParallelModule::HybridParallelModule(std::shared_ptr<ModelWrapper> inner,
-                                           std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage)
-    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)), stage_(stage) {}
+                                           std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage,
+                                           std::shared_ptr<const nn::TensorGrid> grid)
+    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)), stage_(stage), grid_(std::move(grid)) {}
 
 void HybridParallelModule::check_whole_forward() const {
   BOOSTER_CHECK(stage_ < 0, "HybridParallelPlugin: this rank is pipeline stage ", stage_, " of ", mesh_->size("pp"),
@@ -57,8 +109,13 @@ void HybridParallelModule::check_whole_forward() const {
 }
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
-                                                 std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm)
-    : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), groups_(mesh_groups(mesh_)), max_norm_(max_norm) {}
+                                                 std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm,
+                                                 bool replicated_blocks)
+    : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), groups_(mesh_groups(mesh_)), max_norm_(max_norm) {
+  if (!replicated_blocks) return;
+  auto first = first_holders(*this->inner(), mesh_->group("tp"));
+  groups_.counted = [first](const Tensor& p) { return first->count(p.impl()) > 0; };
+}
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups,
                                                  double max_norm)
@@ -71,8 +128,9 @@ double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, boo
   scope.reduce = [this, outer](double local, bool is_max) { return outer.combine(groups_.reduce(local, is_max), is_max); };
   // A shard is this rank's own; a replicated parameter is the same on every rank of its tp group.
   scope.counts = [this, outer](const Tensor& p) {
+    if (groups_.counted) return groups_.counted(p) && outer.count(p);
     const dist::ProcessGroup* tp = groups_.tp_of(p);
-    return (split_dim(p) >= 0 || !tp || tp->rank() == 0) && outer.count(p);
+    return (is_block(p) || !tp || tp->rank() == 0) && outer.count(p);
   };
   return OptimizerDecorator::clip_norm(max_norm, norm_type, error_if_nonfinite, scope);
 }
@@ -85,10 +143,10 @@ void HybridParallelOptimizer::step() {
 optim::OptimizerStateDict HybridParallelOptimizer::state_dict() const {
   optim::OptimizerStateDict sd = OptimizerDecorator::state_dict();
   NoGradGuard ng;
-  for_each_shard_state(*inner(), sd, false, [&](Tensor& buf, const Tensor& p, const Region&, int64_t d) {
+  for_each_shard_state(*inner(), sd, false, [&](Tensor& buf, const Tensor& p, const Region& r) {
     const dist::ProcessGroup* tp = groups_.tp_of(p);
     BOOSTER_CHECK(tp != nullptr, "HybridParallelOptimizer: a tensor-parallel shard without a tensor-parallel group");
-    buf = dist::gather_forward_split_backward(buf, d, *tp);
+    buf = gather_blocks(buf, r, *tp);
   });
   return sd;
 }
@@ -96,8 +154,9 @@ optim::OptimizerStateDict HybridParallelOptimizer::state_dict() const {
 void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& full) {
   optim::OptimizerStateDict sd = full;
   NoGradGuard ng;
-  for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Tensor&, const Region& r, int64_t d) {
-    buf = buf.narrow(d, r.offset[size_t(d)], r.extent[size_t(d)]).contiguous().clone();
+  for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Tensor&, const Region& r) {
+    for (size_t d = 0; d < r.full.size(); ++d) buf = buf.narrow(int64_t(d), r.offset[d], r.extent[d]);
+    buf = buf.contiguous().clone();
   });
   OptimizerDecorator::load_state_dict(sd);
 }

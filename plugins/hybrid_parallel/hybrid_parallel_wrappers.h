@@ -2,9 +2,10 @@
 // parallel layers inside, DDP or ZeRO over the dp group and the precision layer below it).
 // HybridParallelOptimizer decorates the optimizer chain: it clips by the global norm with
 // every parameter counted once (a tensor-parallel shard on every tp rank, a replicated
-// parameter on tp rank 0 only, summed over the tp group and over the pipeline stages,
-// which hold different layers; the dp group is DDP's or ZeRO's business below), clips every step with max_norm, and gives state_dict() in the logical
-// shapes by gathering tensor-parallel shards.
+// parameter on tp rank 0 only, a grid block held by several tp ranks on the first of them, summed over the tp group and over the pipeline stages,
+// which hold different layers; the dp group is DDP's or ZeRO's business below), clips every
+// step with max_norm, and gives state_dict() in the logical shapes by gathering the
+// tensor-parallel blocks (boxes of any number of split dims).
 #pragma once
 
 #include <functional>
@@ -13,6 +14,7 @@
 #include "booster/model_wrapper.h"
 #include "booster/optimizer_wrapper.h"
 #include "core/dist/mesh.h"
+#include "nn/parallel/grid.h"
 
 namespace booster::plugins {
 
@@ -21,7 +23,8 @@ namespace booster::plugins {
 class HybridParallelModule : public ModelWrapper {
  public:
   /// stage: this rank's pipeline stage, or -1 without a pipeline.
-  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage = -1);
+  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage = -1,
+                       std::shared_ptr<const nn::TensorGrid> grid = nullptr);
   std::string type_name() const override { return "HybridParallelModule"; }
   const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
   /// A pipeline stage holds only its layers: the whole model runs through execute_pipeline.
@@ -30,6 +33,7 @@ class HybridParallelModule : public ModelWrapper {
  private:
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
   int stage_;
+  std::shared_ptr<const nn::TensorGrid> grid_;  // the grid layers' groups
 };
 
 /// How a plugin's parameters are split by tensor parallelism: each one's tensor-parallel
@@ -39,13 +43,18 @@ struct TensorParallelGroups {
   std::function<const dist::ProcessGroup*(const Tensor& param)> tp_of;
   std::function<double(double local, bool is_max)> reduce;
   bool trivial = false;  // no tensor parallelism and nothing to combine
+  /// Whether this rank counts a parameter in a norm; unset: a shard on every rank, a whole
+  /// parameter on its tp group's rank 0.
+  std::function<bool(const Tensor& param)> counted;
 };
 
 class HybridParallelOptimizer : public OptimizerDecorator {
  public:
-  /// tp and pp of the mesh: every parameter on the mesh's tp group, norms summed over tp and pp.
+  /// tp and pp of the mesh: every parameter on the mesh's tp group, norms summed over tp and
+  /// pp. replicated_blocks (2D / 2.5D / 3D grids): a block that several tp ranks hold counts
+  /// once, on the lowest of them (found at construction: collective over tp).
   HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh,
-                          double max_norm);
+                          double max_norm, bool replicated_blocks = false);
   HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups, double max_norm);
   std::string type_name() const override { return "HybridParallelOptimizer"; }
   void step() override;

@@ -9,6 +9,7 @@
 #include "nn/parallel/layernorm.h"
 #include "nn/parallel/linear_1d.h"
 #include "nn/vit.h"
+#include "shardformer/policies/vit_grid_policy.h"
 
 namespace booster::shardformer {
 
@@ -69,6 +70,11 @@ ModuleFactory sp_layernorm(int64_t gather_seq_len) {
 
 void ViTPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& config) const {
   const auto& c = vit_config(model);
+  if (config.grid) {
+    BOOSTER_CHECK(!config.enable_sequence_parallelism, name(), ": sequence parallelism runs with 1D tensor parallelism; "
+                  "the ", config.grid->describe(), " partitions the activations itself");
+    return vit_grid_sanity_check(c, *config.grid, name());
+  }
   const int tp = config.tp_size();
   BOOSTER_CHECK(c.num_attention_heads % tp == 0, name(), ": num_attention_heads ", c.num_attention_heads,
                 " does not divide by tp_size ", tp);
@@ -82,6 +88,7 @@ void ViTPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& 
 std::map<std::string, ModulePolicyDescription> ViTPolicy::module_policy(const nn::Module& model,
                                                                          const ShardConfig& config) const {
   const auto& c = vit_config(model);
+  if (config.grid) return vit_grid_module_policy(c, config);
   const int tp = config.tp_size();
   const bool sp = config.enable_sequence_parallelism;
   const int64_t tokens = c.num_patches() + 1;

@@ -1,5 +1,5 @@
 // The plugin conformance suite: every plugin configuration in kCases must pass. Adding a
-// plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4.
+// plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4, and the grid cases at 8.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -33,6 +33,7 @@ struct PluginCase {
   bool split = false;  // Booster split_batch: each of 2 threads runs a share of the rank's batch
   int ranks = 0;       // the world must be a multiple of this (0: of group())
   std::string plan = {};  // a Galvatron strategy JSON (written for the case, its path added to the table)
+  int64_t rows = 2;       // a replica's rows per step (a grid splits them into its row blocks)
   /// Ranks of one data-parallel replica (they see the same rows).
   int group() const { return tp * pp; }
 };
@@ -51,6 +52,11 @@ const std::string kMixedPlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,1", "tp_c
 const std::string kMixedPlanVtp2 = R"({"pp_deg": 1, "tp_sizes_enc": "1,4,2,2", "tp_consecutive_flags": "1,1,0,1",
   "dp_types_enc": "0,0,1,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "chunks": 1, "default_dp_type": "zero2",
   "vtp": 2, "embed_sdp": 1})";
+
+// 2D, 2.5D and 3D tensor parallelism (legacy Colossal-AI's modes): a 2 x 2 grid (np 4; at
+// np 8 beside data parallelism), a 2 x 2 x depth 2 grid and a 2 x 2 x 2 cube (np 8).
+const std::string kGrid2d = "[plugin]\nname = 'hybrid_parallel'\ntp_size = 4\ntp_mode = '2d'\nprecision = 'fp32'\n";
+const std::string kGrid8 = "[plugin]\nname = 'hybrid_parallel'\ntp_size = 8\nprecision = 'fp32'\n";
 
 const std::vector<PluginCase> kCases = {
     {"no_plugin", ""},
@@ -94,7 +100,20 @@ const std::vector<PluginCase> kCases = {
      1, 1, false, 2},
     {"galvatron_mixed", kGalvatron, 1, 1, false, 4, kMixedPlan},
     {"galvatron_mixed_vtp2", kGalvatron, 2, 1, false, 4, kMixedPlanVtp2},
+    {"grid_2d", kGrid2d, 4},
+    {"grid_2d_zero2", kGrid2d + "zero_stage = 2\n", 4},
+    {"grid_2d_pp2", kGrid2d + "pp_size = 2\nnum_microbatches = 2\n", 4, 2, false, 0, "", 4},
+    {"grid_2p5d", kGrid8 + "tp_mode = '2.5d'\ntp_depth = 2\n", 8, 1, false, 0, "", 4},
+    {"grid_3d", kGrid8 + "tp_mode = '3d'\n", 8, 1, false, 0, "", 4},
 };
+
+// At 8 ranks (the grids' run) a checkpoint loads into the grids and one case of each other kind.
+bool loads_here(const PluginCase& c) {
+  if (dist::world_size() < 8 || c.name.rfind("grid", 0) == 0) return true;
+  for (const char* n : {"torch_ddp", "zero2", "tp2_pp2", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_mixed"})
+    if (c.name == n) return true;
+  return false;
+}
 
 // Whether a configuration runs at this world size.
 bool runs_here(const PluginCase& c) { return dist::world_size() % (c.ranks ? c.ranks : c.group()) == 0; }
@@ -181,7 +200,7 @@ class Conformance : public ::testing::TestWithParam<PluginCase> {
   }
   void TearDown() override { omp_set_num_threads(threads_); }
   int threads_ = 1;
-  const int64_t b = 2;  // per-replica batch
+  const int64_t b = GetParam().rows;  // per-replica batch
   const int tp = GetParam().group();                  // ranks of a replica (they see the same rows)
   const int n = dist::world_size() / GetParam().group();  // data-parallel replicas
 };
@@ -440,7 +459,8 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
     // Load under every other configuration that can run at this world size.
     for (const auto& other : kCases) {
       // (A split case's checkpoint layout is its plugin's: loading into it is loading into that.)
-      if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other) || other.split) continue;
+      if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other) || other.split || !loads_here(other))
+        continue;
       SCOPED_TRACE("loading into " + other.name + (shard ? " (sharded)" : " (one file)"));
       Booster ob(make(other));
       auto m2 = fresh_model(7);

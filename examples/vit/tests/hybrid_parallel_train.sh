@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # vit_train under HybridParallelPlugin on 2 ranks (an example config at a small setting:
 # hybrid_parallel.toml, tp 2; pipeline.toml, pp 2 through execute_pipeline; under GalvatronPlugin,
-# galvatron.toml, a layerwise plan whose global batch sets the per-replica batch): trains,
+# galvatron.toml, a layerwise plan whose global batch sets the per-replica batch; tp_2d.toml and
+# tp_3d.toml, 2D and 3D grids on 4 and 8 ranks, with a split size whose last batch does not
+# divide into the grid's row blocks): trains,
 # evaluates every validation image once (not once per tensor-parallel rank or pipeline
 # stage), and rank 0 writes metrics with the real loss (a pipeline's last stage has it).
-# Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR [CONFIG RUN_NAME PLUGIN]
+# Usage: hybrid_parallel_train.sh MPIEXEC BUILD_DIR SOURCE_DIR [CONFIG RUN_NAME PLUGIN RANKS LIMIT]
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3 config=${4:-hybrid_parallel.toml} run=${5:-beans_tp2} plugin=${6:-hybrid_parallel}
+ranks=${7:-2} limit=${8:-32}
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
-"$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
-  --no-progress --set model.image_size=32 --set train.epochs=1 --set data.limit=32 --set train.batch_size=8 \
+"$mpiexec" -np "$ranks" --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
+  --no-progress --set model.image_size=32 --set train.epochs=1 --set data.limit="$limit" --set train.batch_size=8 \
   --set train.log_every=1 --set run.output_dir=runs 2>&1 | tee train.log
 grep -q "plugin $plugin" train.log
 if [ "$plugin" = galvatron ]; then grep -q "global batch 16 from the galvatron plan: 8 images per data-parallel replica" train.log; fi
