@@ -50,14 +50,15 @@ void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
     wnorm2 += double(pp[i]) * pp[i];
     unorm2 += double(ui) * ui;
   }
-  const double wn = std::sqrt(wnorm2), un = std::sqrt(unorm2);
+  std::vector<double> sums{wnorm2, unorm2};
+  complete_sums(name, sums);  // over a tensor-parallel parameter's blocks
+  const double wn = std::sqrt(sums[0]), un = std::sqrt(sums[1]);
   const double trust = (wn == 0 || un == 0 || group.get("adam") != 0.0) ? 1.0 : wn / un;
   const float alpha = float(step_size * trust);
   parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
     for (int64_t i = b; i < e; ++i) pp[i] -= alpha * u[size_t(i)];
   });
-  (void)name;
 }
 
 }  // namespace booster::optim

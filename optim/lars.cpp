@@ -34,7 +34,9 @@ void Lars::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
     wnorm2 += double(pp[i]) * pp[i];
     gnorm2 += gi * gi;
   }
-  const double wn = std::sqrt(wnorm2), gn = std::sqrt(gnorm2);
+  std::vector<double> sums{wnorm2, gnorm2};
+  complete_sums(name, sums);  // over a tensor-parallel parameter's blocks
+  const double wn = std::sqrt(sums[0]), gn = std::sqrt(sums[1]);
   double trust = 1.0;
   if (adapt && wn > 0 && gn > 0) trust = std::clamp(eeta * wn / (gn + wd * wn + eps), 0.0, 50.0);
   const float f_wd = float(wd), f_m = float(momentum), step = float(lr * trust), f_div = float(inv_div);

@@ -4,6 +4,7 @@
 // the fp32 masters, or shards of them, and calls step_on() with them.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -101,6 +102,13 @@ class Optimizer {
   /// The group holding parameter `name`; ValueError when no group does.
   const ParamGroup& group_of(const std::string& name) const;
 
+  /// Completes per-tensor sums of squares of a parameter held in blocks (tensor
+  /// parallelism): given this rank's partial sums for parameter `name`, leaves the sums over
+  /// the whole tensor. Layer-wise optimizers (Lamb, Lars) call it for their norms; a plugin
+  /// that splits parameters installs it (collective over the parameter's holders).
+  using ShardSums = std::function<void(const std::string& name, std::vector<double>& sums)>;
+  void set_shard_sums(ShardSums f) { shard_sums_ = std::move(f); }
+
  protected:
   /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32
   /// gradient, to be divided by grad_divisor_. An optimizer that fuses_io() gets `g` in any
@@ -113,6 +121,10 @@ class Optimizer {
   virtual bool fuses_io() const { return false; }
 
   double grad_divisor_ = 1.0;
+  /// Whole-tensor sums from this rank's partial ones (see set_shard_sums).
+  void complete_sums(const std::string& name, std::vector<double>& sums) const {
+    if (shard_sums_) shard_sums_(name, sums);
+  }
 
  private:
   void fill_defaults(ParamGroup& g) const;
@@ -123,6 +135,7 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   std::map<std::string, double> defaults_;
   std::map<std::string, ParamState> state_;
+  ShardSums shard_sums_;
 };
 
 /// Biases, norms and any tensor of one dimension (and names ending in one of `skip`): what

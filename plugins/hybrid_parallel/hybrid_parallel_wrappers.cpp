@@ -112,14 +112,40 @@ HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrappe
                                                  std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm,
                                                  bool replicated_blocks)
     : OptimizerDecorator(std::move(inner)), mesh_(std::move(mesh)), groups_(mesh_groups(mesh_)), max_norm_(max_norm) {
-  if (!replicated_blocks) return;
-  auto first = first_holders(*this->inner(), mesh_->group("tp"));
-  groups_.counted = [first](const Tensor& p) { return first->count(p.impl()) > 0; };
+  if (replicated_blocks) {
+    auto first = first_holders(*this->inner(), mesh_->group("tp"));
+    groups_.counted = [first](const Tensor& p) { return first->count(p.impl()) > 0; };
+  }
+  install_shard_sums();
 }
 
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups,
                                                  double max_norm)
-    : OptimizerDecorator(std::move(inner)), groups_(std::move(groups)), max_norm_(max_norm) {}
+    : OptimizerDecorator(std::move(inner)), groups_(std::move(groups)), max_norm_(max_norm) {
+  install_shard_sums();
+}
+
+void HybridParallelOptimizer::install_shard_sums() {
+  auto base = inner()->unwrap();
+  if (!base || groups_.trivial) return;
+  struct Held {
+    const dist::ProcessGroup* tp;
+    bool counted;
+  };
+  auto held = std::make_shared<std::map<std::string, Held>>();
+  for (auto& g : inner()->param_groups())
+    for (auto& [name, p] : g.params) {
+      const dist::ProcessGroup* tp = groups_.tp_of(p);
+      if (!is_block(p) || !tp || tp->size() == 1) continue;
+      (*held)[name] = {tp, groups_.counted ? groups_.counted(p) : true};
+    }
+  if (held->empty()) return;
+  base->set_shard_sums([held](const std::string& name, std::vector<double>& sums) {
+    auto it = held->find(name);
+    if (it == held->end()) return;
+    for (double& v : sums) v = dist::all_reduce_scalar(it->second.counted ? v : 0.0, dist::ReduceOp::sum, *it->second.tp);
+  });
+}
 
 double HybridParallelOptimizer::clip_norm(double max_norm, double norm_type, bool error_if_nonfinite,
                                           const optim::NormScope& outer) {

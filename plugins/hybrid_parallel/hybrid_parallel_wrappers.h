@@ -67,6 +67,10 @@ class HybridParallelOptimizer : public OptimizerDecorator {
   double clip_norm(double max_norm, double norm_type, bool error_if_nonfinite, const optim::NormScope& scope) override;
 
  private:
+  /// Gives the base optimizer whole-tensor norms of blocked parameters (Lamb's and Lars's
+  /// trust ratios): partial sums of squares summed over the parameter's tp group, each
+  /// block counted once.
+  void install_shard_sums();
   std::shared_ptr<dist::ProcessGroupMesh> mesh_;
   TensorParallelGroups groups_;
   double max_norm_;

@@ -12,10 +12,13 @@
 #include "core/dist/runtime.h"
 #include "nn/parallel/grid_layers.h"
 #include "nn/vit.h"
+#include "optim/lamb.h"
+#include "optim/lars.h"
 #include "optim/sgd.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "tests/plugins/vit_cases.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/logical.h"
 
 using namespace booster;
 using namespace booster::plugin_tests;
@@ -138,6 +141,46 @@ TEST(GridModes, HeadsThatDoNotDivideAreRefused) {
         [&] { booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd())); });
     EXPECT_NE(e.find("num_attention_heads 1 does not divide into the"), std::string::npos) << e;
   }
+}
+
+// Lamb's and Lars's trust ratios take whole-tensor norms of parameters held in blocks (1D
+// shards and grid blocks, a replicated block counted once): training matches one process.
+TEST(GridModes, LambAndLarsNormsAreGlobal) {
+  std::vector<std::string> layouts = grids_here();
+  layouts.push_back("tp_size = " + std::to_string(dist::world_size()) + "\n");  // 1D, Megatron's
+  using Make = std::function<std::shared_ptr<optim::Optimizer>(const optim::NamedParams&)>;
+  const std::vector<std::pair<std::string, Make>> optimizers = {
+      {"lamb", [](const optim::NamedParams& p) { return std::make_shared<optim::Lamb>(p, optim::LambOptions{0.01, 0.9, 0.999, 1e-6, 0.01}); }},
+      {"lars", [](const optim::NamedParams& p) { return std::make_shared<optim::Lars>(p, optim::LarsOptions{0.1, 0.9, 1e-3, 1e-4}); }}};
+  for (const auto& g : layouts)
+    for (const auto& [what, make] : optimizers) {
+      SCOPED_TRACE(g + what);
+      nn::ViTConfig c = tiny_config();
+      c.num_attention_heads = 8;  // 1D over 8 ranks splits the heads too
+      manual_seed(42);
+      auto ref = std::make_shared<nn::ViTForImageClassification>(c);
+      auto ref_opt = make(ref->named_parameters());
+      manual_seed(42);
+      auto model = std::make_shared<nn::ViTForImageClassification>(c);
+      Booster booster(std::make_shared<plugins::HybridParallelPlugin>(options(g)));
+      auto r = booster.boost(model, make(model->named_parameters()));
+      for (int s = 0; s < 2; ++s) {
+        auto [x, y] = global_batch(s, 8);
+        ref_opt->zero_grad();
+        (*ref)(x, y).loss.backward();
+        ref_opt->step();
+        r.optimizer->zero_grad();
+        booster.backward((*r.model)(x, y).loss, *r.optimizer);
+        r.optimizer->step();
+      }
+      const ShardedState got = r.model->checkpoint_state();
+      for (auto& [name, p] : ref->named_parameters()) {
+        auto a = testkit::logical_state(got, name).to_vector(), b = Tensor(p).to_vector();
+        double err = 0, scale = 1e-3;
+        for (size_t i = 0; i < a.size(); ++i) err = std::max(err, double(std::abs(a[i] - b[i]))), scale = std::max(scale, double(std::abs(b[i])));
+        EXPECT_LE(err, 1e-4 * scale) << name;
+      }
+    }
 }
 
 // Features around 1e4 with unit spread: E[x^2] - E[x]^2 in floats loses the variance
