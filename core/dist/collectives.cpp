@@ -5,6 +5,8 @@
 // transfers move raw bits.
 #include "core/dist/collectives.h"
 
+#include <atomic>
+
 #include <climits>
 #include <cstring>
 
@@ -80,7 +82,18 @@ WorkPtr finish(WorkPtr w, bool async_op) {
   return w;
 }
 
+std::atomic<int64_t> g_traffic{0};
+
+// Counts a collective's bytes per rank: `share` of N (see traffic_bytes).
+void note(const Tensor& t, const ProcessGroup& g, double share) {
+  if (g.size() > 1) g_traffic += int64_t(share * double(t.numel() * int64_t(dtype_size(t.dtype()))));
+}
+double ring(const ProcessGroup& g) { return double(g.size() - 1) / g.size(); }
+
 }  // namespace
+
+int64_t traffic_bytes() { return g_traffic.load(); }
+void reset_traffic() { g_traffic = 0; }
 
 void set_max_message_elements(int64_t n) {
   BOOSTER_CHECK(n > 0 && n <= INT_MAX, "set_max_message_elements: need 0 < n <= INT_MAX");
@@ -139,6 +152,7 @@ void Work::complete() {
 }
 
 WorkPtr all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  note(t, g, 2 * ring(g));
   check_tensor("all_reduce", t);
   check_reduce("all_reduce", t, op);
   // Floating sums go round a ring of point-to-point messages (ring_collectives.h): bf16/f16
@@ -201,6 +215,7 @@ WorkPtr all_reduce_coalesced(std::vector<Tensor>& ts, ReduceOp op, const Process
 }
 
 WorkPtr reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  note(input, g, ring(g));
   check_tensor("reduce_scatter", output);
   check_tensor("reduce_scatter", input);
   check_reduce("reduce_scatter", input, op);
@@ -236,6 +251,7 @@ WorkPtr reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const P
 }
 
 WorkPtr all_gather(Tensor& output, const Tensor& input, const ProcessGroup& g, bool async_op) {
+  note(input, g, g.size() - 1);
   check_tensor("all_gather", output);
   check_tensor("all_gather", input);
   const int n = g.size();
@@ -285,6 +301,7 @@ WorkPtr all_gather(std::vector<Tensor>& outputs, const Tensor& input, const Proc
 }
 
 WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g, bool async_op) {
+  note(t, g, 1);
   check_tensor("broadcast", t);
   const int root = g.group_rank_of(src);
   auto w = std::make_shared<Work>("broadcast", g);
@@ -296,6 +313,7 @@ WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g, bool async_op) {
 }
 
 WorkPtr reduce(Tensor& t, int dst, ReduceOp op, const ProcessGroup& g, bool async_op) {
+  note(t, g, 1);
   check_tensor("reduce", t);
   check_reduce("reduce", t, op);
   const int root = g.group_rank_of(dst);
@@ -319,6 +337,7 @@ WorkPtr reduce(Tensor& t, int dst, ReduceOp op, const ProcessGroup& g, bool asyn
 }
 
 WorkPtr send(const Tensor& t, int dst, int tag, const ProcessGroup& g, bool async_op) {
+  g_traffic += t.numel() * int64_t(dtype_size(t.dtype()));
   check_tensor("send", t);
   const int peer = g.group_rank_of(dst);
   auto w = std::make_shared<Work>("send", g);
@@ -385,6 +404,7 @@ std::vector<std::string> all_gather_bytes(const std::string& mine, const Process
 }
 
 WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g, bool async_op) {
+  note(input, g, ring(g));
   check_tensor("all_to_all", output);
   check_tensor("all_to_all", input);
   const int n = g.size();
@@ -406,6 +426,7 @@ WorkPtr all_to_all(Tensor& output, const Tensor& input, const ProcessGroup& g, b
 WorkPtr all_to_all_v(Tensor& output, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
                      const Tensor& input, const std::vector<int64_t>& send_counts,
                      const std::vector<int64_t>& send_offsets, const ProcessGroup& g, bool async_op) {
+  note(input, g, ring(g));
   check_tensor("all_to_all_v", output);
   check_tensor("all_to_all_v", input);
   const size_t n = size_t(g.size());

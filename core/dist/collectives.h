@@ -62,6 +62,14 @@ WorkPtr all_gather(Tensor& output, const Tensor& input, const ProcessGroup& g = 
 /// outputs[r] = rank r's input.
 WorkPtr all_gather(std::vector<Tensor>& outputs, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
                    bool async_op = false);
+/// Bytes this rank has put on the wire in collectives and sends since the start (or the
+/// last reset_traffic), each collective counted as a bandwidth-optimal ring moves it: an
+/// all-reduce of N bytes 2 (p - 1) / p N, a reduce-scatter of N and an all-gather into N
+/// (p - 1) / p N, an all-to-all (p - 1) / p of its input, a broadcast or reduce N, a send N.
+/// Groups of one move nothing. What the tensor-parallel formulas are checked against.
+int64_t traffic_bytes();
+void reset_traffic();
+
 /// t = src's t (src is a world rank).
 WorkPtr broadcast(Tensor& t, int src, const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
 /// On dst (a world rank), t = op over the group; other ranks' t is unchanged.

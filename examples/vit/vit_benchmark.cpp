@@ -30,6 +30,7 @@
 #include "plugins/galvatron/galvatron_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/registry.h"
+#include "tp_formulas.h"
 
 using namespace booster;
 using Clock = std::chrono::steady_clock;
@@ -41,9 +42,10 @@ namespace {
 class StepBench {
  public:
   StepBench(const std::string& config, const std::string& precision, const std::string& preset, int batch,
-            bool split_batch)
+            bool split_batch, int heads = 0)
       : precision_(precision), batch_(batch), c_(nn::ViTConfig::preset(preset)) {
     c_.num_labels = 3;
+    if (heads > 0) c_.num_attention_heads = heads;  // the same shapes and FLOPs, heads that divide by more ranks
     host_tier().reset_peak();
     model_ = std::make_shared<nn::ViTForImageClassification>(c_);
     std::shared_ptr<Plugin> plugin;
@@ -84,9 +86,11 @@ class StepBench {
     GradSync* sync = boosted_.model->grad_sync();
     if (sync) sync->reset_wait_seconds();
     host_tier().reset_peak();
+    dist::reset_traffic();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) step();
     dist::barrier();
+    comm_bytes_ = double(dist::traffic_bytes()) / steps;
     step_peak_ = std::max(step_peak_, host_tier().peak_bytes());
     sync_wait_s_ = dist::all_reduce_scalar((sync ? sync->wait_seconds() : 0.0) / steps, dist::ReduceOp::max);
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
@@ -111,6 +115,14 @@ class StepBench {
   size_t step_peak_bytes() const { return step_peak_; }
   /// Bytes of this rank's parameters (its shards under tensor parallelism).
   size_t param_bytes() const { return param_bytes_; }
+  /// Bytes this rank put on the wire per step of the last seconds() (dist::traffic_bytes).
+  double comm_bytes() const { return comm_bytes_; }
+  /// Tensor parallelism without a pipeline or data parallelism: its formula (tp_formulas.h).
+  std::optional<examples::TpFormula> tp_formula() const {
+    if (!hybrid_ || hybrid_->tp_size() == 1 || pipelined_ || dp_ != 1 || precision_ != "fp32") return std::nullopt;
+    const auto& o = hybrid_->options();
+    return examples::tp_formula(c_, batch_, o.tp_mode, o.tp_size, o.tp_depth);
+  }
   /// Bytes the last forward held until its backward (saved activations, the loss).
   size_t activation_bytes() const { return activation_bytes_; }
 
@@ -155,7 +167,7 @@ class StepBench {
   std::optional<Booster> booster_;
   BoostResult<nn::ViTForImageClassification> boosted_;
   Tensor x_, y_;
-  double sync_wait_s_ = 0;
+  double sync_wait_s_ = 0, comm_bytes_ = 0;
   size_t param_bytes_ = 0, activation_bytes_ = 0, step_peak_ = 0;
   bool pipelined_ = false;
   std::shared_ptr<plugins::HybridParallelPlugin> hybrid_;
@@ -205,19 +217,34 @@ Rounds run_rounds(StepBench& sb, int rounds, int steps, const std::function<std:
   return r;
 }
 
+void print_header() {
+  std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %8s %8s %9s %9s | %9s %6s | %10s\n", "config", "prec", "ranks", "img/s",
+              "GFLOP/s", "ceil%", "sync ms", "param MB", "act MB", "alloc MB", "rss MB", "torch i/s", "ratio", "handoff ns");
+}
+
+// Tensor parallelism's measured parameter and communication bytes beside its formulas.
+void report_formula(const examples::TpFormula& f, const std::string& label, double param_mb, double comm_mb,
+                    nlohmann::json& j) {
+  const double fp = f.param_bytes / (1 << 20), fc = f.comm_bytes / (1 << 20);
+  j["param_formula_mb"] = fp, j["comm_formula_mb_per_step"] = fc;
+  std::printf("  %s: param MB %.2f (formula %.2f, %+.1f%%), comm MB a step %.2f (formula %.2f, %+.1f%%)\n",
+              label.c_str(), param_mb, fp, 100 * (param_mb / fp - 1), comm_mb, fc, 100 * (comm_mb / fc - 1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ViT training-step benchmark per plugin configuration and precision"};
   std::string configs = "none", precisions = "fp32", preset = "vit-tiny", json_path;
   std::string peer_script = std::string(BOOSTER_SHARED_DIR) + "/bench/torch_vit_bench.py";
-  int batch = 16, steps = 3, rounds = 1;
+  int batch = 16, steps = 3, rounds = 1, heads = 0;
   bool no_peer = false, profile = false, split_batch = false;
   int profile_steps = 5;
   app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
   app.add_option("--precisions", precisions, "comma-separated: fp32, bf16, fp16");
   app.add_option("--model", preset, "vit-tiny, vit-small or vit-base");
   app.add_option("--batch", batch, "batch per rank");
+  app.add_option("--heads", heads, "attention heads (0: the preset's; ViT-B's 12 do not divide over 8 ranks of 1D)");
   app.add_option("--steps", steps, "timed steps per round");
   app.add_option("--rounds", rounds, "rounds of ours then the peer, alternated; medians reported")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also append JSON lines here");
@@ -234,13 +261,10 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::string> peer_model{{"vit-tiny", "tiny"}, {"vit-small", "small"}, {"vit-base", "base"}};
   std::ofstream json;
   if (master && !json_path.empty()) json.open(json_path, std::ios::app);
-  if (master)
-    std::printf("%-28s %-5s %5s | %8s %8s %6s %8s | %8s %8s %9s %9s | %9s %6s | %10s\n", "config", "prec", "ranks", "img/s",
-                "GFLOP/s", "ceil%", "sync ms", "param MB", "act MB", "alloc MB", "rss MB", "torch i/s", "ratio",
-                "handoff ns");
+  if (master) print_header();
   for (auto& cfg : bench::split_list(configs)) {
     for (auto& prec : bench::split_list(precisions)) {
-      StepBench sb(cfg, prec, preset, batch, split_batch);
+      StepBench sb(cfg, prec, preset, batch, split_batch, heads);
       const std::string label = split_batch ? cfg + "+split" : cfg;
       const Rounds r = run_rounds(sb, rounds, steps, [&]() -> std::optional<bench::PeerResult> {
         // The peer runs one process with this rank's threads; compare per process.
@@ -253,6 +277,8 @@ int main(int argc, char** argv) {
       const double alloc_mb = peak_alloc_mb(), rss_mb = peak_rss_mb();
       const double param_mb = max_mb(sb.param_bytes()), act_mb = max_mb(sb.activation_bytes());
       const double step_peak_mb = max_mb(sb.step_peak_bytes());
+      const double comm_mb = dist::all_reduce_scalar(sb.comm_bytes() / (1 << 20), dist::ReduceOp::max);
+      const auto formula = sb.tp_formula();
       const std::string report = profile ? sb.profile(ceiling, profile_steps) : "";
       if (!master) continue;
       if (profile)
@@ -271,7 +297,9 @@ int main(int argc, char** argv) {
                        {"model_gflops", sb.gflops(step_s)}, {"ceiling_gflops", ceiling},
                        {"ceiling_share", share}, {"round_ceiling_shares", shares}, {"param_mb", param_mb},
                        {"activation_mb", act_mb}, {"alloc_peak_mb", alloc_mb}, {"step_peak_mb", step_peak_mb},
-                       {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"rounds", rounds}};
+                       {"os_peak_mb", rss_mb}, {"grad_sync_wait_ms", wait_ms}, {"comm_mb_per_step", comm_mb},
+                       {"rounds", rounds}};
+      if (formula) report_formula(*formula, label, param_mb, comm_mb, j);
       if (have_handoff) j["handoff_ns"] = bench::median(handoffs), j["round_handoff_ns"] = handoffs;
       if (have_peer) {
         j["torch_images_per_s"] = bench::median(theirs), j["ratio_per_process"] = bench::median(ratios);

@@ -39,7 +39,7 @@ std::pair<Tensor, Tensor> gathered(const Tensor& x, const Tensor& w, const GridL
 }  // namespace
 
 // x: [R, ..., in_x] -> [R', ..., out / out_blocks]
-Tensor grid_matmul(const Tensor& x, const Tensor& w, const GridLinearSpec& spec) {
+Tensor grid_matmul(const Tensor& x, const Tensor& w, const Tensor& b, const GridLinearSpec& spec) {
   BOOSTER_CHECK_T(ShapeError, x.dtype() == w.dtype() && w.dim() == 2 && x.dim() >= 2, "grid linear: input ",
                   shape_str(x.shape()), " ", dtype_name(x.dtype()), " and weight ", shape_str(w.shape()), " ",
                   dtype_name(w.dtype()), " (need [R, ..., K] and [N, K] of one dtype)");
@@ -49,17 +49,26 @@ Tensor grid_matmul(const Tensor& x, const Tensor& w, const GridLinearSpec& spec)
     NoGradGuard ng;
     auto [xg, wg] = gathered(xd, w, spec);
     const int64_t k = wg.size(1), n = wg.size(0), m = xg.numel() / k;
+    BOOSTER_CHECK_T(ShapeError, !b.defined() || (b.dim() == 1 && b.size(0) == n), "grid linear: bias ",
+                    shape_str(b.shape()), " does not fit the weight block's ", n, " outputs");
+    Tensor bias = b.defined() ? b.detach().to(x.dtype()) : Tensor();
     Shape ys = xg.shape();
     ys.back() = n;
-    y = kernels::mm(xg.view({m, k}), wg.transpose(0, 1), Tensor(), {m, n}).view(ys);
-    if (spec.scatter_y) y = dist::reduce_scatter_along(y, 0, *spec.scatter_y);
+    // 2D / 2.5D add the bias in the product; 3D after summing the partial products.
+    y = kernels::mm(xg.view({m, k}), wg.transpose(0, 1), spec.scatter_y ? Tensor() : bias.view({1, n}), {m, n}).view(ys);
+    if (spec.scatter_y) {
+      y = dist::reduce_scatter_along(y, 0, *spec.scatter_y);
+      if (bias.defined()) y = add(y, bias);
+    }
   }
-  const bool gx = x.requires_grad(), gw = w.requires_grad();
+  const bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
+  const DType bt = b.defined() ? b.dtype() : x.dtype();
   const GridLinearSpec* s = &spec;
   // Only the local blocks are kept: backward gathers them again (the communication of the
   // forward twice, as SUMMA's), so activations stay partitioned in memory.
-  return autograd::record("GridLinear", {x, w}, y, [xd, w, s, gx, gw](const std::vector<Tensor>& g) {
+  return autograd::record("GridLinear", {x, w, b}, y, [xd, w, s, gx, gw, gb, bt](const std::vector<Tensor>& g) {
     NoGradGuard ng;
+    Tensor db = gb ? kernels::sum_dims(g[0].contiguous().view({-1, g[0].size(-1)}), {0}, false).to(bt) : Tensor();
     Tensor dy = s->scatter_y ? dist::all_gather_along(g[0], 0, *s->scatter_y) : g[0];
     auto [xg, wg] = gathered(xd, w, *s);
     const int64_t k = wg.size(1), n = wg.size(0), m = xg.numel() / k;
@@ -67,17 +76,32 @@ Tensor grid_matmul(const Tensor& x, const Tensor& w, const GridLinearSpec& spec)
     Tensor dx, dw;
     if (gx) dx = dist::reduce_scatter_along(kernels::mm(dy2, wg, Tensor(), {m, k}).view(xg.shape()), s->x_dim, *s->gather_x);
     if (gw) dw = dist::reduce_scatter_along(kernels::mm_tn(dy2, xg.view({m, k})), 1, *s->gather_w);
-    return std::vector<Tensor>{dx, dw};
+    return std::vector<Tensor>{dx, dw, db};
   });
 }
 
 // ---- layer norm over partitioned features ----------------------------------------------
 
 namespace {
-// grid_layer_norm's backward: dx, dw and db (f32) from dy and what the forward kept.
-std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const Tensor& xhat, const Tensor& rstd,
-                                                       const Tensor& wf, const dist::ProcessGroup& feature, int64_t full) {
-  const int64_t rows = xhat.size(0), hb = xhat.size(1);
+// xhat = (x - mean) * rstd of rows x [rows, hb] (f32) into a new [rows, hb].
+Tensor normalized(const Tensor& xf, const Tensor& mean, const Tensor& rstd) {
+  const int64_t rows = xf.size(0), hb = xf.size(1);
+  Tensor xhat = Tensor::empty({rows, hb});
+  const float *px = xf.data<float>(), *pm = mean.data<float>(), *ps = rstd.data<float>();
+  float* ph = xhat.data<float>();
+#pragma omp parallel for if (rows > 64)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < hb; ++j) ph[r * hb + j] = (px[r * hb + j] - pm[r]) * ps[r];
+  return xhat;
+}
+
+// grid_layer_norm's backward: dx, dw and db (f32) from dy and what the forward kept (its
+// input, the rows' means and reciprocal deviations; the normalized rows are recomputed).
+std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                                       const Tensor& rstd, const Tensor& wf,
+                                                       const dist::ProcessGroup& feature, int64_t full) {
+  const int64_t hb = x.size(-1), rows = x.numel() / hb;
+  const Tensor xhat = normalized(x.to(DType::f32).contiguous().view({rows, hb}), mean, rstd);
   Tensor dyf = dy.to(DType::f32).contiguous();
   const float *pd = dyf.data<float>(), *ph = xhat.data<float>(), *ps = rstd.data<float>(), *pw = wf.data<float>();
   // Per row: the sums of dxhat and of dxhat * xhat over every feature block, in one message.
@@ -113,6 +137,36 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_backward(const Tensor& dy, const T
   for (int64_t j = 0; j < hb; ++j) gw.data<float>()[j] = float(dw[size_t(j)]), gb.data<float>()[j] = float(db[size_t(j)]);
   return {dx, gw, gb};
 }
+
+// The rows' means and reciprocal deviations over every feature block: two passes (the
+// mean, then the squared deviations from it), each summed over the group.
+std::pair<Tensor, Tensor> row_statistics(const Tensor& xf, double eps, const dist::ProcessGroup& feature) {
+  const int64_t rows = xf.size(0), hb = xf.size(1), full = hb * feature.size();
+  const float* px = xf.data<float>();
+  Tensor s1 = Tensor::empty({rows});
+  float* p1 = s1.data<float>();
+#pragma omp parallel for if (rows > 64)
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = 0;
+    for (int64_t j = 0; j < hb; ++j) acc += px[r * hb + j];
+    p1[r] = float(acc);
+  }
+  Tensor mean = dist::all_reduce_sum(s1, feature);
+  float* pm = mean.data<float>();
+  for (int64_t r = 0; r < rows; ++r) pm[r] /= float(full);
+  Tensor s2 = Tensor::empty({rows});
+  float* p2 = s2.data<float>();
+#pragma omp parallel for if (rows > 64)
+  for (int64_t r = 0; r < rows; ++r) {
+    double acc = 0;
+    for (int64_t j = 0; j < hb; ++j) acc += double(px[r * hb + j] - pm[r]) * (px[r * hb + j] - pm[r]);
+    p2[r] = float(acc);
+  }
+  Tensor rstd = dist::all_reduce_sum(s2, feature);
+  float* ps = rstd.data<float>();
+  for (int64_t r = 0; r < rows; ++r) ps[r] = float(1.0 / std::sqrt(double(ps[r]) / double(full) + eps));
+  return {mean, rstd};
+}
 }  // namespace
 
 // x: [..., H / parts] -> [..., H / parts]
@@ -120,53 +174,27 @@ Tensor grid_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double
   const int64_t hb = x.size(-1), rows = x.numel() / std::max<int64_t>(hb, 1), full = hb * feature.size();
   BOOSTER_CHECK_T(ShapeError, w.numel() == hb && b.numel() == hb, "grid layer norm: weight ", shape_str(w.shape()),
                   " and bias ", shape_str(b.shape()), " do not fit the input's ", hb, " features");
-  Tensor xhat = Tensor::empty({rows, hb}), rstd = Tensor::empty({rows}), y = Tensor::empty({rows, hb});
-  Tensor wf, bf;
+  Tensor y = Tensor::empty({rows, hb}), mean, rstd, wf;
   {
     NoGradGuard ng;
-    Tensor xf = x.detach().to(DType::f32).contiguous();
-    wf = w.detach().to(DType::f32).contiguous(), bf = b.detach().to(DType::f32).contiguous();
-    const float* px = xf.data<float>();
-    Tensor s1 = Tensor::empty({rows});
-    float* p1 = s1.data<float>();
+    Tensor xf = x.detach().to(DType::f32).contiguous().view({rows, hb});
+    wf = w.detach().to(DType::f32).contiguous();
+    Tensor bf = b.detach().to(DType::f32).contiguous();
+    std::tie(mean, rstd) = row_statistics(xf, eps, feature);
+    const float *px = xf.data<float>(), *pm = mean.data<float>(), *ps = rstd.data<float>();
+    const float *pw = wf.data<float>(), *pb = bf.data<float>();
+    float* py = y.data<float>();
 #pragma omp parallel for if (rows > 64)
-    for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (int64_t j = 0; j < hb; ++j) s += px[r * hb + j];
-      p1[r] = float(s);
-    }
-    Tensor mean = dist::all_reduce_sum(s1, feature);  // the rows' sums over every feature block
-    const float* pm = mean.data<float>();
-    Tensor s2 = Tensor::empty({rows});
-    float* p2 = s2.data<float>();
-#pragma omp parallel for if (rows > 64)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float mu = pm[r] / float(full);
-      double s = 0;
-      for (int64_t j = 0; j < hb; ++j) s += double(px[r * hb + j] - mu) * (px[r * hb + j] - mu);
-      p2[r] = float(s);
-    }
-    Tensor var = dist::all_reduce_sum(s2, feature);
-    const float *pv = var.data<float>(), *pw = wf.data<float>(), *pb = bf.data<float>();
-    float *ph = xhat.data<float>(), *ps = rstd.data<float>(), *py = y.data<float>();
-#pragma omp parallel for if (rows > 64)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float mu = pm[r] / float(full), is = float(1.0 / std::sqrt(double(pv[r]) / double(full) + eps));
-      ps[r] = is;
-      for (int64_t j = 0; j < hb; ++j) {
-        const float h = (px[r * hb + j] - mu) * is;
-        ph[r * hb + j] = h;
-        py[r * hb + j] = h * pw[j] + pb[j];
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < hb; ++j) py[r * hb + j] = (px[r * hb + j] - pm[r]) * ps[r] * pw[j] + pb[j];
   }
   const Shape shape = x.shape();
   const DType xt = x.dtype(), wt = w.dtype(), bt = b.dtype();
   const dist::ProcessGroup* fg = &feature;
-  Tensor out = y.to(xt).view(shape);
-  return autograd::record("GridLayerNorm", {x, w, b}, out, [=](const std::vector<Tensor>& g) {
+  Tensor xd = x.detach();
+  return autograd::record("GridLayerNorm", {x, w, b}, y.to(xt).view(shape), [=](const std::vector<Tensor>& g) {
     NoGradGuard ng;
-    auto [dx, gw, gb] = layer_norm_backward(g[0], xhat, rstd, wf, *fg, full);
+    auto [dx, gw, gb] = layer_norm_backward(g[0], xd, mean, rstd, wf, *fg, full);
     return std::vector<Tensor>{dx.to(xt).view(shape), gw.to(wt), gb.to(bt)};
   });
 }
@@ -200,9 +228,7 @@ std::string GridLinear::type_name() const { return grid_type_name(grid_, "Linear
 Tensor GridLinear::forward(const Tensor& x) {
   BOOSTER_CHECK(weight.defined(), type_name(), ": this rank released the layer (another pipeline stage holds it)");
   Tensor w = spec_.depth ? dist::reduce_backward(weight, *spec_.depth) : weight.get();
-  Tensor y = grid_matmul(x, w, spec_);
-  if (!bias.defined()) return y;
-  return add(y, dist::reduce_backward(bias, *spec_.out.rows).to(y.dtype()));
+  return grid_matmul(x, w, bias.defined() ? dist::reduce_backward(bias, *spec_.out.rows) : Tensor(), spec_);
 }
 
 std::shared_ptr<Module> GridLinear::fresh() const {

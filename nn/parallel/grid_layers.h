@@ -16,12 +16,14 @@
 
 namespace booster::nn {
 
-/// y = x W^T on a grid: the input gathered over spec.gather_x, the weight over
-/// spec.gather_w, one local product, (3D) the output reduce-scattered over spec.scatter_y.
-/// Backward gathers the same again (only the local blocks are kept for it), reduce-scatters
-/// the input gradient over gather_x and the weight gradient over gather_w.
+/// y = x W^T + b on a grid: the input gathered over spec.gather_x, the weight over
+/// spec.gather_w, one local product, (3D) the output reduce-scattered over spec.scatter_y,
+/// then this rank's bias block (b: [out / out_blocks] or undefined) added to its rows, in
+/// the op (no second copy of the output is kept). Backward gathers the same again (only the
+/// local blocks are kept for it), reduce-scatters the input gradient over gather_x and the
+/// weight gradient over gather_w; the bias gets its rows' column sums.
 /// x: [R, ..., in_x] (its layout spec.in) -> [R', ..., out / out_blocks] (layout spec.out).
-Tensor grid_matmul(const Tensor& x, const Tensor& w, const GridLinearSpec& spec);
+Tensor grid_matmul(const Tensor& x, const Tensor& w, const Tensor& b, const GridLinearSpec& spec);
 
 /// Layer norm over features split across `feature` (two-pass: the mean, then the squared
 /// deviations from it, each summed over the group; backward sums its two row statistics in one
