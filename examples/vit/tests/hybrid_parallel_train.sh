@@ -11,6 +11,16 @@ set -euo pipefail
 mpiexec=$1 build=$2 src=$3 config=${4:-hybrid_parallel.toml} run=${5:-beans_tp2} plugin=${6:-hybrid_parallel}
 ranks=${7:-2} limit=${8:-32}
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
+if grep -q '^\[parallel\]' "$src/examples/vit/configs/$config"; then
+  # Legacy Colossal-AI's [parallel] table beside a [plugin] table: refused before MPI starts.
+  set +e
+  "$mpiexec" -np 1 "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
+    --set plugin.name=torch_ddp > both.log 2>&1
+  code=$?
+  set -e
+  [ "$code" -eq 1 ] && grep -q "\[parallel\] (legacy Colossal-AI's table) and \[plugin\] both say how to parallelize" both.log ||
+    { cat both.log; echo "FAIL: [parallel] beside [plugin] exited $code"; exit 1; }
+fi
 "$mpiexec" -np "$ranks" --oversubscribe "$build/examples/vit/vit_train" --config "$src/examples/vit/configs/$config" \
   --no-progress --set model.image_size=32 --set train.epochs=1 --set data.limit="$limit" --set train.batch_size=8 \
   --set train.log_every=1 --set run.output_dir=runs 2>&1 | tee train.log
