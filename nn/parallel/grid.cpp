@@ -39,7 +39,7 @@ int TensorGrid::edge(const std::string& mode, int n, int depth) {
   return q;
 }
 
-TensorGrid::TensorGrid(const dist::ProcessGroup& tp, const std::string& mode, int depth) : tp_(tp), mode_(mode) {
+TensorGrid::TensorGrid(const dist::ProcessGroup& tp, const std::string& mode, int depth) : mode_(mode) {
   const int n = tp.size(), t = tp.rank();
   q_ = edge(mode, n, depth);
   const auto split = [&](int color, int key, const std::string& name) {
@@ -53,7 +53,6 @@ TensorGrid::TensorGrid(const dist::ProcessGroup& tp, const std::string& mode, in
     g2_ = split(c + q_ * r, k, "dep");
     g3_ = split(c, k * q_ + r, "rows");
     a_ = {g0_.get(), g3_.get()};
-    b_ = a_;
     lin_a_.in = lin_a_.out = a_;
     lin_a_.gather_x = g0_.get();
     lin_a_.x_dim = -1;
@@ -69,11 +68,11 @@ TensorGrid::TensorGrid(const dist::ProcessGroup& tp, const std::string& mode, in
     g3_ = split(k, i * d + j, "3d_input_x_weight");
     g4_ = split(j, i * d + k, "3d_output_x_weight");
     a_ = {g2_.get(), g3_.get()};
-    b_ = {g1_.get(), g4_.get()};
-    lin_a_.in = a_, lin_a_.out = b_;
+    const GridLayout b{g1_.get(), g4_.get()};  // the layout a linear from a_ writes (and the next reads)
+    lin_a_.in = a_, lin_a_.out = b;
     lin_a_.gather_x = g1_.get(), lin_a_.x_dim = 0, lin_a_.gather_w = g0_.get(), lin_a_.scatter_y = g2_.get();
     lin_a_.out_block = j, lin_a_.out_blocks = d, lin_a_.in_block = k * d + i, lin_a_.in_blocks = d * d;
-    lin_b_.in = b_, lin_b_.out = a_;
+    lin_b_.in = b, lin_b_.out = a_;
     lin_b_.gather_x = g2_.get(), lin_b_.x_dim = 0, lin_b_.gather_w = g0_.get(), lin_b_.scatter_y = g1_.get();
     lin_b_.out_block = k, lin_b_.out_blocks = d, lin_b_.in_block = j * d + i, lin_b_.in_blocks = d * d;
   }

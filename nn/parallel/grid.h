@@ -59,7 +59,6 @@ class TensorGrid {
   int q() const { return q_; }
   /// 2.5D's depth (1 otherwise).
   int depth() const { return depth_; }
-  const dist::ProcessGroup& tp() const { return tp_; }
   /// The layout of the residual stream (embeddings, layer norms, the classifier's input).
   const GridLayout& layout() const { return a_; }
   /// The spec of a linear whose input is in `in` (layout(), or in 3D a linear's output).
@@ -84,13 +83,12 @@ class TensorGrid {
   int64_t rows_in_flight() const { return rows_in_flight_; }
 
  private:
-  const dist::ProcessGroup& tp_;
   std::string mode_;
   int q_ = 1, depth_ = 1;
   // 2D / 2.5D: row (same rows), col (same column), dep (same position, other depth), rows
   // (same column at any depth). 3D: axes i, j, k and the planes ij, ik.
   dist::GroupPtr g0_, g1_, g2_, g3_, g4_;
-  GridLayout a_, b_;
+  GridLayout a_;
   GridLinearSpec lin_a_, lin_b_;
   bool pad_rows_ = false;
   mutable int64_t rows_in_flight_ = -1;
