@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "nn/parallel/grid.h"
+
 namespace booster::examples {
 
 namespace {
@@ -57,8 +59,7 @@ TpFormula grid(const nn::ViTConfig& c, double n, double b, const std::string& mo
 TpFormula tp_formula(const nn::ViTConfig& c, int64_t batch, const std::string& mode, int tp, int depth) {
   const double b = double(batch), n = b * double(c.num_patches() + 1);
   if (mode == "1d") return one_d(c, n, b, tp);
-  const double q = mode == "3d" ? std::round(std::cbrt(double(tp))) : std::round(std::sqrt(double(tp / depth)));
-  return grid(c, n, b, mode, q, depth);
+  return grid(c, n, b, mode, nn::TensorGrid::edge(mode, tp, depth), depth);
 }
 
 }  // namespace booster::examples
