@@ -96,7 +96,8 @@ void GradReducer::launch(size_t b) {
   } else {
     bk.out = Tensor::empty({width}, comm_);
     bk.stage = stage;
-    bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, group, /*async_op=*/true);
+    bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, group, /*async_op=*/true,
+                                   /*input_is_scratch=*/true);  // reduced in the stage itself
   }
   if (stage_ == 2)
     for (size_t i : ids) {  // only the chunks are kept

@@ -53,9 +53,13 @@ WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum, const ProcessGroup& g
 /// all_reduce of many tensors through one flat buffer (one message).
 WorkPtr all_reduce_coalesced(std::vector<Tensor>& ts, ReduceOp op = ReduceOp::sum,
                              const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
-/// output = this rank's block of op(input) where input is size() equal blocks.
+/// output = this rank's block of op(input) where input is size() equal blocks. With
+/// input_is_scratch the caller gives up the input (a staging buffer of its own): a floating
+/// input of the wire's dtype is reduced in place instead of in a copy (one input-sized
+/// buffer less while the reduction is in flight); its contents are unspecified afterwards.
 WorkPtr reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
-                       const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
+                       const ProcessGroup& g = ProcessGroup::world(), bool async_op = false,
+                       bool input_is_scratch = false);
 /// output = concatenation of every rank's input (output numel = size() * input numel).
 WorkPtr all_gather(Tensor& output, const Tensor& input, const ProcessGroup& g = ProcessGroup::world(),
                    bool async_op = false);

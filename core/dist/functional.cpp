@@ -70,7 +70,7 @@ Tensor raw_reduce_scatter(const Tensor& x, int64_t dim, const ProcessGroup& g) {
     const auto [start, len] = balanced_chunk(full, g.size(), r);
     stage.narrow(0, r * chunk, chunk).view(s).narrow(dim, 0, len).copy_(x.detach().narrow(dim, start, len));
   }
-  reduce_scatter(out, stage, ReduceOp::sum, g);
+  reduce_scatter(out, stage, ReduceOp::sum, g, /*async_op=*/false, /*input_is_scratch=*/true);
   const int64_t mine = balanced_chunk(full, g.size(), g.rank()).second;
   return mine == s[size_t(dim)] ? out : out.narrow(dim, 0, mine).contiguous();
 }

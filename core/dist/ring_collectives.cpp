@@ -82,14 +82,17 @@ void post_exchange(Work& w, const char* op, const void* send, int64_t send_len, 
 
 }  // namespace
 
-WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g) {
+WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g,
+                            bool input_is_scratch) {
   NoGradGuard ng;
   auto w = std::make_shared<Work>("reduce_scatter", g);
   const int n = g.size(), r = g.rank();
   const int64_t c = output.numel();
-  // The rounds accumulate in place in an fp32 copy of the input (the input stays untouched).
+  // The rounds accumulate in place in an fp32 copy of the input (the input stays untouched),
+  // or in the input itself when the caller gave it up and it is a contiguous fp32 buffer.
   Tensor buf = input.detach().to(DType::f32).contiguous();
-  if (buf.is_same(input) || buf.shares_storage(input)) buf = buf.clone();
+  const bool in_place = input_is_scratch && input.dtype() == DType::f32 && input.is_contiguous();
+  if (!in_place && (buf.is_same(input) || buf.shares_storage(input))) buf = buf.clone();
   Tensor tmp = Tensor::empty({std::max<int64_t>(c, 1)});
   Tensor out = output;
   const int tag = g.next_collective_tag();

@@ -11,7 +11,8 @@ namespace booster::dist {
 /// accumulation). n - 1 rounds: in round s rank r sends block (r - s - 1) mod n to the next
 /// rank and adds the block (r - s - 2) mod n it receives from the previous one, so after
 /// the last round it holds the reduction of block r; each rank moves (n - 1) / n of input.
-WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g);
+WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g,
+                            bool input_is_scratch = false);
 
 /// t = t summed (or averaged) over the group, in place, for floating tensors: a ring
 /// reduce-scatter then a ring all-gather over n blocks, 2 (n - 1) rounds that each rank

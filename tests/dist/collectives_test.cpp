@@ -79,6 +79,16 @@ TEST_P(Collectives, ReduceScatterAndAllGather) {
     for (int r = 0; r < n; ++r) s += value(r, me * len + i);
     return s;
   }, "reduce_scatter");
+  // The input given up as scratch (reduced in place where it is an fp32 buffer): the same
+  // sums; without that, the input is left as it was.
+  Tensor scratch = in.clone(), out2 = Tensor::empty({len}, dt);
+  reduce_scatter(out2, scratch, ReduceOp::sum, ProcessGroup::world(), async, /*input_is_scratch=*/true)->wait();
+  expect_values(out2, [&](int64_t i) {
+    double s = 0;
+    for (int r = 0; r < n; ++r) s += value(r, me * len + i);
+    return s;
+  }, "reduce_scatter of a scratch input");
+  expect_values(in, [&](int64_t i) { return value(me, i); }, "reduce_scatter's input");
   Tensor mine = make(me, len, dt), all = Tensor::empty({n, len}, dt);
   all_gather(all, mine, ProcessGroup::world(), async)->wait();
   expect_values(all.view({-1}), [&](int64_t i) { return value(int(i / len), i % len); }, "all_gather");
