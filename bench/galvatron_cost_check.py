@@ -9,7 +9,7 @@ Profile first (same world, model, precision):
   mpirun -np 2 build/tools/galvatron_profile_model --model vit-small --batch 8 --precision fp32 --out P
   bench/galvatron_cost_check.py --build build --world 2 --model vit-small --batch 8 --profiles P bench/galvatron/*.json
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile
 
 
 def main():
@@ -24,39 +24,49 @@ def main():
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--profiles", required=True)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="each runs every plan once, in turn")
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.setdefault("OMP_NUM_THREADS", "1")
     work = tempfile.mkdtemp(prefix="galvatron_check_")
+    # Every round runs every plan once, in turn (plans interleaved, not one plan's rounds in a
+    # row): a drift of this shared machine's speed during the run falls on all plans alike.
+    # A plan's time is the median over rounds, its memory the largest peak.
+    runs = {}
+    for rnd in range(a.rounds):
+        for plan in a.plans:
+            p = json.load(open(plan))
+            pp, vtp = int(p.get("pp_deg", 1)), int(p.get("vtp", 1))
+            dp = a.world // pp // vtp
+            batch = a.global_batch // dp if a.global_batch else a.batch
+            toml = os.path.join(work, os.path.basename(plan) + ".toml")
+            with open(toml, "w") as f:
+                f.write(f"[plugin]\nname = 'galvatron'\ngalvatron_config_path = '{os.path.abspath(plan)}'\n")
+            out = os.path.join(work, f"{os.path.basename(plan)}.{rnd}.jsonl")
+            run = subprocess.run(["mpirun", "-np", str(a.world), "--oversubscribe", f"{a.build}/examples/vit/vit_benchmark",
+                                  "--configs", toml, "--precisions", a.precision, "--model", a.model, "--batch",
+                                  str(batch), "--no-peer", "--steps", str(a.steps), "--rounds", "1", "--json", out],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if run.returncode != 0:
+                fatal = [l for l in run.stderr.splitlines() if "fatal" in l]
+                print(f"{os.path.basename(plan)}: vit_benchmark failed: {fatal[0] if fatal else run.returncode}")
+                continue
+            m = [json.loads(l) for l in open(out)][-1]
+            runs.setdefault(plan, {"gbs": batch * dp, "ms": [], "mb": []})
+            runs[plan]["ms"].append(batch * dp / m["images_per_s"] * 1e3)
+            runs[plan]["mb"].append(m["step_peak_mb"])
     rows = []
     for plan in a.plans:
-        p = json.load(open(plan))
-        pp, vtp = int(p.get("pp_deg", 1)), int(p.get("vtp", 1))
-        dp = a.world // pp // vtp
-        batch = a.global_batch // dp if a.global_batch else a.batch
-        gbs = batch * dp
-        toml = os.path.join(work, os.path.basename(plan) + ".toml")
-        with open(toml, "w") as f:
-            f.write(f"[plugin]\nname = 'galvatron'\ngalvatron_config_path = '{os.path.abspath(plan)}'\n")
-        out = os.path.join(work, os.path.basename(plan) + ".jsonl")
-        run = subprocess.run(["mpirun", "-np", str(a.world), "--oversubscribe", f"{a.build}/examples/vit/vit_benchmark",
-                              "--configs", toml, "--precisions", a.precision, "--model", a.model, "--batch", str(batch),
-                              "--no-peer", "--steps", str(a.steps), "--rounds", str(a.rounds), "--json", out],
-                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if run.returncode != 0:
-            fatal = [l for l in run.stderr.splitlines() if "fatal" in l]
-            print(f"{os.path.basename(plan)}: vit_benchmark failed: {fatal[0] if fatal else run.returncode}")
+        if plan not in runs:
             continue
-        m = [json.loads(l) for l in open(out)][-1]
+        r = runs[plan]
         pred = subprocess.run([f"{a.build}/tools/galvatron_search", "--model", a.model, "--world", str(a.world),
-                               "--memory-mb", "1", "--global-batch", str(gbs), "--precision", a.precision,
+                               "--memory-mb", "1", "--global-batch", str(r["gbs"]), "--precision", a.precision,
                                "--profiles", a.profiles, "--predict", plan],
                               env=env, check=True, capture_output=True, text=True).stdout
         c = json.loads(pred.strip().splitlines()[-1])
-        measured_ms = gbs / m["images_per_s"] * 1e3
-        rows.append((os.path.basename(plan), c["layers"], c["predicted_ms"], measured_ms, c["predicted_mb"],
-                     m["step_peak_mb"]))
+        rows.append((os.path.basename(plan), c["layers"], c["predicted_ms"], statistics.median(r["ms"]),
+                     c["predicted_mb"], max(r["mb"])))
     print(f"{'plan':34} {'pred ms':>9} {'meas ms':>9} {'ratio':>6} {'pred MB':>8} {'meas MB':>8} {'ratio':>6}  layers")
     worst_t = worst_m = 0
     for name, layers, pt, mt, pm, mm in rows:

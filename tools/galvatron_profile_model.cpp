@@ -115,8 +115,8 @@ Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp = f
 }
 
 // What the cost model does not count at layernum_min under DDP at tp 1 is the runtime's own
-// memory; what a checkpointed step's peak holds beyond the rest of its backward is a
-// checkpointed layer's recompute and backward.
+// memory; what a checkpointed step's peak holds beyond the rest of its backward (the other
+// layers' inputs and gradients) is a checkpointed layer's recompute and backward.
 void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, const Measure& clo) {
   const int w = dist::world_size();
   gv::HybridPlan plan;
@@ -130,12 +130,13 @@ void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, c
   if (dist::world_rank() == 0)
     std::printf("a step at %lld layer(s): allocator peak %.1f MB, the cost model without the runtime %.1f MB\n",
                 (long long)a.layers_min, base.peak_mb, cm.cost(plan).memory_mb);
+  // The model's backward peak is the first layer's recompute beside the rest once that
+  // recompute is large: linear in it there, C + x * batch. x is what makes it the measured peak.
   for (auto& l : plan.layers) l.checkpoint = true;
-  p.checkpoint_backward_mb_per_sample = 1e-9;
-  const gv::CostModel ck(none, p, w, a.precision);
-  const double whole_grad_mb = p.param_count * (a.precision == "fp32" ? 4.0 : 2.0) / (1 << 20);  // the transient it replaces
-  p.checkpoint_backward_mb_per_sample =
-      std::max(0.0, clo.peak_mb - ck.cost(plan).memory_mb + whole_grad_mb) / double(a.batch);
+  const double large = 1e4;  // MB a sample
+  p.checkpoint_backward_mb_per_sample = large;
+  const double rest = gv::CostModel(none, p, w, a.precision).cost(plan).stages.at(0).backward_mb - large * a.batch;
+  p.checkpoint_backward_mb_per_sample = std::max(1e-9, (clo.peak_mb - rest) / double(a.batch));
 }
 
 }  // namespace

@@ -9,7 +9,42 @@ namespace booster::plugins::galvatron {
 
 namespace {
 constexpr double kMB = 1 << 20;
+
+// A layer's gradient as the backward leaves it, in units of the gradient: staged whole for
+// its reduction (DDP's bucket, ZeRO's reduce-scatter input; ZeRO frees the parameter's own
+// once staged) and, while the reduction is in flight (until the backward ends), the ring's
+// other buffer: the all-reduce's receive block or the reduce-scatter's output, 1/dp of it.
+double in_flight_grad(int dp) { return dp > 1 ? 1.0 + 1.0 / dp : 1.0; }
+
+// The step over the stages: fill and drain of m micro-batches, then the exposed part of the
+// gradient sync after the last backward (overlap coefficient a), then the optimizer.
+double pipeline_ms(const std::vector<StageCost>& stages, int64_t m, double a) {
+  double sum = 0, slowest = 0, exposed = 0, optimizer = 0;
+  for (auto& s : stages) {
+    sum += s.fwd_bwd_ms;
+    slowest = std::max(slowest, s.fwd_bwd_ms);
+    const double b = s.last_bwd_ms, d = s.sync_ms;
+    exposed = std::max(exposed, std::max(0.0, d - b) + (a - 1) * std::min(b, d));
+    optimizer = std::max(optimizer, s.optimizer_ms);
+  }
+  return sum + double(m - 1) * slowest + exposed + optimizer;
+}
 }  // namespace
+
+double CostModel::backward_peak(const std::vector<LayerMemory>& layers, double held, double grads) {
+  // Layer l's backward runs beside the activations of the layers before it (a checkpointed
+  // layer's: its input), its own working set, and the gradients of the layers after it,
+  // staged and in flight; the largest over the layers, or the end with every gradient.
+  double below = held;
+  for (const auto& l : layers) below += l.act;
+  double peak = 0;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    below -= it->act;
+    peak = std::max(peak, below + it->work + grads);
+    grads += it->grad;
+  }
+  return std::max(peak, below + grads);
+}
 
 CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision)
     : hw_(std::move(hw)), model_(std::move(model)), world_(world), beta_(precision == "fp32" ? 4.0 : 2.0) {
@@ -76,7 +111,8 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   int64_t first = 0;
   for (int k = 0; k < p; ++k) {
     StageCost sc;
-    double states = 0, acts = 0, transient = 0, sync = 0, grads = 0, recompute = 0, updated = 0;
+    double states = 0, acts = 0, transient = 0, sync = 0, grads = 0, updated = 0;
+    std::vector<LayerMemory> mem;
     LayerStrategy prev = boundary;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
       const LayerStrategy& s = plan.layers[size_t(l)];
@@ -86,19 +122,19 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sc.last_bwd_ms += t * (2.0 / 3.0);
       sync += sy;
       states += layer_states_mb(plan, s, stage);
-      acts += layer_act_mb(s, stage, rows);
-      // Backward stages every layer's whole gradient for its reduction (all of them are in
-      // flight until the backward ends), and a checkpointed layer holds its activations
-      // again while it recomputes (what the profile measured of that).
       const bool replicated = plan.dp_kind(s) == DpKind::ddp;
-      const double held = model_.param_count / s.tp / (replicated ? 1 : stage / s.tp);
-      // (a reduce-scatter's output, this rank's share, waits beside its staged input)
-      grads += model_.param_count / s.tp * beta_ / kMB * (replicated ? 1.0 : 1.0 + 1.0 / (stage / s.tp));
-      updated += held;
-      if (s.checkpoint) recompute = std::max(recompute, model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp));
-      // A fetched ZeRO-3 layer and the one prefetched after it, or a layer's full gradient.
+      updated += model_.param_count / s.tp / (replicated ? 1 : stage / s.tp);
+      // A fetched ZeRO-3 layer and the one prefetched after it (forward and backward), and in
+      // backward the layer's full gradient (the profiled recompute of a checkpointed layer has it).
       const double whole = model_.param_count / s.tp * beta_ / kMB;
-      transient = std::max(transient, plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : whole);
+      const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
+      transient = std::max(transient, fetched > 0 ? fetched : whole);
+      const double act = layer_act_mb(s, stage, rows);
+      const LayerMemory lm{act, whole * in_flight_grad(stage / s.tp),
+                           fetched + (s.checkpoint ? model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp)
+                                                   : act + whole)};
+      acts += lm.act, grads += lm.grad;
+      mem.push_back(lm);
       prev = s;
     }
     sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
@@ -111,38 +147,31 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
     const double other_params = other_share * model_.other_param_count / plan.vtp;
     states += other_params * states_per_param(okind, vdp) / kMB;
-    grads += other_params * beta_ / kMB * (okind == DpKind::ddp ? 1.0 : 1.0 + 1.0 / vdp);
+    const double other_grads = other_params * beta_ / kMB * in_flight_grad(vdp);
+    grads += other_grads;
     updated += other_params / (okind == DpKind::ddp ? 1 : vdp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
-    acts += other_share * model_.other_act_mb_per_sample * rows / vdp;
+    const double other_acts = other_share * model_.other_act_mb_per_sample * rows / vdp;
+    acts += other_acts;
     if (p > 1) {  // the boundary's activations to the next stage and their gradients back
       const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;
       sc.fwd_bwd_ms += (k < p - 1 ? 1 : 0) * 2 * hw_.p2p_ms(mb, p);
     }
     const int64_t in_flight = plan.in_flight(k);
     sc.sync_ms = sync;
-    // The peak is at the end of a forward (activations in flight) or of the backward (the
-    // gradients, with a recomputed layer or a full gradient on the way).
-    // and the optimizer step's own temporaries beside the gradients (what the profile measured).
+    // The peak is at the end of a forward (activations in flight, a layer's transient), in
+    // the backward, or in the optimizer step (its temporaries beside the gradients, as the
+    // profile measured them).
+    const double held = double(in_flight - 1) * acts + other_acts;  // the other micro-batches', the embeddings'
+    sc.backward_mb = model_.runtime_mb + states + backward_peak(mem, held, other_grads);
     const double step_mb = grads + updated * model_.optimizer_mb_per_param;
-    sc.memory_mb = model_.runtime_mb + states +
-                   std::max({acts * double(in_flight) + transient, grads + std::max(recompute, transient), step_mb});
+    sc.memory_mb = std::max(sc.backward_mb, model_.runtime_mb + states +
+                                                std::max(acts * double(in_flight) + transient, step_mb));
     out.stages.push_back(sc);
     out.memory_mb = std::max(out.memory_mb, sc.memory_mb);
     first += per[size_t(k)];
   }
-  // Fill and drain, then the exposed part of the gradient sync after the last backward.
-  double sum = 0, slowest = 0, exposed = 0;
-  const double a = hw_.overlap_coe;
-  for (auto& s : out.stages) {
-    sum += s.fwd_bwd_ms;
-    slowest = std::max(slowest, s.fwd_bwd_ms);
-    const double b = s.last_bwd_ms, d = s.sync_ms;
-    exposed = std::max(exposed, std::max(0.0, d - b) + (a - 1) * std::min(b, d));
-  }
-  double optimizer = 0;
-  for (auto& s : out.stages) optimizer = std::max(optimizer, s.optimizer_ms);
-  out.step_ms = sum + double(m - 1) * slowest + exposed + optimizer;
+  out.step_ms = pipeline_ms(out.stages, m, hw_.overlap_coe);
   return out;
 }
 

@@ -13,8 +13,9 @@
 //   m for GPipe: Galvatron's older runtime counted 1), checkpointed layers their input,
 //   the largest transient (a fetched ZeRO-3 layer, a layer's full gradient), the
 //   embeddings and head, and the runtime's own memory; or, where larger, the end of the
-//   backward (every layer's gradient staged for its reduction, a checkpointed layer's
-//   recompute) or the optimizer step (its temporaries).
+//   backward (every layer's gradient staged for its reduction with the ring's other buffer,
+//   all in flight until the backward ends; a checkpointed layer's recompute) or the
+//   optimizer step (its temporaries).
 #pragma once
 
 #include <string>
@@ -31,6 +32,7 @@ struct StageCost {
   double sync_ms = 0;     // the gradient synchronization after it
   double optimizer_ms = 0;  // the optimizer step of what the rank holds
   double memory_mb = 0;   // a rank's peak
+  double backward_mb = 0; // the peak within the backward (part of memory_mb's maximum)
 };
 
 struct PlanCost {
@@ -58,6 +60,18 @@ class CostModel {
 
  private:
   double states_per_param(DpKind kind, int dp) const;
+  /// One layer's memory on a rank for one micro-batch (MB): what its forward leaves (a
+  /// checkpointed layer: its input), its gradient as the backward leaves it (staged, with
+  /// the reduction's buffers), and what its backward holds beyond the rest (a checkpointed
+  /// layer: the recompute, profiled; else its activations and gradient on the way, or a
+  /// fetched ZeRO-3 layer).
+  struct LayerMemory {
+    double act = 0, grad = 0, work = 0;
+  };
+  /// The backward's peak over a stage's layers (in forward order), beside `held` MB of other
+  /// activations and `grads` MB of gradients staged from the start (the embeddings' and
+  /// head's).
+  static double backward_peak(const std::vector<LayerMemory>& layers, double held, double grads);
   HardwareProfile hw_;
   ModelProfile model_;
   int world_;

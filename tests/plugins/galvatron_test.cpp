@@ -191,7 +191,7 @@ gv::CostModel free_comm_model(int world) {
 
 }  // namespace
 
-TEST(GalvatronSearch, DynamicProgramFindsTheBestPlanUnderTheBudget) {
+TEST(GalvatronSearch, DynamicProgramFindsANearBestPlanUnderTheBudget) {
   const int world = 4;
   const gv::CostModel cm = free_comm_model(world);
   gv::SearchOptions o;
@@ -218,7 +218,11 @@ TEST(GalvatronSearch, DynamicProgramFindsTheBestPlanUnderTheBudget) {
         const auto cost = cm.cost(p);
         if (cost.memory_mb <= o.memory_mb) best = std::min(best, cost.step_ms);
       }
-  EXPECT_NEAR(found.front().cost.step_ms, best, 1e-9 * best) << found.front().plan.summary(world);
+  // The knapsack's memory is additive over layers, the cost model's peak is not (a layer's
+  // backward beside the gradients of the layers after it): the plan it finds fits, and is
+  // within 5 % of the best that fits (4.0 % here), never faster than it.
+  EXPECT_GE(found.front().cost.step_ms, best - 1e-9 * best);
+  EXPECT_LE(found.front().cost.step_ms, 1.05 * best) << found.front().plan.summary(world);
   // Every global plan that fits is no faster than the layerwise one.
   for (auto& g : gv::global_plans(cm, o))
     if (g.fits) EXPECT_GE(g.cost.step_ms, found.front().cost.step_ms - 1e-9) << g.plan.summary(world);
@@ -232,8 +236,9 @@ TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {
   const double ddp = cm.cost(p).memory_mb;
   for (auto& l : p.layers) l.sdp = true;  // ZeRO-3 over 4 ranks: states / 4
   const double zero3 = cm.cost(p).memory_mb;
-  // (less the layer ZeRO-3 prefetches beside the one it gathered)
-  EXPECT_NEAR(ddp - zero3, 4 * 2e6 * 16.0 * 0.75 / (1 << 20) - 2e6 * 4.0 / (1 << 20), 1e-6);
+  // (less what ZeRO-3 holds gathered at the peak, the last layer's backward beside every
+  // activation: that layer and the one prefetched after it)
+  EXPECT_NEAR(ddp - zero3, 4 * 2e6 * 16.0 * 0.75 / (1 << 20) - 2 * 2e6 * 4.0 / (1 << 20), 1e-6);
   // GPipe keeps every micro-batch's activations, 1F1B at most p - k on stage k.
   gv::HybridPlan pipe;
   pipe.pp_deg = 2, pipe.chunks = 4, pipe.global_bsz = 16;
@@ -244,6 +249,32 @@ TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {
   // Two layers and half the embeddings-and-head share, a micro-batch's 4 rows over 2 data-parallel ranks.
   const double act_stage0 = (2 * 4.0 + 0.5 * 0.5) * (16 / 4 / 2);
   EXPECT_NEAR(gpipe - f1b, act_stage0 * (4 - 2), 1e-6);
+}
+
+TEST(GalvatronSearch, BackwardPeakIsTheLayerWhoseWorkingSetMeetsMostHeld) {
+  // Two layers kept whole, then two checkpointed (recompute 3 MB a row), DDP over 4 ranks,
+  // 4 rows a rank. Layer l's backward holds the activations of the layers before it, its own
+  // working set and the gradients after it (staged, with the ring's receive block: 1 + 1/4).
+  gv::CostModel cm = free_comm_model(4);
+  gv::ModelProfile m = cm.model();
+  m.checkpoint_backward_mb_per_sample = 3.0;
+  cm = gv::CostModel(cm.hardware(), m, 4, "fp32");
+  gv::HybridPlan p;
+  p.layers.assign(4, gv::LayerStrategy{});
+  p.layers[2].checkpoint = p.layers[3].checkpoint = true;
+  p.global_bsz = 16;
+  const double MB = 1 << 20, rows = 4, whole = 2e6 * 4 / MB, grad = whole * 1.25;
+  const double states = (4 * 2e6 + 1e5) * 16 / MB, other_grads = 1e5 * 4 / MB * 1.25, embed_acts = 0.5 * rows;
+  const double act = 4.0 * rows, recompute = 3.0 * rows;
+  const double at_layer1 = embed_acts + act + (act + whole) + 2 * grad;  // more than at layers 0, 2 (act + act + recompute + grad), 3
+  ASSERT_GT(at_layer1, embed_acts + 2 * act + recompute + grad);
+  const auto c = cm.cost(p);
+  EXPECT_NEAR(c.stages[0].backward_mb, m.runtime_mb + states + at_layer1 + other_grads, 1e-9);
+  EXPECT_NEAR(c.memory_mb, c.stages[0].backward_mb, 1e-9);  // above the forward's end (every activation and a gradient)
+  // A larger recompute moves the peak to the first checkpointed layer, beside both whole layers' activations.
+  m.checkpoint_backward_mb_per_sample = 6.0;
+  const auto c2 = gv::CostModel(cm.hardware(), m, 4, "fp32").cost(p);
+  EXPECT_NEAR(c2.stages[0].backward_mb, m.runtime_mb + states + embed_acts + 2 * act + 6.0 * rows + grad + other_grads, 1e-9);
 }
 
 TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {
