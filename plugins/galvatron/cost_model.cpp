@@ -100,6 +100,35 @@ double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, 
   return 2 * hw_.p2p_ms(mb, 1);
 }
 
+void CostModel::peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int64_t m, bool gpipe) const {
+  // The peak is at the end of a forward (activations in flight, a layer's transient), in
+  // the backward, or in the optimizer step (its temporaries beside the gradients, as the
+  // profile measured them).
+  const double held = double(in_flight - 1) * s.acts + s.other_acts;  // the other micro-batches', the embeddings'
+  double fwd_grads = 0;
+  if (m > 0) {
+    // In a pipeline the reduction waits for the last micro-batch: every layer's whole
+    // gradient accumulates in place. The first backward creates them as it goes, beside the
+    // other micro-batches in flight; a later one has them all, beside one micro-batch fewer
+    // unless 1F1B's steady state has started the next (then the forwards after a backward
+    // have them too).
+    double all = s.other_grads;
+    for (auto& l : s.layers) all += l.whole, l.grad = l.whole;
+    const bool steady = !gpipe && m > in_flight;
+    const double first_bwd = backward_peak(s.layers, held, s.other_grads);
+    for (auto& l : s.layers) l.grad = 0;
+    const double later_held = double(std::max<int64_t>(0, in_flight - (steady ? 1 : 2))) * s.acts + s.other_acts;
+    sc.backward_mb = std::max(first_bwd, backward_peak(s.layers, later_held, all));
+    if (steady) fwd_grads = all;
+  } else {
+    sc.backward_mb = backward_peak(s.layers, held, s.other_grads);
+  }
+  sc.backward_mb += model_.runtime_mb + s.states;
+  const double step_mb = s.grads + s.updated * model_.optimizer_mb_per_param;
+  sc.memory_mb = std::max(sc.backward_mb, model_.runtime_mb + s.states +
+                                              std::max(s.acts * double(in_flight) + s.transient + fwd_grads, step_mb));
+}
+
 PlanCost CostModel::cost(const HybridPlan& plan) const {
   BOOSTER_CHECK(plan.global_bsz > 0, "cost model: the plan needs its global batch (global_bsz)");
   const int p = plan.pp_deg, stage = world_ / p;
@@ -130,7 +159,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
       transient = std::max(transient, fetched > 0 ? fetched : whole);
       const double act = layer_act_mb(s, stage, rows);
-      const LayerMemory lm{act, whole * in_flight_grad(stage / s.tp),
+      const LayerMemory lm{act, whole * in_flight_grad(stage / s.tp), whole,
                            fetched + (s.checkpoint ? model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp)
                                                    : act + whole)};
       acts += lm.act, grads += lm.grad;
@@ -157,16 +186,9 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;
       sc.fwd_bwd_ms += (k < p - 1 ? 1 : 0) * 2 * hw_.p2p_ms(mb, p);
     }
-    const int64_t in_flight = plan.in_flight(k);
     sc.sync_ms = sync;
-    // The peak is at the end of a forward (activations in flight, a layer's transient), in
-    // the backward, or in the optimizer step (its temporaries beside the gradients, as the
-    // profile measured them).
-    const double held = double(in_flight - 1) * acts + other_acts;  // the other micro-batches', the embeddings'
-    sc.backward_mb = model_.runtime_mb + states + backward_peak(mem, held, other_grads);
-    const double step_mb = grads + updated * model_.optimizer_mb_per_param;
-    sc.memory_mb = std::max(sc.backward_mb, model_.runtime_mb + states +
-                                                std::max(acts * double(in_flight) + transient, step_mb));
+    peak_memory(sc, StageMemory{std::move(mem), states, acts, other_acts, other_grads, grads, transient, updated},
+                plan.in_flight(k), p > 1 ? m : 0, plan.pipeline_type == "gpipe");
     out.stages.push_back(sc);
     out.memory_mb = std::max(out.memory_mb, sc.memory_mb);
     first += per[size_t(k)];

@@ -62,16 +62,23 @@ class CostModel {
   double states_per_param(DpKind kind, int dp) const;
   /// One layer's memory on a rank for one micro-batch (MB): what its forward leaves (a
   /// checkpointed layer: its input), its gradient as the backward leaves it (staged, with
-  /// the reduction's buffers), and what its backward holds beyond the rest (a checkpointed
+  /// the reduction's buffers) and alone, and what its backward holds beyond the rest (a checkpointed
   /// layer: the recompute, profiled; else its activations and gradient on the way, or a
   /// fetched ZeRO-3 layer).
   struct LayerMemory {
-    double act = 0, grad = 0, work = 0;
+    double act = 0, grad = 0, whole = 0, work = 0;  // whole: its gradient alone
   };
   /// The backward's peak over a stage's layers (in forward order), beside `held` MB of other
   /// activations and `grads` MB of gradients staged from the start (the embeddings' and
   /// head's).
   static double backward_peak(const std::vector<LayerMemory>& layers, double held, double grads);
+  /// What a stage holds (MB): its layers', and its totals with the embeddings' and head's share.
+  struct StageMemory {
+    std::vector<LayerMemory> layers;
+    double states = 0, acts = 0, other_acts = 0, other_grads = 0, grads = 0, transient = 0, updated = 0;
+  };
+  /// Sets sc's peak and backward peak; m: the pipeline's micro-batches (0: no pipeline).
+  void peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int64_t m, bool gpipe) const;
   HardwareProfile hw_;
   ModelProfile model_;
   int world_;
