@@ -1,6 +1,8 @@
 // vit_train's objects from its config (see run_setup.h).
 #include "run_setup.h"
 
+#include <spdlog/spdlog.h>
+
 #include "data/idx.h"
 #include "nn/lazy.h"
 #include "nn/pretrained.h"
@@ -114,21 +116,39 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Mo
   BOOSTER_CHECK(scaling == "dp" || scaling == "none", "train.lr_scaling = '", scaling, "': expected \"dp\" or \"none\"");
   const double lr = cfg.get_float("train.lr") * (scaling == "dp" ? dp : 1), wd = cfg.get_float("train.weight_decay");
   const auto params = model.named_parameters();
+  const std::vector<double> betas = cfg.get_float_list("train.betas");
+  BOOSTER_CHECK(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1,
+                cfg.where("train.betas"), ": train.betas must be two numbers in [0, 1), (beta1, beta2)");
+  const double eps = cfg.get_float("train.eps");
+  auto moments = [&](auto& o) {
+    o.lr = lr, o.beta1 = betas[0], o.beta2 = betas[1];
+    if (eps > 0) o.eps = eps;
+  };
   if (name == "hybrid_adam" || name == "adamw") {
     optim::AdamOptions ao;
-    ao.lr = lr;
+    moments(ao);
     if (name == "adamw") return std::make_shared<optim::AdamW>(optim::param_groups_no_decay(params, wd), ao);
     return std::make_shared<optim::HybridAdam>(optim::param_groups_no_decay(params, wd), ao);
   }
   if (name == "lamb") {
     optim::LambOptions lo;
-    lo.lr = lr;
+    moments(lo);
+    lo.bias_correction = cfg.get_bool("train.bias_correction");
     return std::make_shared<optim::Lamb>(optim::param_groups_no_decay(params, wd), lo);
   }
   BOOSTER_CHECK(name == "lars", "train.optimizer = '", name, "': expected \"hybrid_adam\", \"adamw\", \"lamb\" or \"lars\"");
   optim::LarsOptions lo;
   lo.lr = lr, lo.momentum = cfg.get_float("train.momentum"), lo.eeta = cfg.get_float("train.lars_eeta");
   return std::make_shared<optim::Lars>(optim::lars_param_groups(params, wd), lo);
+}
+
+std::string describe_optimizer(const optim::Optimizer& optimizer) {
+  std::string s = optimizer.type_name() + ":";
+  const auto& groups = optimizer.param_groups();
+  for (const auto& [k, v] : groups.at(0).options) s += fmt::format(" {} {:g},", k, v);
+  s.pop_back();
+  if (groups.size() > 1) s += fmt::format(" ({} groups; the first's)", groups.size());
+  return s;
 }
 
 std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,

@@ -34,6 +34,8 @@ data::ViTImageProcessor make_processor(const Config& cfg);
 /// train.optimizer over the model's parameters (no decay on biases and norms; LARS also
 /// leaves them out of its trust ratio), at train.lr times dp under train.lr_scaling = "dp".
 std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Module& model, int dp);
+/// "Lamb: lr 0.02, beta1 0.9, ..." (the first group's options; the group count when several).
+std::string describe_optimizer(const optim::Optimizer& optimizer);
 /// train.lr_scheduler over total_steps optimizer steps, warmup_ratio of them warming up.
 std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,
                                                       int64_t total_steps);

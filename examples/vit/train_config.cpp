@@ -37,6 +37,9 @@ ConfigSchema vit_train_schema() {
       .add("train.lr", T::floating, 3e-4, "multiplied by the data-parallel size, as Colossal-AI's example")
       .add("train.lr_scaling", T::string, "dp", "dp (lr times the data-parallel size) or none (lr as given)")
       .add("train.optimizer", T::string, "hybrid_adam", "hybrid_adam, adamw, lamb or lars")
+      .add("train.betas", T::floating_list, toml::array{0.9, 0.999}, "hybrid_adam, adamw, lamb: (beta1, beta2)")
+      .add("train.eps", T::floating, 0.0, "hybrid_adam, adamw, lamb: 0 keeps the optimizer's (Adam 1e-8, Lamb 1e-6)")
+      .add("train.bias_correction", T::boolean, false, "lamb: Adam's bias correction of its moments (Adam always)")
       .add("train.momentum", T::floating, 0.9, "lars")
       .add("train.lars_eeta", T::floating, 1e-3, "lars: the trust coefficient")
       .add("train.lr_scheduler", T::string, "cosine_warmup", "cosine_warmup or linear_warmup, per optimizer step")
@@ -68,7 +71,7 @@ ConfigSchema vit_train_schema() {
       .open_table("plugin");
   // Numbers outside these ranges are refused by name, with the value and where it was set.
   for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr", "train.momentum",
-                        "train.weight_decay", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
+                        "train.weight_decay", "train.eps", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
                         "checkpoint.every_steps", "model.patch_size"})
     s.range(k, 0);
   for (const char* k : {"parallel.pipeline", "parallel.tensor.size", "parallel.tensor.depth"}) s.range(k, 1);

@@ -112,6 +112,7 @@ RunObjects make_run_objects(const Config& cfg, Plugin* plugin, std::shared_ptr<c
   o.val_loader = eval_loader(std::move(val_set), cfg, plugin);
   // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
   o.optimizer = examples::make_optimizer(cfg, model, plugin ? plugin->dp_size() : DistCoordinator().world_size());
+  dist::logger().info("optimizer {}", examples::describe_optimizer(*o.optimizer));
   const int64_t k = cfg.get_int("train.gradient_accumulation");
   const int64_t steps_per_epoch = int64_t(o.train_loader->size()) / k;
   BOOSTER_CHECK(steps_per_epoch > 0, "the training split has fewer images than one step (", lo.batch_size, " per rank x ",

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The large-batch recipe's pieces on Fashion-MNIST, small: the large-batch config (LAMB,
-# accumulation under no_sync, clipping, linear warmup) with Mixup on 2 ranks learns (the
+# accumulation under no_sync, clipping, linear warmup) with Mixup, betas (0.9, 0.99) and bias
+# correction (logged as Lamb's options) on 2 ranks learns (the
 # test accuracy after 3 epochs of 4,096 images is over twice chance: 0.31 measured), LARS
 # runs, --eval-only
 # scores the checkpoint on the whole test split, and a wrong dataset or
-# optimizer name is an error naming the key.
+# optimizer name, or one beta, is an error naming the key.
 # Usage: fashion_mnist_recipe.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -12,8 +13,10 @@ work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
 train() { "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --no-progress \
   --config "$src/examples/vit/configs/fashion_mnist_large_batch.toml" --set data.limit=4096 --set train.epochs=3 \
   --set train.batch_size=32 --set train.gradient_accumulation=4 "$@"; }
-train --set run.name=lamb --set train.mixup_alpha=0.2 --set train.lr=2e-2 > lamb.log 2>&1 || { cat lamb.log; exit 1; }
+train --set run.name=lamb --set train.mixup_alpha=0.2 --set train.lr=2e-2 --set 'train.betas=[0.9, 0.99]' \
+  --set train.bias_correction=true > lamb.log 2>&1 || { cat lamb.log; exit 1; }
 grep -q "done: best validation accuracy" lamb.log
+grep "optimizer Lamb:" lamb.log | grep -q "beta2 0.99,.*bias_correction 1" || { grep optimizer lamb.log; echo "FAIL: betas / bias_correction did not reach Lamb"; exit 1; }
 acc=$(grep '"type":"epoch"' runs/lamb/metrics.jsonl | tail -1 | sed -E 's/.*"val_accuracy":([0-9.eE+-]+).*/\1/')
 samples=$(grep '"type":"epoch"' runs/lamb/metrics.jsonl | tail -1 | sed -E 's/.*"val_samples":([0-9]+).*/\1/')
 echo "LAMB, global batch 256 (2 x 32 x 4), Mixup 0.2: test accuracy $acc over $samples images"
@@ -31,4 +34,6 @@ for bad in "data.dataset=mnist" "train.optimizer=sgdx" "train.lr_scheduler=step"
   grep -q "${bad%%=*} = '${bad#*=}'" bad.log || { cat bad.log; echo "FAIL: the error does not name $bad"; exit 1; }
   echo "ok: $bad refused: $(grep -o "${bad%%=*} = '[^\"]*" bad.log | head -1)"
 done
+if train --set 'train.betas=[0.9]' > bad.log 2>&1; then echo "FAIL: one beta was accepted"; exit 1; fi
+grep -q "train.betas must be two numbers" bad.log || { cat bad.log; echo "FAIL: the error does not name train.betas"; exit 1; }
 echo PASS
