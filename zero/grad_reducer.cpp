@@ -95,9 +95,9 @@ void GradReducer::launch(size_t b) {
     bk.work = dist::all_reduce(bk.out, dist::ReduceOp::avg, group, /*async_op=*/true);
   } else {
     bk.out = Tensor::empty({width}, comm_);
-    bk.stage = stage;
+    // Reduced in the stage itself; the Work keeps the stage alive until it completes.
     bk.work = dist::reduce_scatter(bk.out, stage, dist::ReduceOp::avg, group, /*async_op=*/true,
-                                   /*input_is_scratch=*/true);  // reduced in the stage itself
+                                   /*input_is_scratch=*/true);
   }
   if (stage_ == 2)
     for (size_t i : ids) {  // only the chunks are kept
@@ -142,7 +142,6 @@ void GradReducer::complete(size_t b) {
     }
   }
   bk.out = Tensor();
-  bk.stage = Tensor();
   bk.work.reset();
   bk.ready = 0;
 }

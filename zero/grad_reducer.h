@@ -81,7 +81,6 @@ class GradReducer : public GradSync {
  private:
   struct Bucket {
     Tensor out;  // this rank's chunks of the bucket's parameters, comm dtype
-    Tensor stage;  // the reduce-scatter's input, until it completes
     dist::WorkPtr work;
     size_t ready = 0;
   };

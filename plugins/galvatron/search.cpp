@@ -150,6 +150,11 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
     // all-DDP plan once and take each stage's non-layer part).
     const PlanCost all_ddp = cm.cost(plan);
     const LayerStrategy ddp{};
+    std::vector<double> fixed(static_cast<size_t>(pp));
+    for (int k = 0; k < pp; ++k)
+      fixed[size_t(k)] = all_ddp.stages[size_t(k)].memory_mb -
+                         double(per[size_t(k)]) * (cm.layer_states_mb(plan, ddp, stage) +
+                                                   cm.layer_act_mb(ddp, stage, double(rows)) * double(plan.in_flight(k)));
     // The knapsack's memory is additive over layers (states, activations in flight); the
     // peak the cost model finds may lie elsewhere (a checkpointed layer's recompute beside
     // the gradients of the layers after it). A plan over the budget is searched again under
@@ -158,11 +163,8 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
     for (int attempt = 0; attempt < 6; ++attempt) {
       int64_t first = 0;
       for (int k = 0; k < pp; ++k) {
-        const int64_t in_flight = plan.in_flight(k);
-        const double layers_mb = double(per[size_t(k)]) * (cm.layer_states_mb(plan, ddp, stage) +
-                                                           cm.layer_act_mb(ddp, stage, double(rows)) * double(in_flight));
-        const double fixed = all_ddp.stages[size_t(k)].memory_mb - layers_mb;
-        auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), in_flight, m, budget - fixed, step);
+        auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), plan.in_flight(k), m,
+                                 budget - fixed[size_t(k)], step);
         if (chosen.empty()) return;  // this layout does not fit
         std::copy(chosen.begin(), chosen.end(), plan.layers.begin() + first);
         first += per[size_t(k)];
