@@ -8,8 +8,20 @@ Profile first (same world, model, precision):
   mpirun -np 2 build/tools/galvatron_profile_hardware --out P
   mpirun -np 2 build/tools/galvatron_profile_model --model vit-small --batch 8 --precision fp32 --out P
   bench/galvatron_cost_check.py --build build --world 2 --model vit-small --batch 8 --profiles P bench/galvatron/*.json
+With --profile-each-round the model is profiled again before every round (the hardware
+profile of P kept) and a plan's prediction is the median of the rounds' predictions: the
+profile samples the same minutes of this shared machine as the measurement it is set against.
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
+
+
+def predict(a, env, plan, gbs, profiles):
+    """galvatron_search --predict: the cost model's candidate for one plan."""
+    out = subprocess.run([f"{a.build}/tools/galvatron_search", "--model", a.model, "--world", str(a.world),
+                          "--memory-mb", "1", "--global-batch", str(gbs), "--precision", a.precision,
+                          "--profiles", profiles, "--predict", plan],
+                         env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main():
@@ -25,6 +37,10 @@ def main():
     ap.add_argument("--profiles", required=True)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3, help="each runs every plan once, in turn")
+    ap.add_argument("--profile-each-round", action="store_true", help="galvatron_profile_model before every round "
+                    "(--profile-batch rows, --profile-iters forwards)")
+    ap.add_argument("--profile-batch", type=int, default=8)
+    ap.add_argument("--profile-iters", type=int, default=10)
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -32,8 +48,15 @@ def main():
     # Every round runs every plan once, in turn (plans interleaved, not one plan's rounds in a
     # row): a drift of this shared machine's speed during the run falls on all plans alike.
     # A plan's time is the median over rounds, its memory the largest peak.
-    runs = {}
+    runs, profiles = {}, []
     for rnd in range(a.rounds):
+        if a.profile_each_round:
+            rdir = os.path.join(work, f"profiles.{rnd}")
+            shutil.copytree(a.profiles, rdir)
+            subprocess.run(["mpirun", "-np", str(a.world), "--oversubscribe", f"{a.build}/tools/galvatron_profile_model",
+                            "--model", a.model, "--batch", str(a.profile_batch), "--precision", a.precision, "--iters",
+                            str(a.profile_iters), "--rounds", "1", "--out", rdir], env=env, check=True, stdout=subprocess.DEVNULL)
+            profiles.append(rdir)
         for plan in a.plans:
             p = json.load(open(plan))
             pp, vtp = int(p.get("pp_deg", 1)), int(p.get("vtp", 1))
@@ -60,11 +83,9 @@ def main():
         if plan not in runs:
             continue
         r = runs[plan]
-        pred = subprocess.run([f"{a.build}/tools/galvatron_search", "--model", a.model, "--world", str(a.world),
-                               "--memory-mb", "1", "--global-batch", str(r["gbs"]), "--precision", a.precision,
-                               "--profiles", a.profiles, "--predict", plan],
-                              env=env, check=True, capture_output=True, text=True).stdout
-        c = json.loads(pred.strip().splitlines()[-1])
+        preds = [predict(a, env, plan, r["gbs"], prof) for prof in (profiles or [a.profiles])]
+        c = dict(preds[0], predicted_ms=statistics.median(p["predicted_ms"] for p in preds),
+                 predicted_mb=statistics.median(p["predicted_mb"] for p in preds))
         rows.append((os.path.basename(plan), c["layers"], c["predicted_ms"], statistics.median(r["ms"]),
                      c["predicted_mb"], max(r["mb"])))
     print(f"{'plan':34} {'pred ms':>9} {'meas ms':>9} {'ratio':>6} {'pred MB':>8} {'meas MB':>8} {'ratio':>6}  layers")

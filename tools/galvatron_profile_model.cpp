@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "booster/booster.h"
+#include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -32,6 +33,7 @@ struct Args {
   std::string model = "vit-small", precision = "bf16", out = "galvatron_profiles";
   int64_t image_size = 224, batch = 8, layers_min = 1, layers_max = 3;
   int iters = 5;
+  int rounds = 3;
 };
 
 struct Measure {
@@ -52,38 +54,82 @@ std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool s
   return std::make_shared<plugins::GalvatronPlugin>(o);
 }
 
-Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp = false) {
+// A ViT of `layers` layers boosted under a global plan, and a batch of this rank's rows.
+struct Setup {
+  std::unique_ptr<Booster> booster;
+  BoostResult<nn::ViTForImageClassification> r;
+  Tensor x, y;
+  /// A forward and backward, the gradients synchronized as a step does.
+  void train_step() {
+    r.optimizer->zero_grad();
+    booster->backward((*r.model)(x, y).loss, *r.optimizer);
+  }
+};
+
+Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp) {
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
   c.num_hidden_layers = layers;
   c.image_size = a.image_size;
   c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
   manual_seed(7);
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
-  Booster booster(galvatron(a, tp, checkpoint, sdp));
-  auto opt = std::make_shared<optim::AdamW>(model->named_parameters());
-  auto r = booster.boost(model, opt);
-  Tensor x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
-  Generator(3).normal_(x);
-  Tensor y = Tensor::zeros({a.batch}, DType::i64);
+  Setup st;
+  st.booster = std::make_unique<Booster>(galvatron(a, tp, checkpoint, sdp));
+  st.r = st.booster->boost(model, std::make_shared<optim::AdamW>(model->named_parameters()));
+  st.x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
+  Generator(3).normal_(st.x);
+  st.y = Tensor::zeros({a.batch}, DType::i64);
+  return st;
+}
+
+// What ZeRO-3 adds to a training step of `layers` layers over DDP (its gathers beside its
+// reduce-scatter, against the all-reduce; each less its wait at the backward's end), the
+// two run in turn so that a drift of the machine's speed falls on both alike.
+double zero3_extra_ms(const Args& a, int64_t layers) {
+  Setup ddp = setup(a, layers, 1, false, false), z3 = setup(a, layers, 1, false, true);
+  double sum = 0;
+  for (int i = -1; i < a.iters; ++i) {  // the first pair warms up
+    double ms[2];
+    for (int k = 0; k < 2; ++k) {
+      Setup& st = k ? z3 : ddp;
+      GradSync* sync = st.r.model->grad_sync();
+      sync->reset_wait_seconds();
+      dist::barrier();
+      const auto t0 = Clock::now();
+      st.train_step();
+      ms[k] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() - sync->wait_seconds() * 1e3;
+    }
+    if (i >= 0) sum += ms[1] - ms[0];
+  }
+  return dist::all_reduce_scalar(sum / a.iters, dist::ReduceOp::max);
+}
+
+Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
+  Setup st = setup(a, layers, tp, checkpoint, false);
+  auto& r = st.r;
+  Booster& booster = *st.booster;
+  const Tensor &x = st.x, &y = st.y;
   Measure m;
   for (int s = 0; s < 3; ++s) {  // training steps; the third's peak (the optimizer's states exist from the first)
     if (s == 2) host_tier().reset_peak();
-    r.optimizer->zero_grad();
-    booster.backward((*r.model)(x, y).loss, *r.optimizer);
+    st.train_step();
     dist::barrier();
     m.peak_mb = std::max(m.peak_mb, double(host_tier().peak_bytes()) / (1 << 20));
     const size_t before_step = host_tier().bytes_in_use();
     host_tier().reset_peak();
-    const auto t0 = Clock::now();
     r.optimizer->step();
-    m.opt_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     m.opt_extra_mb = double(host_tier().peak_bytes() - before_step) / (1 << 20);
     if (s == 2) m.peak_mb = std::max(m.peak_mb, double(host_tier().peak_bytes()) / (1 << 20));
     else m.peak_mb = 0;
   }
+  {  // the optimizer alone, its states made: the mean of `iters` steps on the last gradients
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.iters; ++i) r.optimizer->step();
+    m.opt_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
+  }
   {
     // Compute alone: the gradient reduction deferred (the cost model prices it from the
-    // hardware profile); ZeRO-3's gathers still run.
+    // hardware profile).
     DeferredSync defer(r.model->grad_sync());
     dist::barrier();
     const auto t0 = Clock::now();
@@ -127,9 +173,6 @@ void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, c
   for (int n = 2; n <= w; n *= 2) none.allreduce_busbw["allreduce_size_" + std::to_string(n) + "_consec_1"] = 1e12;
   const gv::CostModel cm(none, p, w, a.precision);
   p.runtime_mb = base.peak_mb - cm.cost(plan).memory_mb;
-  if (dist::world_rank() == 0)
-    std::printf("a step at %lld layer(s): allocator peak %.1f MB, the cost model without the runtime %.1f MB\n",
-                (long long)a.layers_min, base.peak_mb, cm.cost(plan).memory_mb);
   // The model's backward peak is the first layer's recompute beside the rest once that
   // recompute is large: linear in it there, C + x * batch. x is what makes it the measured peak.
   for (auto& l : plan.layers) l.checkpoint = true;
@@ -137,6 +180,58 @@ void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, c
   p.checkpoint_backward_mb_per_sample = large;
   const double rest = gv::CostModel(none, p, w, a.precision).cost(plan).stages.at(0).backward_mb - large * a.batch;
   p.checkpoint_backward_mb_per_sample = std::max(1e-9, (clo.peak_mb - rest) / double(a.batch));
+}
+
+// One round of every measurement into p (its parameter counts and shapes already set).
+void profile_round(const Args& a, gv::ModelProfile& p) {
+  const int w = dist::world_size();
+  const double dl = double(a.layers_max - a.layers_min);
+  Measure base;
+  const int64_t heads = nn::ViTConfig::preset(a.model).num_attention_heads;
+  for (int t = 1; t <= w && heads % t == 0; t *= 2) {  // a degree must divide the heads
+    const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
+    const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
+    // A difference of two timings: a slow spell over the smaller model can make it negative.
+    p.fwd_ms_per_sample[t] = std::max(0.0, (hi.fwd_ms - lo.fwd_ms) / dl / rows);
+    p.fwd_bwd_ms_per_sample[t] = std::max(0.0, (hi.fwd_bwd_ms - lo.fwd_bwd_ms) / dl / rows);
+    if (t == 1) {  // the parameters are whole on every rank (DDP)
+      p.optimizer_ms_per_param = std::max(0.0, (hi.opt_ms - lo.opt_ms) / dl / p.param_count);
+      p.optimizer_mb_per_param = std::max(0.0, (hi.opt_extra_mb - lo.opt_extra_mb) / dl / p.param_count);
+    }
+    p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
+    if (t == 1) base = lo;
+  }
+  const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
+  if (w > 1) {  // ZeRO-3: what a layer's gathers (forward and backward) and releases add to its step, over the world
+    p.zero3_ms_per_layer = std::max(0.0, (zero3_extra_ms(a, a.layers_max) - zero3_extra_ms(a, a.layers_min)) / dl);
+    p.zero3_group = w;
+  }
+  p.checkpoint_act_mb_per_sample = (chi.act_mb - clo.act_mb) / dl / double(a.batch);
+  p.other_fwd_ms_per_sample = std::max(0.0, base.fwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_ms_per_sample[1]);
+  p.other_fwd_bwd_ms_per_sample =
+      std::max(0.0, base.fwd_bwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_bwd_ms_per_sample[1]);
+  p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
+  calibrate_memory(p, a, base, clo);
+}
+
+// The median over rounds of every timed figure (memory does not vary) into rounds[0].
+gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
+  auto median = [&](auto field) {
+    std::vector<double> v;
+    for (auto& r : rounds) v.push_back(field(r));
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  gv::ModelProfile p = rounds[0];
+  for (auto& [t, x] : p.fwd_ms_per_sample) {
+    x = median([t = t](gv::ModelProfile& r) { return r.fwd_ms_per_sample.at(t); });
+    p.fwd_bwd_ms_per_sample[t] = median([t = t](gv::ModelProfile& r) { return r.fwd_bwd_ms_per_sample.at(t); });
+  }
+  p.other_fwd_ms_per_sample = median([](gv::ModelProfile& r) { return r.other_fwd_ms_per_sample; });
+  p.other_fwd_bwd_ms_per_sample = median([](gv::ModelProfile& r) { return r.other_fwd_bwd_ms_per_sample; });
+  p.optimizer_ms_per_param = median([](gv::ModelProfile& r) { return r.optimizer_ms_per_param; });
+  p.zero3_ms_per_layer = median([](gv::ModelProfile& r) { return r.zero3_ms_per_layer; });
+  return p;
 }
 
 }  // namespace
@@ -151,12 +246,13 @@ int main(int argc, char** argv) {
   app.add_option("--layers-min", a.layers_min, "layernum_min");
   app.add_option("--layers-max", a.layers_max, "layernum_max");
   app.add_option("--iters", a.iters, "timed forwards");
+  app.add_option("--rounds", a.rounds, "rounds of every measurement; each timed figure is their median");
   app.add_option("--out", a.out, "folder of the profile files");
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   BOOSTER_CHECK(a.layers_max > a.layers_min && a.layers_min >= 1, "--layers-max must exceed --layers-min >= 1");
+  BOOSTER_CHECK(a.rounds >= 1 && a.iters >= 1, "--rounds and --iters must be at least 1");
   const int w = dist::world_size();
-  const double dl = double(a.layers_max - a.layers_min);
   gv::ModelProfile p;
   p.model = a.model, p.precision = a.precision, p.profiled_batch = a.batch;
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
@@ -170,36 +266,24 @@ int main(int argc, char** argv) {
     for (auto& [n, t] : m.named_parameters()) (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
     p.param_count = layer, p.other_param_count = all;
   }
-  Measure base, base_hi;
-  for (int t = 1; t <= w; t *= 2) {
-    const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
-    const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
-    p.fwd_ms_per_sample[t] = (hi.fwd_ms - lo.fwd_ms) / dl / rows;
-    p.fwd_bwd_ms_per_sample[t] = (hi.fwd_bwd_ms - lo.fwd_bwd_ms) / dl / rows;
-    if (t == 1) {  // the parameters are whole on every rank (DDP)
-      p.optimizer_ms_per_param = (hi.opt_ms - lo.opt_ms) / dl / p.param_count;
-      p.optimizer_mb_per_param = std::max(0.0, (hi.opt_extra_mb - lo.opt_extra_mb) / dl / p.param_count);
+  std::vector<gv::ModelProfile> rounds;
+  for (int k = 0; k < a.rounds; ++k) {
+    rounds.push_back(p);
+    profile_round(a, rounds.back());
+    if (dist::world_rank() == 0) {
+      const auto& r = rounds.back();
+      std::printf("round %d: forward and backward %.3f ms a sample a layer at tp 1", k + 1, r.fwd_bwd_ms_per_sample.at(1));
+      if (r.fwd_bwd_ms_per_sample.count(2)) std::printf(", %.3f at tp 2", r.fwd_bwd_ms_per_sample.at(2));
+      std::printf("; ZeRO-3 %.2f ms a layer\n", r.zero3_ms_per_layer);
     }
-    p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
-    if (dist::world_rank() == 0)
+  }
+  p = median_of(rounds);
+  if (dist::world_rank() == 0)
+    for (auto& [t, f] : p.fwd_ms_per_sample)
       std::printf("tp %d: forward %.3f ms, forward and backward %.3f ms a sample a layer, activations %.3f MB a sample "
-                  "a layer\n", t, p.fwd_ms_per_sample[t], p.fwd_bwd_ms_per_sample[t], p.act_mb_per_sample[t]);
-    if (t == 1) base = lo, base_hi = hi;
-  }
-  const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
-  if (w > 1) {  // ZeRO-3: what a layer's gathers (forward and backward) and releases add to its step, over the world
-    const Measure zlo = run(a, a.layers_min, 1, false, true), zhi = run(a, a.layers_max, 1, false, true);
-    p.zero3_ms_per_layer = std::max(0.0, ((zhi.fwd_bwd_ms - zlo.fwd_bwd_ms) - (base_hi.fwd_bwd_ms - base.fwd_bwd_ms)) / dl);
-    p.zero3_group = w;
-    if (dist::world_rank() == 0)
-      std::printf("ZeRO-3 over %d ranks: %.2f ms a layer a step for its gathers\n", w, p.zero3_ms_per_layer);
-  }
-  p.checkpoint_act_mb_per_sample = (chi.act_mb - clo.act_mb) / dl / double(a.batch);
-  p.other_fwd_ms_per_sample = std::max(0.0, base.fwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_ms_per_sample[1]);
-  p.other_fwd_bwd_ms_per_sample =
-      std::max(0.0, base.fwd_bwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_bwd_ms_per_sample[1]);
-  p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
-  calibrate_memory(p, a, base, clo);
+                  "a layer\n", t, f, p.fwd_bwd_ms_per_sample.at(t), p.act_mb_per_sample.at(t));
+  if (dist::world_rank() == 0 && w > 1)
+    std::printf("ZeRO-3 over %d ranks: %.2f ms a layer a step for its gathers\n", w, p.zero3_ms_per_layer);
   if (dist::world_rank() == 0) {
     std::printf("checkpointed layer %.4f MB a sample; embeddings and head %.3f ms forward, %.3f ms with backward, "
                 "%.3f MB a sample; optimizer %.3f ns a parameter; runtime %.1f MB\n", p.checkpoint_act_mb_per_sample,

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Galvatron's tools end to end, small: the hardware and model profilers on 2 ranks (ViT-Ti at
+# 32 x 32, two rounds of the model profile whose timed figures are medians), the files they
+# write in Galvatron's formats with plausible values (every timing non-negative, ZeRO-3's
+# cost and the optimizer's present, no tensor-parallel degree that does not divide the 3
+# heads), then galvatron_search over them writing a plan (tp 1: the heads) that
+# galvatron_search --predict costs again; bad arguments are refused by name.
+# Usage: galvatron_tools.sh MPIEXEC BUILD_DIR
+set -euo pipefail
+mpiexec=$1 build=$2
+work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
+run2() { "$mpiexec" -np 2 --oversubscribe "$@"; }
+run2 "$build/tools/galvatron_profile_hardware" --out P --mb 1 --iters 2 > hw.log 2>&1 || { cat hw.log; exit 1; }
+run2 "$build/tools/galvatron_profile_model" --model vit-tiny --image-size 32 --batch 4 --precision fp32 --iters 2 \
+  --rounds 2 --out P > model.log 2>&1 || { cat model.log; exit 1; }
+grep -E "^round (1|2):" model.log
+[ "$(grep -c '^round [12]:' model.log)" = 2 ] || { cat model.log; echo "FAIL: two rounds expected"; exit 1; }
+ls P
+python3 - <<'PY'
+import json, sys
+c = json.load(open("P/computation_profiling_fp32_vit-tiny.json"))
+m = json.load(open("P/memory_profiling_fp32_vit-tiny.json"))
+need = ["layertype_0_fwd_bwd_tp1_bsz4_seq5", "layertype_0_tp1_bsz4_seq5",
+        "optimizer_ms_per_param", "zero3_ms_per_layer", "zero3_group"]
+missing = [k for k in need if k not in c]
+if missing:
+    sys.exit(f"FAIL: the computation profile lacks {missing}: {sorted(c)}")
+negative = {k: v for k, v in c.items() if isinstance(v, (int, float)) and v < 0}
+if negative:
+    sys.exit(f"FAIL: negative timings {negative}")
+if any("tp2" in k for k in c):  # ViT-Ti's 3 heads do not split over 2 ranks
+    sys.exit(f"FAIL: tp 2 profiled for a model of 3 heads: {sorted(c)}")
+if c["zero3_group"] != 2 or m["layertype_0"]["parameter_count"] <= 0:
+    sys.exit("FAIL: the profiles' ZeRO-3 group or parameter count")
+print("profiles ok:", {k: round(c[k], 6) for k in need})
+PY
+"$build/tools/galvatron_search" --model vit-tiny --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
+  --profiles P --output plan.json > search.log 2>&1 || { cat search.log; exit 1; }
+tail -3 search.log
+grep -q "tensor parallelism up to 1: vit-tiny has 3 attention heads" search.log || { echo "FAIL: the heads' limit"; exit 1; }
+grep -q '"tp_sizes_enc": "1,1,1' plan.json || { cat plan.json; echo "FAIL: the plan splits 3 heads"; exit 1; }
+"$build/tools/galvatron_search" --model vit-tiny --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
+  --profiles P --predict plan.json > predict.log 2>&1 || { cat predict.log; exit 1; }
+grep -q '"predicted_ms"' predict.log || { cat predict.log; echo "FAIL: --predict gave no cost"; exit 1; }
+if run2 "$build/tools/galvatron_profile_model" --model vit-tiny --image-size 32 --rounds 0 --out P > bad.log 2>&1; then
+  echo "FAIL: --rounds 0 was accepted"; exit 1
+fi
+grep -q -- "--rounds and --iters must be at least 1" bad.log || { cat bad.log; echo "FAIL: the error does not name --rounds"; exit 1; }
+echo PASS
