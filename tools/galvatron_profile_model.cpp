@@ -1,12 +1,14 @@
 // galvatron_profile_model: profiles a ViT preset on this machine as Galvatron's
 // profile_model does (its computation and memory files), under mpirun with the ranks the
-// tensor-parallel degrees need: for every degree t = 1, 2, ..., W the model is boosted under
-// GalvatronPlugin's global mode at layernum_min and layernum_max layers; the difference of
+// tensor-parallel degrees need: for every degree t = 1, 2, ..., W that divides the heads,
+// the model is boosted under GalvatronPlugin's global mode at layernum_min and layernum_max
+// layers; the difference of
 // the forward times per sample is a layer's forward at t (its tensor-parallel traffic
 // included), the difference of what a forward keeps for backward its activations, and a
 // checkpointed run gives a checkpointed layer's. What is left at layernum_min is the
 // embeddings' and head's; a training step's allocator peak at layernum_min, less what the
-// cost model counts for it, is the runtime's own memory.
+// cost model counts for it, is the runtime's own memory. ZeRO-3's cost is DDP and ZeRO-3
+// steps run in turn. Every timing is taken --rounds times in turn; the files hold medians.
 //   mpirun -np 4 galvatron_profile_model --model vit-small --image-size 224 --batch 8 --precision bf16 --out profiles/
 #include <CLI/CLI.hpp>
 #include <chrono>
