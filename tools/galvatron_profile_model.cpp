@@ -189,8 +189,7 @@ void profile_round(const Args& a, gv::ModelProfile& p) {
   const int w = dist::world_size();
   const double dl = double(a.layers_max - a.layers_min);
   Measure base;
-  const int64_t heads = nn::ViTConfig::preset(a.model).num_attention_heads;
-  for (int t = 1; t <= w && heads % t == 0; t *= 2) {  // a degree must divide the heads
+  for (int t = 1; t <= w && t <= p.max_tp; t *= 2) {
     const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
     const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
     // A difference of two timings: a slow spell over the smaller model can make it negative.
@@ -221,8 +220,9 @@ gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
   auto median = [&](auto field) {
     std::vector<double> v;
     for (auto& r : rounds) v.push_back(field(r));
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
   };
   gv::ModelProfile p = rounds[0];
   for (auto& [t, x] : p.fwd_ms_per_sample) {
@@ -260,6 +260,10 @@ int main(int argc, char** argv) {
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
   c.image_size = a.image_size;
   p.hidden = c.hidden_size, p.seq = c.num_patches() + 1;
+  // A layer splits its heads over its tensor-parallel group: the degrees (powers of two) that
+  // divide them are the only ones profiled, and the profile tells the search so (ViT-Ti's 3
+  // heads: tp 1).
+  for (p.max_tp = 1; c.num_attention_heads % (2 * p.max_tp) == 0;) p.max_tp *= 2;
   {  // parameters: a layer's, and the rest's
     nn::ViTConfig one = c;
     one.num_hidden_layers = 1;

@@ -84,18 +84,14 @@ int main(int argc, char** argv) {
     o.checkpoint = !no_ckpt, o.sdp = !no_sdp, o.tp_consec_off = !no_consec_off, o.vtp = !no_vtp;
     const nn::ViTConfig vc = nn::ViTConfig::preset(model);
     o.num_layers = layers > 0 ? layers : vc.num_hidden_layers;
-    // A layer splits its heads over its tensor-parallel group: degrees that do not divide
-    // them cannot run (ViT-Ti's 3 heads: tp 1 only).
-    int heads_tp = 1;
-    while (vc.num_attention_heads % (2 * heads_tp) == 0) heads_tp *= 2;
-    if (o.max_tp == 0 || o.max_tp > heads_tp) {
-      if (o.max_tp > heads_tp || heads_tp < world)
-        std::printf("tensor parallelism up to %d: %s has %lld attention heads\n", heads_tp, model.c_str(),
-                    (long long)vc.num_attention_heads);
-      o.max_tp = heads_tp;
-    }
     const auto hw = gv::HardwareProfile::read(profiles, nodes, world / nodes);
     const auto mp = gv::ModelProfile::read(profiles, precision, model);
+    if (mp.max_tp > 0 && (o.max_tp == 0 || o.max_tp > mp.max_tp)) {  // the profiler knows which degrees exist
+      if (o.max_tp > mp.max_tp || mp.max_tp < world)
+        std::printf("tensor parallelism up to %d: the model profile of %s allows no more (its attention heads)\n",
+                    mp.max_tp, model.c_str());
+      o.max_tp = mp.max_tp;
+    }
     const gv::CostModel cm(hw, mp, world, precision);
     if (!predict.empty()) return predict_plans(cm, predict, o, world);
     const auto found = gv::search(cm, o);

@@ -110,11 +110,16 @@ std::string ModelProfile::memory_file(const std::string& precision, const std::s
   return "memory_profiling_" + precision + "_" + model + ".json";
 }
 
-double ModelProfile::fwd_ms(int tp) const { return nearest(fwd_ms_per_sample, tp, "forward times", 1.0); }
-double ModelProfile::fwd_bwd_ms(int tp) const {
-  return fwd_bwd_ms_per_sample.empty() ? 3 * fwd_ms(tp) : nearest(fwd_bwd_ms_per_sample, tp, "backward times", 1.0);
+double ModelProfile::at_degree(const std::map<int, double>& m, int tp, const char* what) const {
+  BOOSTER_CHECK(max_tp == 0 || tp <= max_tp, "the model profile of ", model, " allows tensor parallelism up to ", max_tp,
+                " (its attention heads), not ", tp);
+  return nearest(m, tp, what, 1.0);
 }
-double ModelProfile::act_mb(int tp) const { return nearest(act_mb_per_sample, tp, "activation sizes", 1.0); }
+double ModelProfile::fwd_ms(int tp) const { return at_degree(fwd_ms_per_sample, tp, "forward times"); }
+double ModelProfile::fwd_bwd_ms(int tp) const {
+  return fwd_bwd_ms_per_sample.empty() ? 3 * fwd_ms(tp) : at_degree(fwd_bwd_ms_per_sample, tp, "backward times");
+}
+double ModelProfile::act_mb(int tp) const { return at_degree(act_mb_per_sample, tp, "activation sizes"); }
 double ModelProfile::checkpoint_backward_mb(int tp) const {
   if (checkpoint_backward_mb_per_sample <= 0) return act_mb(tp);
   return checkpoint_backward_mb_per_sample * act_mb(tp) / act_mb(1);
@@ -132,6 +137,7 @@ void ModelProfile::write(const std::string& dir) const {
   c["optimizer_ms_per_param"] = optimizer_ms_per_param;
   c["zero3_ms_per_layer"] = zero3_ms_per_layer;
   c["zero3_group"] = zero3_group;
+  c["max_tp_deg"] = max_tp;
   c["hidden_size"] = hidden, c["seq_length"] = seq, c["batch_size"] = profiled_batch;
   write_json((fs::path(dir) / computation_file(precision, model)).string(), c);
   json acts = json::object();
@@ -162,6 +168,7 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   if (c.contains("optimizer_ms_per_param")) p.optimizer_ms_per_param = number(c, "optimizer_ms_per_param", cpath);
   if (c.contains("zero3_ms_per_layer")) p.zero3_ms_per_layer = number(c, "zero3_ms_per_layer", cpath);
   if (c.contains("zero3_group")) p.zero3_group = int(number(c, "zero3_group", cpath));
+  if (c.contains("max_tp_deg")) p.max_tp = int(number(c, "max_tp_deg", cpath));
   if (p.fwd_ms_per_sample.empty()) p.fwd_ms_per_sample[1] = number(c, "layertype_0" + tag, cpath);
   p.other_fwd_ms_per_sample = number(c, "layertype_other" + tag, cpath);
   const std::string mpath = (fs::path(dir) / memory_file(precision, model)).string();

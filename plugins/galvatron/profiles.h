@@ -42,6 +42,7 @@ struct ModelProfile {
   double optimizer_mb_per_param = 0;        // what the step allocates on top, at most
   double zero3_ms_per_layer = 0;            // a ZeRO-3 layer's gathers in a step, over zero3_group ranks
   int zero3_group = 0;                      // (0: not profiled; the hardware profile's bandwidth then)
+  int max_tp = 0;                           // the largest degree a layer splits into (its heads); 0: no limit
   double param_count = 0;                   // one layer's parameters
   double other_param_count = 0;             // the embeddings' and head's
   std::map<int, double> act_mb_per_sample;  // tp -> one layer's activations kept for backward, MB a sample
@@ -55,7 +56,8 @@ struct ModelProfile {
   static ModelProfile read(const std::string& dir, const std::string& precision, const std::string& model);
   void write(const std::string& dir) const;
   /// The forward time of a tensor-parallel degree (the nearest profiled degree scaled by the
-  /// ratio of degrees where it was not profiled).
+  /// ratio of degrees where it was not profiled: a larger world than the profiler's; a degree
+  /// above max_tp is refused).
   double fwd_ms(int tp) const;
   /// Forward and backward (3 x the forward where not profiled).
   double fwd_bwd_ms(int tp) const;
@@ -63,6 +65,9 @@ struct ModelProfile {
   /// A checkpointed layer's backward working set at a degree (the profiled one at tp 1, by
   /// the ratio of the activations elsewhere; its activations where not profiled).
   double checkpoint_backward_mb(int tp) const;
+
+ private:
+  double at_degree(const std::map<int, double>& m, int tp, const char* what) const;
 };
 
 }  // namespace booster::plugins::galvatron

@@ -224,8 +224,9 @@ TEST(GalvatronSearch, DynamicProgramFindsANearBestPlanUnderTheBudget) {
   EXPECT_GE(found.front().cost.step_ms, best - 1e-9 * best);
   EXPECT_LE(found.front().cost.step_ms, 1.05 * best) << found.front().plan.summary(world);
   // Every global plan that fits is no faster than the layerwise one.
-  for (auto& g : gv::global_plans(cm, o))
+  for (auto& g : gv::global_plans(cm, o)) {
     if (g.fits) EXPECT_GE(g.cost.step_ms, found.front().cost.step_ms - 1e-9) << g.plan.summary(world);
+  }
 }
 
 TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {

@@ -30,6 +30,8 @@ if negative:
     sys.exit(f"FAIL: negative timings {negative}")
 if any("tp2" in k for k in c):  # ViT-Ti's 3 heads do not split over 2 ranks
     sys.exit(f"FAIL: tp 2 profiled for a model of 3 heads: {sorted(c)}")
+if c.get("max_tp_deg") != 1:
+    sys.exit(f"FAIL: the profile does not limit tensor parallelism to 1 for 3 heads: {c.get('max_tp_deg')}")
 if c["zero3_group"] != 2 or m["layertype_0"]["parameter_count"] <= 0:
     sys.exit("FAIL: the profiles' ZeRO-3 group or parameter count")
 print("profiles ok:", {k: round(c[k], 6) for k in need})
@@ -37,7 +39,7 @@ PY
 "$build/tools/galvatron_search" --model vit-tiny --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
   --profiles P --output plan.json > search.log 2>&1 || { cat search.log; exit 1; }
 tail -3 search.log
-grep -q "tensor parallelism up to 1: vit-tiny has 3 attention heads" search.log || { echo "FAIL: the heads' limit"; exit 1; }
+grep -q "tensor parallelism up to 1: the model profile of vit-tiny allows no more" search.log || { echo "FAIL: the heads' limit"; exit 1; }
 grep -q '"tp_sizes_enc": "1,1,1' plan.json || { cat plan.json; echo "FAIL: the plan splits 3 heads"; exit 1; }
 "$build/tools/galvatron_search" --model vit-tiny --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
   --profiles P --predict plan.json > predict.log 2>&1 || { cat predict.log; exit 1; }
