@@ -6,7 +6,9 @@
 // without entering MPI (as a backward between gradient hooks), then waits; the exposed
 // remainder is what the wait adds to the compute, the overlap 1 - exposed / all-reduce. Run
 // under mpirun -np N with OMP_NUM_THREADS=1, as DDP's ranks run:
-//   mpirun -np 2 allreduce_bench [MB per bucket, default 25] [rounds, default 5]
+//   mpirun -np 2 allreduce_bench [MB per bucket, default 25] [rounds, default 5] [ring piece, elements]
+// The ring's reduce-scatter rounds move in pieces (ring_collectives.h); the same ring with
+// whole rounds is measured beside it.
 #include <mpi.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/dist/collectives.h"
+#include "core/dist/ring_collectives.h"
 #include "core/kernels/ops.h"
 #include "core/dist/runtime.h"
 #include "core/kernels/raw.h"
@@ -76,6 +79,8 @@ int main(int argc, char** argv) {
   dist::launch_from_openmpi();
   const double mb = argc > 1 ? std::atof(argv[1]) : 25;
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+  const int64_t piece = argc > 3 ? std::atoll(argv[3]) : dist::kRingPieceDefault;
+  dist::set_ring_piece_elements(piece);
   const auto& world = dist::ProcessGroup::world();
   for (DType dt : {DType::bf16, DType::f32}) {
     const int64_t n = int64_t(mb * 1024 * 1024) / int64_t(dtype_size(dt));
@@ -83,6 +88,11 @@ int main(int argc, char** argv) {
     Generator(uint64_t(dist::world_rank()) + 1).uniform_(t, -1, 1);
     t = t.to(dt);
     auto ours = [&] { dist::all_reduce(t, dist::ReduceOp::avg, world); };
+    auto whole = [&] {  // the ring before its pieces: a round's block received whole, then added
+      dist::set_ring_piece_elements(INT64_MAX);
+      ours();
+      dist::set_ring_piece_elements(piece);
+    };
     const bool staged = dt != DType::f32;
     // The peers: MPI's blocking all-reduce, and its non-blocking one waited on (what
     // dist::all_reduce posted before the ring), bf16 through an f32 staging copy.
@@ -98,19 +108,24 @@ int main(int argc, char** argv) {
       kernels::scale_(f, 1.0 / world.size());
       if (staged) t.copy_(f);
     };
-    double ours_ms = 1e30, blocking_ms = 1e30, nonblocking_ms = 1e30;
-    for (int r = 0; r < rounds; ++r) {  // alternated: a noisy spell slows all three
+    double ours_ms = 1e30, whole_ms = 1e30, blocking_ms = 1e30, nonblocking_ms = 1e30;
+    for (int r = 0; r < rounds; ++r) {  // alternated: a noisy spell slows all four
       ours_ms = std::min(ours_ms, ms_per_call(ours));
+      whole_ms = std::min(whole_ms, ms_per_call(whole));
       blocking_ms = std::min(blocking_ms, ms_per_call([&] { mpi(true); }));
       nonblocking_ms = std::min(nonblocking_ms, ms_per_call([&] { mpi(false); }));
     }
     const double bytes = double(n) * double(dtype_size(dt));
-    if (dist::world_rank() == 0)
-      std::printf("all_reduce %s %.1f MB, %d ranks: %.2f ms (%.2f GB/s algorithm bandwidth); peers%s: MPI_Allreduce "
-                  "%.2f ms (%.2fx ours, %.2f GB/s), MPI_Iallreduce + wait %.2f ms (%.2fx); memory copy %.2f GB/s\n",
-                  dtype_name(dt), bytes / (1024 * 1024), world.size(), ours_ms, bytes / ours_ms / 1e6,
+    if (dist::world_rank() == 0) {
+      const double copy = copy_gb_s(size_t(bytes)), bw = bytes / ours_ms / 1e6;
+      std::printf("all_reduce %s %.1f MB, %d ranks: %.2f ms (%.2f GB/s algorithm bandwidth, %.0f %% of a memory copy's "
+                  "%.2f GB/s; pieces of %lld); the ring with whole rounds %.2f ms (%.2fx ours, %.2f GB/s); peers%s: "
+                  "MPI_Allreduce %.2f ms (%.2fx ours, %.2f GB/s), MPI_Iallreduce + wait %.2f ms (%.2fx)\n",
+                  dtype_name(dt), bytes / (1024 * 1024), world.size(), ours_ms, bw, 100 * bw / copy, copy,
+                  (long long)piece, whole_ms, whole_ms / ours_ms, bytes / whole_ms / 1e6,
                   staged ? " through f32 staging" : "", blocking_ms, blocking_ms / ours_ms, bytes / blocking_ms / 1e6,
-                  nonblocking_ms, nonblocking_ms / ours_ms, copy_gb_s(size_t(bytes)));
+                  nonblocking_ms, nonblocking_ms / ours_ms);
+    }
     // Matmuls for about as long as the all-reduce alone.
     Tensor a = Tensor::ones({256, 256});
     auto one = [&] { a = scale(matmul(a, a), 1.0 / 256); };

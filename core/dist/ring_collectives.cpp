@@ -64,23 +64,46 @@ MPI_Datatype wire_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_UINT1
 
 // Posts a send of send_len elements from `send` to `next` and a receive of recv_len into
 // `recv` from `prev`, both of dtype t, in messages of at most max_message_elements(), into w
-// (op names the collective in errors).
+// (op names the collective in errors). An empty side posts nothing: both ends of a message
+// know its length.
 void post_exchange(Work& w, const char* op, const void* send, int64_t send_len, void* recv, int64_t recv_len, DType t,
                    int next, int prev, int tag, const ProcessGroup& g) {
   const int64_t es = int64_t(dtype_size(t));
-  for_each_message(recv_len, [&](int64_t off, int cnt) {
-    MPI_Request q;
-    check(MPI_Irecv(static_cast<char*>(recv) + off * es, cnt, wire_type(t), prev, tag, g.comm(), &q), g, op);
-    w.requests.push_back(q);
-  });
-  for_each_message(send_len, [&](int64_t off, int cnt) {
-    MPI_Request q;
-    check(MPI_Isend(static_cast<const char*>(send) + off * es, cnt, wire_type(t), next, tag, g.comm(), &q), g, op);
-    w.requests.push_back(q);
-  });
+  if (recv_len > 0)
+    for_each_message(recv_len, [&](int64_t off, int cnt) {
+      MPI_Request q;
+      check(MPI_Irecv(static_cast<char*>(recv) + off * es, cnt, wire_type(t), prev, tag, g.comm(), &q), g, op);
+      w.requests.push_back(q);
+    });
+  if (send_len > 0)
+    for_each_message(send_len, [&](int64_t off, int cnt) {
+      MPI_Request q;
+      check(MPI_Isend(static_cast<const char*>(send) + off * es, cnt, wire_type(t), next, tag, g.comm(), &q), g, op);
+      w.requests.push_back(q);
+    });
 }
 
+int64_t g_piece = kRingPieceDefault;
+
+// A reduce-scatter round moves in pieces of at most ring_piece_elements(): each piece is
+// added in while it is still in cache, and the receive buffer is one piece, not a block. Every
+// rank runs the same number of pieces a round (the largest block's), and piece k of a block
+// exists where the block reaches past k pieces, which both ends of its message agree on.
+struct Pieces {
+  int64_t size, per_round;
+  explicit Pieces(int64_t most)
+      : size(std::clamp<int64_t>(most, 1, g_piece)), per_round(std::max<int64_t>(1, (most + size - 1) / size)) {}
+  // Elements of piece k of a block of `len` elements (0 past its end).
+  int64_t len(int64_t block_len, int64_t k) const { return std::clamp<int64_t>(block_len - k * size, 0, size); }
+};
+
 }  // namespace
+
+void set_ring_piece_elements(int64_t n) {
+  BOOSTER_CHECK(n > 0, "set_ring_piece_elements: need n > 0, got ", n);
+  g_piece = n;
+}
+int64_t ring_piece_elements() { return g_piece; }
 
 WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g,
                             bool input_is_scratch) {
@@ -93,25 +116,29 @@ WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, co
   Tensor buf = input.detach().to(DType::f32).contiguous();
   const bool in_place = input_is_scratch && input.dtype() == DType::f32 && input.is_contiguous();
   if (!in_place && (buf.is_same(input) || buf.shares_storage(input))) buf = buf.clone();
-  Tensor tmp = Tensor::empty({std::max<int64_t>(c, 1)});
+  const Pieces pc(c);
+  Tensor tmp = Tensor::empty({pc.size});
   Tensor out = output;
   const int tag = g.next_collective_tag();
-  auto step = std::make_shared<int>(0);
+  auto step = std::make_shared<int64_t>(0);  // round s, piece k: s per_round + k
   float* base = buf.data<float>();
   float* in = tmp.data<float>();
   const int next = (r + 1) % n, prev = (r - 1 + n) % n;
   const ProcessGroup* pg = &g;
   Work* wp = w.get();  // the phases belong to the Work: no reference back to it
-  auto post = [wp, base, in, c, n, r, next, prev, tag, pg](int s) {
+  auto post = [wp, base, in, c, n, r, next, prev, tag, pg, pc](int64_t t) {
+    const int64_t s = t / pc.per_round, k = t % pc.per_round, len = pc.len(c, k);
     const int64_t send_block = ((r - s - 1) % n + n) % n;
-    post_exchange(*wp, "reduce_scatter", base + send_block * c, c, in, c, DType::f32, next, prev, tag, *pg);
+    post_exchange(*wp, "reduce_scatter", base + send_block * c + k * pc.size, len, in, len, DType::f32, next, prev, tag,
+                  *pg);
   };
   if (n > 1) post(0);
-  w->next_phase = [step, post, base, in, c, n, r, op]() {
+  w->next_phase = [step, post, base, in, c, n, r, op, pc]() {
     if (n == 1) return false;
-    const int64_t recv_block = ((r - *step - 2) % n + n) % n;
-    combine(base + recv_block * c, in, c, op);
-    if (++*step >= n - 1) return false;
+    const int64_t s = *step / pc.per_round, k = *step % pc.per_round, len = pc.len(c, k);
+    const int64_t recv_block = ((r - s - 2) % n + n) % n;
+    if (len > 0) combine(base + recv_block * c + k * pc.size, in, len, op);
+    if (++*step >= (n - 1) * pc.per_round) return false;
     post(*step);
     return true;
   };
@@ -144,46 +171,48 @@ WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g) {
     return c * (j + 1) / n - begin(j);
   };
   const int64_t most = (c + n - 1) / n;
-  Tensor recv = Tensor::empty({std::max<int64_t>(most, 1)});  // f32 room; the first round reads it as dt
+  const Pieces pc(most);
+  Tensor recv = Tensor::empty({pc.size});  // f32 room; the first round reads it as dt
   Tensor part = low && n > 2 ? Tensor::empty({most}) : Tensor();  // a bf16/f16 block's partial sum
   char* base = static_cast<char*>(flat.raw_data());
-  const size_t es = dtype_size(dt);
+  const int64_t es = int64_t(dtype_size(dt));
   const int tag = g.next_collective_tag();
   const ProcessGroup* pg = &g;
   Work* wp = w.get();  // the phases belong to the Work: no reference back to it
-  const int rounds = 2 * (n - 1);
-  // Round s < n - 1 (reduce-scatter): send block r - s (a rank's own values, then the partial
-  // sum it made last round), receive block r - s - 1 and add this rank's values to it. Round
-  // s >= n - 1 (all-gather, a = s - n + 1): send the whole block r + 1 - a, receive r - a.
-  auto post = [=](int s) {
-    const auto addr = [&](int64_t i) { return base + begin(i) * int64_t(es); };
-    if (s < n - 1) {
-      const int64_t sb = r - s, rb = r - s - 1;
+  const int64_t rs_steps = (n - 1) * pc.per_round, steps = rs_steps + n - 1;
+  // Step t < rs_steps is piece k of reduce-scatter round s (t = s per_round + k): send piece
+  // k of block r - s (a rank's own values, then the partial sum it made last round), receive
+  // piece k of block r - s - 1 and add this rank's values to it. Step t >= rs_steps is
+  // all-gather round a = t - rs_steps: send the whole block r + 1 - a, receive r - a.
+  auto post = [=](int64_t t) {
+    const auto addr = [&](int64_t i) { return base + begin(i) * es; };
+    if (t < rs_steps) {
+      const int64_t s = t / pc.per_round, k = t % pc.per_round, sb = r - s, rb = r - s - 1;
       const bool wide = low && s > 0;  // partial sums of a bf16/f16 tensor move as f32
-      const void* src = wide ? part.raw_data() : addr(sb);
-      post_exchange(*wp, "all_reduce", src, length(sb), recv.raw_data(), length(rb), wide ? DType::f32 : dt, next, prev,
-                    tag, *pg);
+      const void* src = wide ? static_cast<const void*>(part.data<float>() + k * pc.size) : addr(sb) + k * pc.size * es;
+      post_exchange(*wp, "all_reduce", src, pc.len(length(sb), k), recv.raw_data(), pc.len(length(rb), k),
+                    wide ? DType::f32 : dt, next, prev, tag, *pg);
       return;
     }
-    const int a = s - (n - 1);
+    const int64_t a = t - rs_steps;
     post_exchange(*wp, "all_reduce", addr(r + 1 - a), length(r + 1 - a), addr(r - a), length(r - a), dt, next, prev,
                   tag, *pg);
   };
-  auto step = std::make_shared<int>(0);
+  auto step = std::make_shared<int64_t>(0);
   post(0);
   w->next_phase = [=]() {
-    const int s = *step;
-    if (s < n - 1) {  // the received block gets this rank's values; the last round's is final
-      const int64_t rb = r - s - 1;
+    const int64_t t = *step;
+    if (t < rs_steps) {  // the received piece gets this rank's values; the last round's is final
+      const int64_t s = t / pc.per_round, k = t % pc.per_round, rb = r - s - 1, len = pc.len(length(rb), k);
       const bool final = s == n - 2;
-      void* own = base + begin(rb) * int64_t(es);
-      void* dst = final || !low ? own : part.raw_data();
+      void* own = base + (begin(rb) + k * pc.size) * es;
+      void* dst = final || !low ? own : static_cast<void*>(part.data<float>() + k * pc.size);
       const DType in_t = low && s > 0 ? DType::f32 : dt;
       const DType dst_t = final || !low ? dt : DType::f32;
       const float scale = final && op == ReduceOp::avg ? float(1.0 / n) : 1.0f;
-      sum_into(dst, dst_t, own, dt, recv.raw_data(), in_t, length(rb), scale);
+      if (len > 0) sum_into(dst, dst_t, own, dt, recv.raw_data(), in_t, len, scale);
     }
-    if (++*step >= rounds) return false;
+    if (++*step >= steps) return false;
     post(*step);
     return true;
   };

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/dist/collectives.h"
+#include "core/dist/ring_collectives.h"
 #include "core/dist/runtime.h"
 
 using namespace booster;
@@ -27,8 +28,14 @@ struct Param {
 
 class Collectives : public ::testing::TestWithParam<Param> {
  protected:
-  void SetUp() override { set_max_message_elements(GetParam().async_op ? 7 : INT_MAX); }  // async also splits messages
-  void TearDown() override { set_max_message_elements(INT_MAX); }
+  void SetUp() override {  // async also splits messages, and a ring's rounds into pieces
+    set_max_message_elements(GetParam().async_op ? 7 : INT_MAX);
+    set_ring_piece_elements(GetParam().async_op ? 5 : kRingPieceDefault);
+  }
+  void TearDown() override {
+    set_max_message_elements(INT_MAX);
+    set_ring_piece_elements(kRingPieceDefault);
+  }
   int me = world_rank(), n = world_size();
   const int64_t len = 29;
 };
@@ -156,37 +163,44 @@ TEST(CollectivesSum, Bf16AccumulatesInF32) {
 TEST(CollectivesSum, LowPrecisionSumsRoundOnce) {
   const int n = world_size(), me = world_rank();
   const int64_t len = 1001;  // blocks of unequal length on 2, 3 and 4 ranks
-  for (DType dt : {DType::bf16, DType::f16}) {
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
-      std::vector<float> v(static_cast<size_t>(len));
-      for (int64_t i = 0; i < len; ++i) v[size_t(i)] = float(i % 5 + 1) * (1.f + float(me) / 128.f);
-      Tensor t = Tensor::from_vector(v, {len}).to(dt);
-      Tensor inputs = Tensor::empty({n * len}, dt), outputs = Tensor::empty({n * len}, dt);
-      all_gather(inputs, t);
-      all_reduce(t, op);
-      all_gather(outputs, t);
-      auto in = inputs.to_vector(), got = outputs.to_vector();
-      for (int64_t i = 0; i < len; ++i) {
-        double exact = 0;
-        for (int r = 0; r < n; ++r) exact += double(in[size_t(r * len + i)]);
-        float sum = float(exact);  // exact in f32 here; avg scales by 1/n in f32, as all_reduce does
-        if (op == ReduceOp::avg) sum *= float(1.0 / n);
-        const float want = Tensor::from_vector({sum}, {1}).to(dt).to_vector()[0];
-        for (int r = 0; r < n; ++r)
-          ASSERT_EQ(got[size_t(r * len + i)], want) << dtype_name(dt) << (op == ReduceOp::avg ? " avg" : " sum")
-                                                    << " element " << i << " on rank " << r;
+  // Rounds whole, and in pieces of 64 (the blocks' last pieces of unequal length too).
+  for (int64_t piece : {kRingPieceDefault, int64_t(64)}) {
+    set_ring_piece_elements(piece);
+    for (DType dt : {DType::bf16, DType::f16}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        std::vector<float> v(static_cast<size_t>(len));
+        for (int64_t i = 0; i < len; ++i) v[size_t(i)] = float(i % 5 + 1) * (1.f + float(me) / 128.f);
+        Tensor t = Tensor::from_vector(v, {len}).to(dt);
+        Tensor inputs = Tensor::empty({n * len}, dt), outputs = Tensor::empty({n * len}, dt);
+        all_gather(inputs, t);
+        all_reduce(t, op);
+        all_gather(outputs, t);
+        auto in = inputs.to_vector(), got = outputs.to_vector();
+        for (int64_t i = 0; i < len; ++i) {
+          double exact = 0;
+          for (int r = 0; r < n; ++r) exact += double(in[size_t(r * len + i)]);
+          float sum = float(exact);  // exact in f32 here; avg scales by 1/n in f32, as all_reduce does
+          if (op == ReduceOp::avg) sum *= float(1.0 / n);
+          const float want = Tensor::from_vector({sum}, {1}).to(dt).to_vector()[0];
+          for (int r = 0; r < n; ++r)
+            ASSERT_EQ(got[size_t(r * len + i)], want) << dtype_name(dt) << (op == ReduceOp::avg ? " avg" : " sum")
+                                                      << " element " << i << " on rank " << r << ", pieces of " << piece;
+        }
       }
     }
   }
+  set_ring_piece_elements(kRingPieceDefault);
 }
 
 // f32 tensors of 64 Ki elements and more go round the ring too (smaller ones stay on MPI):
 // sums and averages of values exact in f32, the same on every rank, in blocking and async
-// calls, whole and in messages split below MPI's limit.
+// calls, whole and in messages split below MPI's limit, and in the ring's pieces (4099 and
+// the default, larger than a block).
 TEST(CollectivesSum, LargeF32GoesRoundTheRing) {
   const int64_t len = (int64_t(1) << 16) + 37;
   for (int64_t max_elems : {int64_t(INT_MAX), int64_t(5000)}) {
     set_max_message_elements(max_elems);
+    set_ring_piece_elements(max_elems == INT_MAX ? kRingPieceDefault : 4099);
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg})
       for (bool async : {false, true}) {
         Tensor t = make(world_rank(), len, DType::f32);
@@ -199,6 +213,7 @@ TEST(CollectivesSum, LargeF32GoesRoundTheRing) {
       }
   }
   set_max_message_elements(INT_MAX);
+  set_ring_piece_elements(kRingPieceDefault);
 }
 
 // An asynchronous ring all-reduce completes under test() alone (DDP's reducer tests its
