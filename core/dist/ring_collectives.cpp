@@ -1,10 +1,17 @@
 // Ring collectives (see ring_collectives.h).
 #include "core/dist/ring_collectives.h"
 
+// GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
+// once they are inlined into a function with a target attribute.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <algorithm>
 
 #include "core/autograd/grad_mode.h"
 #include "core/common/parallel.h"
+#include "core/kernels/avx512_cpu.h"
+#include "core/kernels/avx512_math.h"
 #include "core/kernels/raw.h"
 
 namespace booster::dist {
@@ -37,15 +44,63 @@ void check(int rc, const ProcessGroup& g, const char* op) {
 // Pieces of at most this many elements are widened to f32 on the stack.
 constexpr int64_t kPiece = 512;
 
+// dst = (own + in) scale over [b, e), 16 lanes at a time in f32 and rounded once into D as
+// the scalar conversions round (nearest even): the same bits as sum_into's pieces.
+template <typename D, typename O, typename I>
+BOOSTER_AVX512 void sum_avx512(D* dst, const O* own, const I* in, int64_t b, int64_t e, float scale) {
+  using namespace kernels::avx512;
+  const __m512 s = _mm512_set1_ps(scale);
+  int64_t i = b;
+  for (; i + 16 <= e; i += 16) store16(dst + i, _mm512_mul_ps(_mm512_add_ps(load16(own + i), load16(in + i)), s));
+  if (i < e) {
+    const __mmask16 m = __mmask16((1u << (e - i)) - 1);
+    store16(dst + i, m, _mm512_mul_ps(_mm512_add_ps(load16(own + i, m), load16(in + i, m)), s));
+  }
+}
+
+bool g_avx512 = true;
+
+// Calls f with a value of t's C++ type, for the dtypes the AVX-512 sum takes (f32, bf16).
+template <typename F>
+bool with_lanes_type(DType t, F&& f) {
+  if (t == DType::f32) return f(float{}), true;
+  if (t == DType::bf16) return f(bf16_t{}), true;
+  return false;
+}
+
+// sum_into's AVX-512 form where the CPU and the dtypes allow; false where they do not.
+bool sum_into_avx512(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n,
+                     float scale) {
+  if (!g_avx512 || !kernels::avx512::cpu_ok()) return false;
+  bool done = false;
+  with_lanes_type(dst_t, [&](auto d) {
+    with_lanes_type(own_t, [&](auto o) {
+      with_lanes_type(in_t, [&](auto i) {
+        using D = decltype(d);
+        using O = decltype(o);
+        using I = decltype(i);
+        parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+          sum_avx512(static_cast<D*>(dst), static_cast<const O*>(own), static_cast<const I*>(in), b, e, scale);
+        });
+        done = true;
+      });
+    });
+  });
+  return done;
+}
+
 // dst = (own + in) scale over n elements, each array of its own float dtype, computed in f32
-// a piece at a time and rounded once into dst's dtype; dst may be own (all f32 and in place:
-// combine's loop, without the widening copies).
+// and rounded once into dst's dtype; dst may be own. All f32 and in place: combine's loop;
+// f32 and bf16 on AVX-512 CPUs: 16 lanes at a time (a bf16 all-reduce of ViT-B's 344 MB on 2
+// ranks spent most of its time widening and rounding a piece at a time); else a piece at a
+// time through f32 on the stack.
 void sum_into(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n,
               float scale) {
   if (dst == own && dst_t == DType::f32 && own_t == DType::f32 && in_t == DType::f32) {
     combine(static_cast<float*>(dst), static_cast<const float*>(in), n, ReduceOp::sum, scale);
     return;
   }
+  if (sum_into_avx512(dst, dst_t, own, own_t, in, in_t, n, scale)) return;
   auto at = [](const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); };
   parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
     alignas(64) float x[kPiece], y[kPiece];
@@ -104,6 +159,7 @@ void set_ring_piece_elements(int64_t n) {
   g_piece = n;
 }
 int64_t ring_piece_elements() { return g_piece; }
+void set_ring_avx512(bool on) { g_avx512 = on; }
 
 WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g,
                             bool input_is_scratch) {

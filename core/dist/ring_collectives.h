@@ -14,6 +14,9 @@ namespace booster::dist {
 constexpr int64_t kRingPieceDefault = int64_t(1) << 19;
 void set_ring_piece_elements(int64_t n);
 int64_t ring_piece_elements();
+/// The sums of f32 and bf16 run 16 lanes at a time on CPUs with AVX-512 (on by default);
+/// off, they take the portable path every CPU has (for tests on AVX-512 machines).
+void set_ring_avx512(bool on);
 
 /// output = this rank's block of op(input) over the group, for floating tensors (f32
 /// accumulation). n - 1 rounds: in round s rank r sends block (r - s - 1) mod n to the next

@@ -163,9 +163,11 @@ TEST(CollectivesSum, Bf16AccumulatesInF32) {
 TEST(CollectivesSum, LowPrecisionSumsRoundOnce) {
   const int n = world_size(), me = world_rank();
   const int64_t len = 1001;  // blocks of unequal length on 2, 3 and 4 ranks
-  // Rounds whole, and in pieces of 64 (the blocks' last pieces of unequal length too).
-  for (int64_t piece : {kRingPieceDefault, int64_t(64)}) {
-    set_ring_piece_elements(piece);
+  // Rounds whole, and in pieces of 64 (the blocks' last pieces of unequal length too); sums
+  // 16 lanes at a time (AVX-512 CPUs) and on the portable path.
+  for (int64_t piece : {kRingPieceDefault, int64_t(64), int64_t(0)}) {
+    set_ring_avx512(piece != 0);
+    set_ring_piece_elements(piece != 0 ? piece : 64);
     for (DType dt : {DType::bf16, DType::f16}) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
         std::vector<float> v(static_cast<size_t>(len));
@@ -184,12 +186,14 @@ TEST(CollectivesSum, LowPrecisionSumsRoundOnce) {
           const float want = Tensor::from_vector({sum}, {1}).to(dt).to_vector()[0];
           for (int r = 0; r < n; ++r)
             ASSERT_EQ(got[size_t(r * len + i)], want) << dtype_name(dt) << (op == ReduceOp::avg ? " avg" : " sum")
-                                                      << " element " << i << " on rank " << r << ", pieces of " << piece;
+                                                      << " element " << i << " on rank " << r << ", pieces of " << piece
+                                                      << (piece == 0 ? " (64, without AVX-512)" : "");
         }
       }
     }
   }
   set_ring_piece_elements(kRingPieceDefault);
+  set_ring_avx512(true);
 }
 
 // f32 tensors of 64 Ki elements and more go round the ring too (smaller ones stay on MPI):
