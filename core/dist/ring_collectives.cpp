@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/autograd/grad_mode.h"
 #include "core/common/parallel.h"
@@ -138,7 +139,13 @@ void post_exchange(Work& w, const char* op, const void* send, int64_t send_len, 
     });
 }
 
-int64_t g_piece = kRingPieceDefault;
+// BOOSTER_RING_PIECE (elements) overrides the default, for measuring another machine.
+int64_t initial_piece() {
+  const char* e = std::getenv("BOOSTER_RING_PIECE");
+  const long long v = e ? std::atoll(e) : 0;
+  return v > 0 ? int64_t(v) : kRingPieceDefault;
+}
+int64_t g_piece = initial_piece();
 
 // A reduce-scatter round moves in pieces of at most ring_piece_elements(): each piece is
 // added in while it is still in cache, and the receive buffer is one piece, not a block. Every
