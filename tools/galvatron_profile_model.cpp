@@ -58,6 +58,7 @@ std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool s
 
 // A ViT of `layers` layers boosted under a global plan, and a batch of this rank's rows.
 struct Setup {
+  std::shared_ptr<nn::ViTForImageClassification> module;  // the boosted model's own
   std::unique_ptr<Booster> booster;
   BoostResult<nn::ViTForImageClassification> r;
   Tensor x, y;
@@ -76,6 +77,7 @@ Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp) {
   manual_seed(7);
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
   Setup st;
+  st.module = model;
   st.booster = std::make_unique<Booster>(galvatron(a, tp, checkpoint, sdp));
   st.r = st.booster->boost(model, std::make_shared<optim::AdamW>(model->named_parameters()));
   st.x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
@@ -162,6 +164,33 @@ Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
   return m;
 }
 
+// The embeddings' shares of what the layers leave (the embeddings and the head) in
+// activations and forward time: a pipeline's first stage alone, without layers, at tp 1,
+// against the embeddings' and head's figures already in p.
+void embeddings_share(const Args& a, gv::ModelProfile& p) {
+  Setup st = setup(a, a.layers_min, 1, false, false);
+  const Tensor x = st.r.model->cast_input(st.x);
+  const nn::StageSpec first{0, 0, true, false};
+  double act_mb = 0, fwd_ms = 0;
+  {
+    const size_t before = host_tier().bytes_in_use();
+    auto out = st.module->stage_forward({{"pixel_values", x}}, first);
+    act_mb = double(host_tier().bytes_in_use() - before) / (1 << 20);
+  }
+  {
+    NoGradGuard ng;
+    st.module->stage_forward({{"pixel_values", x}}, first);
+    const auto t0 = Clock::now();
+    for (int i = 0; i < a.iters; ++i) st.module->stage_forward({{"pixel_values", x}}, first);
+    fwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
+  }
+  act_mb = dist::all_reduce_scalar(act_mb, dist::ReduceOp::max) / double(a.batch);
+  fwd_ms = dist::all_reduce_scalar(fwd_ms, dist::ReduceOp::max) / double(a.batch);
+  auto ratio = [](double part, double whole) { return whole > 0 ? std::clamp(part / whole, 0.0, 1.0) : 0.5; };
+  p.embed_act_share = ratio(act_mb, p.other_act_mb_per_sample);
+  p.embed_time_share = ratio(fwd_ms, p.other_fwd_ms_per_sample);
+}
+
 // What the cost model does not count at layernum_min under DDP at tp 1 is the runtime's own
 // memory; what a checkpointed step's peak holds beyond the rest of its backward (the other
 // layers' inputs and gradients) is a checkpointed layer's recompute and backward.
@@ -212,6 +241,7 @@ void profile_round(const Args& a, gv::ModelProfile& p) {
   p.other_fwd_bwd_ms_per_sample =
       std::max(0.0, base.fwd_bwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_bwd_ms_per_sample[1]);
   p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
+  embeddings_share(a, p);
   calibrate_memory(p, a, base, clo);
 }
 
@@ -233,6 +263,7 @@ gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
   p.other_fwd_bwd_ms_per_sample = median([](gv::ModelProfile& r) { return r.other_fwd_bwd_ms_per_sample; });
   p.optimizer_ms_per_param = median([](gv::ModelProfile& r) { return r.optimizer_ms_per_param; });
   p.zero3_ms_per_layer = median([](gv::ModelProfile& r) { return r.zero3_ms_per_layer; });
+  p.embed_time_share = median([](gv::ModelProfile& r) { return r.embed_time_share; });
   return p;
 }
 
@@ -268,9 +299,12 @@ int main(int argc, char** argv) {
     nn::ViTConfig one = c;
     one.num_hidden_layers = 1;
     nn::ViTForImageClassification m(one);
-    double layer = 0, all = 0;
-    for (auto& [n, t] : m.named_parameters()) (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
-    p.param_count = layer, p.other_param_count = all;
+    double layer = 0, all = 0, embed = 0;
+    for (auto& [n, t] : m.named_parameters()) {
+      (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
+      if (n.rfind("vit.embeddings.", 0) == 0) embed += double(t.numel());
+    }
+    p.param_count = layer, p.other_param_count = all, p.embed_param_share = embed / all;
   }
   std::vector<gv::ModelProfile> rounds;
   for (int k = 0; k < a.rounds; ++k) {
@@ -292,8 +326,10 @@ int main(int argc, char** argv) {
     std::printf("ZeRO-3 over %d ranks: %.2f ms a layer a step for its gathers\n", w, p.zero3_ms_per_layer);
   if (dist::world_rank() == 0) {
     std::printf("checkpointed layer %.4f MB a sample; embeddings and head %.3f ms forward, %.3f ms with backward, "
-                "%.3f MB a sample; optimizer %.3f ns a parameter; runtime %.1f MB\n", p.checkpoint_act_mb_per_sample,
+                "%.3f MB a sample (the embeddings' share: %.2f of the parameters, %.2f of the activations, %.2f of "
+                "the time); optimizer %.3f ns a parameter; runtime %.1f MB\n", p.checkpoint_act_mb_per_sample,
                 p.other_fwd_ms_per_sample, p.other_fwd_bwd_ms_per_sample, p.other_act_mb_per_sample,
+                p.embed_param_share, p.embed_act_share, p.embed_time_share,
                 p.optimizer_ms_per_param * 1e6, p.runtime_mb);
     p.write(a.out);
     std::printf("wrote %s/{%s, %s}\n", a.out.c_str(), gv::ModelProfile::computation_file(a.precision, a.model).c_str(),

@@ -4,17 +4,23 @@
 #include <algorithm>
 
 #include "core/common/check.h"
+#include "core/dist/ring_collectives.h"
 
 namespace booster::plugins::galvatron {
 
 namespace {
 constexpr double kMB = 1 << 20;
 
-// A layer's gradient as the backward leaves it, in units of the gradient: staged whole for
+// A gradient of `params` parameters (`mb` MB) as the backward leaves it: staged whole for
 // its reduction (DDP's bucket, ZeRO's reduce-scatter input; ZeRO frees the parameter's own
 // once staged) and, while the reduction is in flight (until the backward ends), the ring's
-// other buffer: the all-reduce's receive block or the reduce-scatter's output, 1/dp of it.
-double in_flight_grad(int dp) { return dp > 1 ? 1.0 + 1.0 / dp : 1.0; }
+// other buffer: the reduce-scatter's output, 1/dp of it, or the all-reduce's receive buffer,
+// one f32 piece of a round (ring_collectives.h) or the round's block where that is smaller.
+double in_flight_grad_mb(double mb, double params, int dp, bool all_reduce) {
+  if (dp <= 1) return mb;
+  if (!all_reduce) return mb * (1.0 + 1.0 / dp);
+  return mb + std::min(params / dp, double(dist::ring_piece_elements())) * 4 / kMB;
+}
 
 // The step over the stages: fill and drain of m micro-batches, then the exposed part of the
 // gradient sync after the last backward (overlap coefficient a), then the optimizer.
@@ -159,7 +165,8 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
       transient = std::max(transient, fetched > 0 ? fetched : whole);
       const double act = layer_act_mb(s, stage, rows);
-      const LayerMemory lm{act, whole * in_flight_grad(stage / s.tp), whole,
+      const double params = model_.param_count / s.tp;
+      const LayerMemory lm{act, in_flight_grad_mb(whole, params, stage / s.tp, replicated), whole,
                            fetched + (s.checkpoint ? model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp)
                                                    : act + whole)};
       acts += lm.act, grads += lm.grad;
@@ -167,20 +174,21 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       prev = s;
     }
     sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
-    // The embeddings (first stage) and the head (last stage), at vtp.
-    const double other_share = (k == 0 ? 0.5 : 0) + (k == p - 1 ? 0.5 : 0);
+    // The embeddings (first stage) and the head (last stage), at vtp: each stage's share of
+    // their parameters, activations and time.
+    const auto share = [&](double embed) { return (k == 0 ? embed : 0) + (k == p - 1 ? 1 - embed : 0); };
     const int vdp = stage / plan.vtp;
     const double other_t = model_.other_fwd_bwd_ms_per_sample > 0 ? model_.other_fwd_bwd_ms_per_sample
                                                                    : 3 * model_.other_fwd_ms_per_sample;
-    sc.fwd_bwd_ms += other_t * (rows / vdp) * other_share;
+    sc.fwd_bwd_ms += other_t * (rows / vdp) * share(model_.embed_time_share);
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
-    const double other_params = other_share * model_.other_param_count / plan.vtp;
+    const double other_params = share(model_.embed_param_share) * model_.other_param_count / plan.vtp;
     states += other_params * states_per_param(okind, vdp) / kMB;
-    const double other_grads = other_params * beta_ / kMB * in_flight_grad(vdp);
+    const double other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, vdp, okind == DpKind::ddp);
     grads += other_grads;
     updated += other_params / (okind == DpKind::ddp ? 1 : vdp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
-    const double other_acts = other_share * model_.other_act_mb_per_sample * rows / vdp;
+    const double other_acts = share(model_.embed_act_share) * model_.other_act_mb_per_sample * rows / vdp;
     acts += other_acts;
     if (p > 1) {  // the boundary's activations to the next stage and their gradients back
       const double mb = rows / vdp * double(model_.seq * model_.hidden) * beta_ / kMB;

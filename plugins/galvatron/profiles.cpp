@@ -35,6 +35,12 @@ double number(const json& j, const std::string& key, const std::string& path) {
   return j.at(key).get<double>();
 }
 
+double share(const json& j, const std::string& key, const std::string& path) {
+  const double v = number(j, key, path);
+  BOOSTER_CHECK(v >= 0 && v <= 1, "the profile '", path, "': '", key, "' must be a share in [0, 1], got ", v);
+  return v;
+}
+
 std::string suffix(int nodes, int per_node) {
   return std::to_string(nodes) + "nodes_" + std::to_string(per_node) + "gpus_per_node.json";
 }
@@ -138,6 +144,7 @@ void ModelProfile::write(const std::string& dir) const {
   c["zero3_ms_per_layer"] = zero3_ms_per_layer;
   c["zero3_group"] = zero3_group;
   c["max_tp_deg"] = max_tp;
+  c["layertype_other_embed_share"] = embed_time_share;
   c["hidden_size"] = hidden, c["seq_length"] = seq, c["batch_size"] = profiled_batch;
   write_json((fs::path(dir) / computation_file(precision, model)).string(), c);
   json acts = json::object();
@@ -148,6 +155,7 @@ void ModelProfile::write(const std::string& dir) const {
   m["layertype_0"] = {{"parameter_size", param_count * 4.0 / (1 << 20)}, {"parameter_count", param_count},
                       {"tp_activation_per_bsz_dict", acts}};
   m["other_memory"] = {{"parameter_count", other_param_count}, {"activation_per_bsz", other_act_mb_per_sample},
+                       {"embed_parameter_share", embed_param_share}, {"embed_activation_share", embed_act_share},
                        {"runtime_mb", runtime_mb}, {"optimizer_mb_per_param", optimizer_mb_per_param}};
   write_json((fs::path(dir) / memory_file(precision, model)).string(), m);
 }
@@ -169,6 +177,7 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   if (c.contains("zero3_ms_per_layer")) p.zero3_ms_per_layer = number(c, "zero3_ms_per_layer", cpath);
   if (c.contains("zero3_group")) p.zero3_group = int(number(c, "zero3_group", cpath));
   if (c.contains("max_tp_deg")) p.max_tp = int(number(c, "max_tp_deg", cpath));
+  if (c.contains("layertype_other_embed_share")) p.embed_time_share = share(c, "layertype_other_embed_share", cpath);
   if (p.fwd_ms_per_sample.empty()) p.fwd_ms_per_sample[1] = number(c, "layertype_0" + tag, cpath);
   p.other_fwd_ms_per_sample = number(c, "layertype_other" + tag, cpath);
   const std::string mpath = (fs::path(dir) / memory_file(precision, model)).string();
@@ -187,6 +196,8 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   p.other_act_mb_per_sample = number(o, "activation_per_bsz", mpath);
   p.runtime_mb = number(o, "runtime_mb", mpath);
   if (o.contains("optimizer_mb_per_param")) p.optimizer_mb_per_param = number(o, "optimizer_mb_per_param", mpath);
+  if (o.contains("embed_parameter_share")) p.embed_param_share = share(o, "embed_parameter_share", mpath);
+  if (o.contains("embed_activation_share")) p.embed_act_share = share(o, "embed_activation_share", mpath);
   return p;
 }
 

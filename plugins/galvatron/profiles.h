@@ -49,6 +49,10 @@ struct ModelProfile {
   double checkpoint_act_mb_per_sample = 0;  // a checkpointed layer's (its input)
   double checkpoint_backward_mb_per_sample = 0;  // what a checkpointed layer's recompute and backward hold at most
   double other_act_mb_per_sample = 0;
+  // The embeddings' shares of the embeddings' and head's parameters, activations and forward
+  // time: a pipeline's first stage holds the embeddings, its last the head (half each where
+  // not profiled).
+  double embed_param_share = 0.5, embed_act_share = 0.5, embed_time_share = 0.5;
   double runtime_mb = 0;                    // what a boosted rank holds beyond the model (buffers, workspace)
 
   static std::string computation_file(const std::string& precision, const std::string& model);

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "booster/booster.h"
+#include "core/dist/ring_collectives.h"
 #include "core/dist/runtime.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
@@ -225,7 +226,9 @@ TEST(GalvatronSearch, DynamicProgramFindsANearBestPlanUnderTheBudget) {
   EXPECT_LE(found.front().cost.step_ms, 1.05 * best) << found.front().plan.summary(world);
   // Every global plan that fits is no faster than the layerwise one.
   for (auto& g : gv::global_plans(cm, o)) {
-    if (g.fits) EXPECT_GE(g.cost.step_ms, found.front().cost.step_ms - 1e-9) << g.plan.summary(world);
+    if (g.fits) {
+      EXPECT_GE(g.cost.step_ms, found.front().cost.step_ms - 1e-9) << g.plan.summary(world);
+    }
   }
 }
 
@@ -279,6 +282,37 @@ TEST(GalvatronSearch, BackwardPeakIsTheLayerWhoseWorkingSetMeetsMostHeld) {
   m.checkpoint_backward_mb_per_sample = 6.0;
   const auto c2 = gv::CostModel(cm.hardware(), m, 4, "fp32").cost(p);
   EXPECT_NEAR(c2.stages[0].backward_mb, m.runtime_mb + states + embed_acts + 2 * act + 6.0 * rows + grad + other_grads, 1e-9);
+  // The all-reduce receives a round in pieces: where a piece is smaller than the round's
+  // block, a reduction in flight holds one piece beside its staged gradient.
+  dist::set_ring_piece_elements(1000);
+  const auto c3 = cm.cost(p);
+  dist::set_ring_piece_elements(dist::kRingPieceDefault);
+  const double piece = 1000 * 4 / MB;
+  EXPECT_NEAR(c3.stages[0].backward_mb,
+              m.runtime_mb + states + embed_acts + act + (act + whole) + 2 * (whole + piece) + 1e5 * 4 / MB + piece, 1e-9);
+}
+
+// A pipeline's first stage holds the embeddings' share of the embeddings' and head's
+// parameters and activations (profiled), its last stage the rest; one stage holds all of it.
+TEST(GalvatronSearch, StagesHoldTheirShareOfTheEmbeddingsAndHead) {
+  const gv::CostModel cm = free_comm_model(4);
+  gv::HybridPlan plan;
+  plan.layers.assign(4, gv::LayerStrategy{});
+  plan.global_bsz = 16, plan.chunks = 4, plan.pipeline_type = "gpipe";
+  auto cost = [&](double param_share, double act_share, int pp) {
+    gv::ModelProfile m = cm.model();
+    m.embed_param_share = param_share, m.embed_act_share = act_share;
+    plan.pp_deg = pp;
+    return gv::CostModel(cm.hardware(), m, 4, "fp32").cost(plan);
+  };
+  const auto half = cost(0.5, 0.5, 2), embed = cost(1.0, 1.0, 2);
+  EXPECT_GT(embed.stages[0].memory_mb, half.stages[0].memory_mb);
+  EXPECT_LT(embed.stages[1].memory_mb, half.stages[1].memory_mb);
+  // Each part moves on its own: the parameters' states, and the activations GPipe's first
+  // stage keeps for every micro-batch.
+  EXPECT_GT(cost(1.0, 0.5, 2).stages[0].memory_mb, half.stages[0].memory_mb);
+  EXPECT_GT(cost(0.5, 1.0, 2).stages[0].memory_mb, half.stages[0].memory_mb);
+  EXPECT_NEAR(cost(1.0, 1.0, 1).memory_mb, cost(0.5, 0.5, 1).memory_mb, 1e-9);
 }
 
 TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {

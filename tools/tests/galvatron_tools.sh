@@ -32,6 +32,10 @@ if any("tp2" in k for k in c):  # ViT-Ti's 3 heads do not split over 2 ranks
     sys.exit(f"FAIL: tp 2 profiled for a model of 3 heads: {sorted(c)}")
 if c.get("max_tp_deg") != 1:
     sys.exit(f"FAIL: the profile does not limit tensor parallelism to 1 for 3 heads: {c.get('max_tp_deg')}")
+o = m["other_memory"]
+if not (0.9 < o["embed_parameter_share"] <= 1 and 0 <= o["embed_activation_share"] <= 1
+        and 0 <= c["layertype_other_embed_share"] <= 1):  # the embeddings hold nearly all of ViT-Ti's rest
+    sys.exit(f"FAIL: the embeddings' shares: {o}, {c['layertype_other_embed_share']}")
 if c["zero3_group"] != 2 or m["layertype_0"]["parameter_count"] <= 0:
     sys.exit("FAIL: the profiles' ZeRO-3 group or parameter count")
 print("profiles ok:", {k: round(c[k], 6) for k in need})
