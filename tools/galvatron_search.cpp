@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-tp", o.max_tp, "largest tensor-parallel degree (0: a stage)");
   app.add_option("--max-pp", o.max_pp, "largest pipeline degree (0: the world)");
   app.add_option("--max-chunks", o.max_chunks, "most micro-batches with a pipeline");
+  app.add_option("--partition-spread", o.partition_spread,
+                 "stage partitions weighed: each stage within this many layers of the even split (0: even only)");
   app.add_option("--default-dp-type", o.default_dp_type, "ddp or zero2");
   app.add_option("--pipeline-type", o.pipeline_type, "pipedream_flush or gpipe");
   app.add_flag("--disable-ckpt", no_ckpt, "no checkpointed layers");

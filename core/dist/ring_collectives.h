@@ -9,8 +9,9 @@ namespace booster::dist {
 
 /// A reduce-scatter round (of both collectives below) moves in pieces of at most this many
 /// elements, each added in as it arrives, while in cache, through a receive buffer of one
-/// piece (BOOSTER_RING_PIECE overrides it). 512 Ki elements (2 MiB of f32): ViT-B's 344 MB f32 all-reduce on 2 ranks ran 1.3x
-/// faster than with whole rounds; pieces of 32 Ki to 2 Mi measured 1.03-1.55x (allreduce_bench).
+/// piece (BOOSTER_RING_PIECE overrides it). 512 Ki elements (2 MiB of f32): ViT-B's 344 MB
+/// f32 all-reduce on 2 ranks ran 1.3x faster than with whole rounds; pieces of 32 Ki to 2 Mi
+/// measured 1.03-1.55x (allreduce_bench).
 constexpr int64_t kRingPieceDefault = int64_t(1) << 19;
 void set_ring_piece_elements(int64_t n);
 int64_t ring_piece_elements();

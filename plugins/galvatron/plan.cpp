@@ -248,7 +248,13 @@ std::string HybridPlan::summary(int world) const {
            describe(layers[i], world);
     i = j + 1;
   }
-  return out + "; vtp " + std::to_string(vtp) + ", " + pipeline_type + ", chunks " + std::to_string(chunks);
+  out += "; vtp " + std::to_string(vtp) + ", " + pipeline_type + ", chunks " + std::to_string(chunks);
+  if (pp_deg > 1) {
+    std::string div;
+    for (int64_t n : stage_layers()) div += (div.empty() ? "" : ",") + std::to_string(n);
+    out += ", stages " + div;
+  }
+  return out;
 }
 
 }  // namespace booster::plugins::galvatron

@@ -86,12 +86,12 @@ std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& pla
   return out;
 }
 
-void sort_fastest(std::vector<Candidate>& c) {
-  std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.cost.step_ms < b.cost.step_ms;
-  });
+bool better(const Candidate& a, const Candidate& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.cost.step_ms < b.cost.step_ms;
 }
+
+void sort_fastest(std::vector<Candidate>& c) { std::stable_sort(c.begin(), c.end(), better); }
 
 // The (pp, vtp, micro-batches) the search loops over, with the stage's micro-batch rows.
 template <typename F>
@@ -132,6 +132,80 @@ std::vector<LayerStrategy> strategies(int stage, const SearchOptions& o) {
   return out;
 }
 
+namespace {
+
+// Stage partitions of `layers` over pp stages near the even split (HybridPlan's: the
+// remainder on the last), each stage within `spread` layers of it and holding one at least.
+// Galvatron fixes the partition before its search; here the cost model weighs each (the first
+// stage holds the embeddings and, under 1F1B, the most micro-batches in flight).
+std::vector<std::vector<int64_t>> partitions(int64_t layers, int pp, int64_t spread) {
+  HybridPlan even;
+  even.pp_deg = pp;
+  even.layers.assign(size_t(layers), LayerStrategy{});
+  const auto base = even.stage_layers();
+  std::vector<std::vector<int64_t>> out;
+  std::vector<int64_t> cur;
+  auto walk = [&](auto&& self, int k, int64_t left) -> void {
+    if (k == pp - 1) {
+      if (left >= 1 && std::abs(left - base[size_t(k)]) <= spread) {
+        cur.push_back(left);
+        out.push_back(cur);
+        cur.pop_back();
+      }
+      return;
+    }
+    for (int64_t n = std::max<int64_t>(1, base[size_t(k)] - spread); n <= base[size_t(k)] + spread; ++n) {
+      if (left - n < pp - k - 1) break;
+      cur.push_back(n);
+      self(self, k + 1, left - n);
+      cur.pop_back();
+    }
+  };
+  walk(walk, 0, layers);
+  return out;
+}
+
+// The knapsack over every stage of `plan` (its layout and partition set), searched again
+// under a lowered budget while the cost model finds the result over it; nothing where a
+// stage has no plan that fits.
+std::optional<Candidate> search_partition(const CostModel& cm, const SearchOptions& o, HybridPlan plan,
+                                          const std::vector<LayerStrategy>& ss, int64_t rows, double step) {
+  const int pp = plan.pp_deg, stage = cm.world() / pp;
+  const int64_t m = plan.chunks;
+  plan.layers.assign(size_t(o.num_layers), LayerStrategy{});
+  const auto per = plan.stage_layers();
+  // What a stage holds besides its layers (the layers' plan is not known yet: score the
+  // all-DDP plan once and take each stage's non-layer part).
+  const PlanCost all_ddp = cm.cost(plan);
+  const LayerStrategy ddp{};
+  std::vector<double> fixed(static_cast<size_t>(pp));
+  for (int k = 0; k < pp; ++k)
+    fixed[size_t(k)] = all_ddp.stages[size_t(k)].memory_mb -
+                       double(per[size_t(k)]) * (cm.layer_states_mb(plan, ddp, stage) +
+                                                 cm.layer_act_mb(ddp, stage, double(rows)) * double(plan.in_flight(k)));
+  // The knapsack's memory is additive over layers (states, activations in flight); the
+  // peak the cost model finds may lie elsewhere (a checkpointed layer's recompute beside
+  // the gradients of the layers after it). A plan over the budget is searched again under
+  // a budget lowered by its excess, a few times at most.
+  double budget = o.memory_mb;
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    int64_t first = 0;
+    for (int k = 0; k < pp; ++k) {
+      auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), plan.in_flight(k), m,
+                               budget - fixed[size_t(k)], step);
+      if (chosen.empty()) return std::nullopt;  // this layout does not fit
+      std::copy(chosen.begin(), chosen.end(), plan.layers.begin() + first);
+      first += per[size_t(k)];
+    }
+    const PlanCost cost = cm.cost(plan);
+    if (cost.memory_mb <= o.memory_mb || attempt == 5) return Candidate{plan, cost, cost.memory_mb <= o.memory_mb};
+    budget -= cost.memory_mb - o.memory_mb + step;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
   BOOSTER_CHECK(o.num_layers > 0 && o.global_bsz > 0 && o.memory_mb > 0, "galvatron_search: needs the model's layers, "
                 "a global batch and a memory budget");
@@ -143,39 +217,14 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
     std::vector<LayerStrategy> ss;
     for (auto& s : strategies(stage, o))
       if (rows_divide(rows, stage, s.tp)) ss.push_back(s);
-    HybridPlan plan = base_plan(o, pp, vtp, m);
-    plan.layers.assign(size_t(o.num_layers), LayerStrategy{});
-    const auto per = plan.stage_layers();
-    // What a stage holds besides its layers (the layers' plan is not known yet: score the
-    // all-DDP plan once and take each stage's non-layer part).
-    const PlanCost all_ddp = cm.cost(plan);
-    const LayerStrategy ddp{};
-    std::vector<double> fixed(static_cast<size_t>(pp));
-    for (int k = 0; k < pp; ++k)
-      fixed[size_t(k)] = all_ddp.stages[size_t(k)].memory_mb -
-                         double(per[size_t(k)]) * (cm.layer_states_mb(plan, ddp, stage) +
-                                                   cm.layer_act_mb(ddp, stage, double(rows)) * double(plan.in_flight(k)));
-    // The knapsack's memory is additive over layers (states, activations in flight); the
-    // peak the cost model finds may lie elsewhere (a checkpointed layer's recompute beside
-    // the gradients of the layers after it). A plan over the budget is searched again under
-    // a budget lowered by its excess, a few times at most.
-    double budget = o.memory_mb;
-    for (int attempt = 0; attempt < 6; ++attempt) {
-      int64_t first = 0;
-      for (int k = 0; k < pp; ++k) {
-        auto chosen = best_stage(cm, plan, ss, per[size_t(k)], stage, double(rows), plan.in_flight(k), m,
-                                 budget - fixed[size_t(k)], step);
-        if (chosen.empty()) return;  // this layout does not fit
-        std::copy(chosen.begin(), chosen.end(), plan.layers.begin() + first);
-        first += per[size_t(k)];
-      }
-      const PlanCost cost = cm.cost(plan);
-      if (cost.memory_mb <= o.memory_mb || attempt == 5) {
-        out.push_back({plan, cost, cost.memory_mb <= o.memory_mb});
-        return;
-      }
-      budget -= cost.memory_mb - o.memory_mb + step;
+    std::optional<Candidate> best;
+    for (auto& division : partitions(o.num_layers, pp, pp == 1 ? 0 : o.partition_spread)) {
+      HybridPlan plan = base_plan(o, pp, vtp, m);
+      if (pp > 1) plan.pp_division = division;
+      auto c = search_partition(cm, o, plan, ss, rows, step);
+      if (c && (!best || better(*c, *best))) best = std::move(c);
     }
+    if (best) out.push_back(std::move(*best));
   });
   sort_fastest(out);
   return out;

@@ -3,7 +3,8 @@
 // picks every layer's strategy (tensor-parallel degree and consecutiveness, DDP / ZeRO-3,
 // checkpointing) to minimize the stage's time under the memory budget, with the cost of
 // moving activations between layouts as the switch cost; each stage plan is then scored
-// whole by the cost model, and the fastest plan that fits is the result.
+// whole by the cost model, and the fastest plan that fits is the result. Unlike Galvatron,
+// which fixes the stage partition first, partitions near the even split are searched too.
 #pragma once
 
 #include <optional>
@@ -28,6 +29,7 @@ struct SearchOptions {
   std::string default_dp_type = "ddp";
   std::string pipeline_type = "pipedream_flush";
   double memory_step_mb = 0;  // knapsack granularity (0: budget / 2048)
+  int64_t partition_spread = 2;  // stage partitions weighed: each stage within this many layers of the even split
 };
 
 struct Candidate {

@@ -232,6 +232,30 @@ TEST(GalvatronSearch, DynamicProgramFindsANearBestPlanUnderTheBudget) {
   }
 }
 
+// The stage partition is searched (Galvatron fixes it beforehand): embeddings as slow as two
+// layers make the even split's first stage the pipeline's slowest; one layer fewer there
+// balances it.
+TEST(GalvatronSearch, StagePartitionIsSearched) {
+  const gv::CostModel base = free_comm_model(4);
+  gv::ModelProfile m = base.model();
+  m.other_fwd_ms_per_sample = 2.0, m.embed_time_share = 1.0;
+  const gv::CostModel cm(base.hardware(), m, 4, "fp32");
+  gv::SearchOptions o;
+  o.num_layers = 4, o.global_bsz = 16, o.memory_mb = 1e6, o.vtp = false, o.max_chunks = 4;
+  auto pipelined = [&](int64_t spread) {
+    o.partition_spread = spread;
+    for (auto& c : gv::search(cm, o))
+      if (c.plan.pp_deg == 2 && c.plan.chunks == 4) return c;
+    ADD_FAILURE() << "no pp 2 plan of 4 micro-batches";
+    return gv::Candidate{};
+  };
+  const auto even = pipelined(0), searched = pipelined(2);
+  EXPECT_EQ(even.plan.stage_layers(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(searched.plan.stage_layers(), (std::vector<int64_t>{1, 3})) << searched.plan.summary(4);
+  EXPECT_LT(searched.cost.step_ms, even.cost.step_ms);
+  EXPECT_NE(searched.plan.summary(4).find("stages 1,3"), std::string::npos) << searched.plan.summary(4);
+}
+
 TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {
   const gv::CostModel cm = free_comm_model(4);
   gv::HybridPlan p;
