@@ -2,13 +2,15 @@
 // profile_model does (its computation and memory files), under mpirun with the ranks the
 // tensor-parallel degrees need: for every degree t = 1, 2, ..., W that divides the heads,
 // the model is boosted under GalvatronPlugin's global mode at layernum_min and layernum_max
-// layers; the difference of
-// the forward times per sample is a layer's forward at t (its tensor-parallel traffic
-// included), the difference of what a forward keeps for backward its activations, and a
-// checkpointed run gives a checkpointed layer's. What is left at layernum_min is the
-// embeddings' and head's; a training step's allocator peak at layernum_min, less what the
-// cost model counts for it, is the runtime's own memory. ZeRO-3's cost is DDP and ZeRO-3
-// steps run in turn. Every timing is taken --rounds times in turn; the files hold medians.
+// layers; the difference of the forward times per sample is a layer's forward at t (its
+// tensor-parallel traffic included), the difference of what a forward keeps for backward its
+// activations, and a checkpointed run gives a checkpointed layer's. What is left at
+// layernum_min is the embeddings' and head's, and a first pipeline stage run without layers
+// gives the embeddings' share of it (a pipeline's first stage holds them, its last the head);
+// a training step's allocator peak at layernum_min, less what the cost model counts for it,
+// is the runtime's own memory. The largest degree the heads allow is written as max_tp_deg,
+// the search's cap. ZeRO-3's cost is DDP and ZeRO-3 steps run in turn. Every timing is taken
+// --rounds times in turn; the files hold medians.
 //   mpirun -np 4 galvatron_profile_model --model vit-small --image-size 224 --batch 8 --precision bf16 --out profiles/
 #include <CLI/CLI.hpp>
 #include <chrono>
