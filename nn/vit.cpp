@@ -77,21 +77,27 @@ Tensor ViTSelfAttention::forward(const Tensor& hidden) {
                     "and all_head_size per rank");
     return x.view({b, t, h, d}).permute({0, 2, 1, 3});
   };
+  std::vector<Tensor> qkv = projections(hidden);
+  Tensor q = heads(qkv[0], "query"), k = heads(qkv[1], "key"), v = heads(qkv[2], "value");
+  Tensor ctx = attend(q, k, v).permute({0, 2, 1, 3});  // [B, T, h, d]
+  return ctx.reshape({b, t, all_head_size});
+}
+
+std::vector<Tensor> ViTSelfAttention::projections(const Tensor& hidden) {
   std::vector<Tensor> qkv = stacked_projections(hidden);
   if (qkv.empty()) qkv = {query(hidden), key(hidden), value(hidden)};
-  Tensor q = heads(qkv[0], "query"), k = heads(qkv[1], "key"), v = heads(qkv[2], "value");
-  Tensor ctx;
+  return qkv;
+}
+
+Tensor ViTSelfAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v) {
   auto* stock = dynamic_cast<Dropout*>(dropout.get());
   if (stock && typeid(*stock) == typeid(Dropout)) {
     // HF's sdpa attention: the kernel drops probabilities itself, only while training.
-    ctx = scaled_dot_product_attention(q, k, v, is_training() ? stock->p() : 0.0);
-  } else {
-    // Another module in the dropout slot: HF's eager attention, with the slot on the probabilities.
-    Tensor probs = softmax(scale(matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(double(d))));
-    ctx = matmul(dropout(probs), v);
+    return scaled_dot_product_attention(q, k, v, is_training() ? stock->p() : 0.0);
   }
-  ctx = ctx.permute({0, 2, 1, 3});  // [B, T, h, d]
-  return ctx.reshape({b, t, all_head_size});
+  // Another module in the dropout slot: HF's eager attention, with the slot on the probabilities.
+  Tensor probs = softmax(scale(matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(double(q.size(-1)))));
+  return matmul(dropout(probs), v);
 }
 
 std::vector<Tensor> ViTSelfAttention::stacked_projections(const Tensor& hidden) {

@@ -61,11 +61,17 @@ class ViTSelfAttention : public UnaryModule {
   Slot<UnaryModule> query, key, value, dropout;
   /// HF's attributes (a tensor-parallel policy sets the heads and all_head_size per rank).
   int64_t num_attention_heads, attention_head_size, all_head_size;
+  const ViTConfig& config() const { return c_; }
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTSelfAttention>(c_); }
   /// q, k and v from one stacked_linear when the three projections allow it, else empty.
   std::vector<Tensor> stacked_projections(const Tensor& hidden);
+  /// q, k and v: [B, T, H] each (stacked where allowed, else through the slots).
+  std::vector<Tensor> projections(const Tensor& hidden);
+  /// q, k, v: [B, h, T, d] -> the context [B, h, T, d] (the fused kernel with the stock
+  /// Dropout, HF's eager attention with any other dropout module).
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v);
   ViTConfig c_;
 };
 

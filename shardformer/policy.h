@@ -22,8 +22,10 @@ namespace booster::shardformer {
 /// What the policies shard with (Colossal-AI's ShardConfig, the fields used on a CPU).
 struct ShardConfig {
   const dist::ProcessGroup* tensor_parallel_process_group = nullptr;
+  /// Ulysses (sequence_parallelism_mode "all_to_all"): the group the tokens split over.
+  const dist::ProcessGroup* sequence_parallel_process_group = nullptr;
   bool enable_sequence_parallelism = false;
-  std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled)
+  std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled) or "all_to_all"
   bool parallel_output = true;
   /// 2D, 2.5D or 3D tensor parallelism: the grid the tp group is split into (null: 1D).
   const nn::TensorGrid* grid = nullptr;
@@ -33,6 +35,9 @@ struct ShardConfig {
 
   const dist::ProcessGroup& tp_group() const;
   int tp_size() const { return tensor_parallel_process_group ? tensor_parallel_process_group->size() : 1; }
+  /// Ulysses is on (sequence parallelism in mode all_to_all).
+  bool ulysses() const { return enable_sequence_parallelism && sequence_parallelism_mode == "all_to_all"; }
+  const dist::ProcessGroup& sp_group() const;
 };
 
 /// Builds a replacement for the module at a suffix, from the native module there.

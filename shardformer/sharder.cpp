@@ -12,6 +12,11 @@ const dist::ProcessGroup& ShardConfig::tp_group() const {
   return *tensor_parallel_process_group;
 }
 
+const dist::ProcessGroup& ShardConfig::sp_group() const {
+  BOOSTER_CHECK(sequence_parallel_process_group != nullptr, "ShardConfig: no sequence-parallel process group");
+  return *sequence_parallel_process_group;
+}
+
 namespace {
 void rewrite(nn::Module& model, const Policy& policy, const ShardConfig& config,
              const std::function<bool(const std::string&)>& select) {

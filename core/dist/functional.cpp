@@ -82,21 +82,45 @@ Tensor raw_all_reduce(const Tensor& x, const ProcessGroup& g) {
   return out;
 }
 
-// Chunk r along sd goes to rank r; what arrives is concatenated along gd.
-Tensor raw_all_to_all(const Tensor& x, int64_t sd, int64_t gd, const ProcessGroup& g) {
+// Chunk r along sd (balanced_chunk of its size) goes to rank r; what arrives is
+// concatenated along gd into `full` elements, rank r's block holding its balanced share.
+Tensor raw_all_to_all(const Tensor& x, int64_t sd, int64_t gd, const ProcessGroup& g, int64_t full) {
   NoGradGuard ng;
-  const int n = g.size();
-  Shape cs = x.shape();
-  cs[size_t(sd)] /= n;
-  const int64_t c = cs[size_t(sd)], chunk = shape_numel(cs);
-  Tensor send = Tensor::empty({n * chunk}, x.dtype()), recv = Tensor::empty({n * chunk}, x.dtype());
-  for (int r = 0; r < n; ++r) send.narrow(0, r * chunk, chunk).view(cs).copy_(x.detach().narrow(sd, r * c, c));
-  all_to_all(recv, send, g);
-  Shape os = cs;
-  os[size_t(gd)] *= n;
+  const int n = g.size(), me = g.rank();
+  BOOSTER_CHECK_T(ShapeError, x.size(gd) == balanced_chunk(full, n, me).second, "all_to_all_along: this rank holds ",
+                  x.size(gd), " of ", full, " elements along dim ", gd, ", its share is ",
+                  balanced_chunk(full, n, me).second);
+  Tensor in = x.detach();
+  const size_t un = size_t(n);
+  std::vector<int64_t> send_counts(un), send_offsets(un), recv_counts(un), recv_offsets(un);
+  const int64_t per_sd = x.numel() / std::max<int64_t>(x.size(sd), 1);  // elements a unit of sd
+  Shape rs = x.shape();  // a received block: my share of sd, the sender's of gd
+  rs[size_t(sd)] = balanced_chunk(x.size(sd), n, me).second;
+  const int64_t per_gd = shape_numel(rs) / std::max<int64_t>(rs[size_t(gd)], 1);
+  int64_t so = 0, ro = 0;
+  for (int r = 0; r < n; ++r) {
+    send_counts[size_t(r)] = balanced_chunk(x.size(sd), n, r).second * per_sd;
+    recv_counts[size_t(r)] = balanced_chunk(full, n, r).second * per_gd;
+    send_offsets[size_t(r)] = so, recv_offsets[size_t(r)] = ro;
+    so += send_counts[size_t(r)], ro += recv_counts[size_t(r)];
+  }
+  Tensor send = Tensor::empty({so}, x.dtype()), recv = Tensor::empty({ro}, x.dtype());
+  for (int r = 0; r < n; ++r) {
+    const auto [start, len] = balanced_chunk(x.size(sd), n, r);
+    Shape cs = x.shape();
+    cs[size_t(sd)] = len;
+    send.narrow(0, send_offsets[size_t(r)], send_counts[size_t(r)]).view(cs).copy_(in.narrow(sd, start, len));
+  }
+  all_to_all_v(recv, recv_counts, recv_offsets, send, send_counts, send_offsets, g);
+  Shape os = rs;
+  os[size_t(gd)] = full;
   Tensor out = Tensor::empty(os, x.dtype());
-  for (int r = 0; r < n; ++r)
-    out.narrow(gd, r * cs[size_t(gd)], cs[size_t(gd)]).copy_(recv.narrow(0, r * chunk, chunk).view(cs));
+  for (int r = 0; r < n; ++r) {
+    const auto [start, len] = balanced_chunk(full, n, r);
+    Shape bs = rs;
+    bs[size_t(gd)] = len;
+    out.narrow(gd, start, len).copy_(recv.narrow(0, recv_offsets[size_t(r)], recv_counts[size_t(r)]).view(bs));
+  }
   return out;
 }
 
@@ -168,13 +192,18 @@ Tensor gather_forward_reducescatter_backward(const Tensor& x, int64_t dim, const
                           });
 }
 
-Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g) {
-  const int64_t sd = checked_dim("all_to_all_along", x, scatter_dim, g.size(), true);
+Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g,
+                        bool balanced, int64_t full) {
+  const int64_t sd = checked_dim("all_to_all_along", x, scatter_dim, g.size(), !balanced);
   const int64_t gd = checked_dim("all_to_all_along", x, gather_dim, g.size(), false);
+  BOOSTER_CHECK_T(ShapeError, sd != gd, "all_to_all_along: the scatter and gather dims are both ", sd);
+  if (full < 0) full = x.size(gd) * g.size();
   const ProcessGroup* pg = &g;
-  return autograd::record("AllToAll", {x}, raw_all_to_all(x, sd, gd, g), [pg, sd, gd](const std::vector<Tensor>& gr) {
-    return std::vector<Tensor>{raw_all_to_all(gr[0], gd, sd, *pg)};
-  });
+  const int64_t sd_full = x.size(sd);
+  return autograd::record("AllToAll", {x}, raw_all_to_all(x, sd, gd, g, full),
+                          [pg, sd, gd, sd_full](const std::vector<Tensor>& gr) {
+                            return std::vector<Tensor>{raw_all_to_all(gr[0], gd, sd, *pg, sd_full)};
+                          });
 }
 
 }  // namespace booster::dist

@@ -39,7 +39,11 @@ Tensor reduce_scatter_along(const Tensor& x, int64_t dim, const ProcessGroup& g)
 /// Without history: the sum over ranks of x (a new tensor).
 Tensor all_reduce_sum(const Tensor& x, const ProcessGroup& g);
 /// Forward: splits along scatter_dim, sends chunk r to rank r and concatenates what it
-/// receives along gather_dim; backward: the same with the dims exchanged.
-Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g);
+/// receives along gather_dim into `full` elements (-1: size x group size); backward: the
+/// same with the dims exchanged. Balanced: the scatter dim splits as balanced_chunk, and
+/// rank r's block along the gathered dim is its balanced share of `full` (Ulysses: heads
+/// scattered, a ViT's 197 tokens gathered from shards of 99 and 98).
+Tensor all_to_all_along(const Tensor& x, int64_t scatter_dim, int64_t gather_dim, const ProcessGroup& g,
+                        bool balanced = false, int64_t full = -1);
 
 }  // namespace booster::dist

@@ -84,8 +84,8 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
   if (enable_sequence_parallelism) {
-    BOOSTER_CHECK(m == "split_gather", who, "sequence_parallelism_mode '", m,
-                  "' is not implemented; split_gather is");
+    BOOSTER_CHECK(m == "split_gather", who, "sequence_parallelism_mode '", m, "' is not implemented; split_gather is",
+                  m == "all_to_all" ? " (Ulysses runs under GalvatronPlugin: use_ulysses, or use_sp in a strategy file)" : "");
     BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
                                     "needs tp_size > 1, got tp_size ", tp_size);
     BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size,

@@ -8,6 +8,7 @@
 #include "nn/parallel/dropout.h"
 #include "nn/parallel/layernorm.h"
 #include "nn/parallel/linear_1d.h"
+#include "nn/parallel/ulysses_attention.h"
 #include "nn/vit.h"
 #include "shardformer/policies/vit_grid_policy.h"
 
@@ -76,13 +77,23 @@ void ViTPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& 
     return vit_grid_sanity_check(c, *config.grid, name());
   }
   const int tp = config.tp_size();
+  if (config.ulysses()) {
+    const int sp = config.sp_group().size();
+    BOOSTER_CHECK(tp == 1, name(), ": Ulysses (sequence_parallelism_mode all_to_all) runs on whole weights here; "
+                  "the tensor-parallel size must be 1, got ", tp);
+    BOOSTER_CHECK(c.num_attention_heads % sp == 0, name(), ": num_attention_heads ", c.num_attention_heads,
+                  " does not divide over the sequence-parallel group of ", sp, " (Ulysses scatters the heads)");
+    BOOSTER_CHECK(c.num_patches() + 1 >= sp, name(), ": ", c.num_patches() + 1, " tokens over ", sp,
+                  " sequence-parallel ranks leave a rank without any");
+    return;
+  }
   BOOSTER_CHECK(c.num_attention_heads % tp == 0, name(), ": num_attention_heads ", c.num_attention_heads,
                 " does not divide by tp_size ", tp);
   BOOSTER_CHECK(c.intermediate_size % tp == 0, name(), ": intermediate_size ", c.intermediate_size,
                 " does not divide by tp_size ", tp);
   BOOSTER_CHECK(!config.enable_sequence_parallelism || config.sequence_parallelism_mode == "split_gather", name(),
                 ": sequence_parallelism_mode '", config.sequence_parallelism_mode,
-                "' is not supported for ViT; use split_gather");
+                "' is not supported for ViT; use split_gather or all_to_all");
 }
 
 std::map<std::string, ModulePolicyDescription> ViTPolicy::module_policy(const nn::Module& model,
@@ -93,6 +104,13 @@ std::map<std::string, ModulePolicyDescription> ViTPolicy::module_policy(const nn
   const bool sp = config.enable_sequence_parallelism;
   const int64_t tokens = c.num_patches() + 1;
   std::map<std::string, ModulePolicyDescription> p;
+  if (config.ulysses()) {  // whole weights; the attention exchanges heads for tokens
+    p["ViTLayer"].sub_module_replacement = {{"attention.attention", [tokens](const std::shared_ptr<nn::Module>& m,
+                                                                             const ShardConfig& sc) {
+      return nn::UlyssesViTSelfAttention::from_native_module(m, sc.sp_group(), tokens);
+    }}};
+    return p;
+  }
   p["ViTEmbeddings"].sub_module_replacement = {{"dropout", dropout(false)}};
 
   auto& layer = p["ViTLayer"];
@@ -134,7 +152,8 @@ void ViTPolicy::postprocess(nn::Module& model, const ShardConfig& config) const 
   auto& enc = *vit->vit->encoder;
   if (dynamic_cast<SequenceParallelViTEncoder*>(&enc)) return;
   auto sp = std::make_shared<SequenceParallelViTEncoder>(
-      vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()), config.tp_group());
+      vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()),
+      config.ulysses() ? config.sp_group() : config.tp_group());
   sp->gradient_checkpointing = enc.gradient_checkpointing;  // the same layers run checkpointed as before
   sp->gradient_checkpointing_ratio = enc.gradient_checkpointing_ratio;
   model.replace("vit.encoder", sp);

@@ -7,7 +7,9 @@
 // done: the encoder splits the tokens (balanced when they do not divide: 197 over 2 is 99
 // and 98), LayerNorm, dropout and the residuals run on token shards, each block's
 // LayerNorms all-gather their output for the column-parallel linears, the row-parallel
-// linears reduce-scatter, and the encoder gathers the tokens back at its end.
+// linears reduce-scatter, and the encoder gathers the tokens back at its end. Ulysses
+// (all_to_all, over the sequence-parallel group, tp 1): whole weights, token shards, and
+// the self-attention exchanging heads for tokens (nn::UlyssesViTSelfAttention).
 #pragma once
 
 #include "shardformer/policy.h"

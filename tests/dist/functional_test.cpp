@@ -90,7 +90,20 @@ TEST(DistFunctional, ForwardValues) {
   std::vector<Tensor> mine;
   for (int r = 0; r < n; ++r) mine.push_back(input_of(r, s).narrow(0, 2 * me, 2));
   EXPECT_EQ(a2a.to_vector(), concat(mine, 1).to_vector());
+  // Balanced (Ulysses over a ViT's odd token count): rows 2n + 1 scattered as balanced
+  // chunks, each rank's balanced share of 2n + 3 columns gathered.
+  const int64_t rows = 2 * n + 1, cols = 2 * n + 3;
+  auto part_of = [&](int r) { return input_of(r, {rows, balanced_chunk(cols, n, r).second}); };
+  Tensor bal = all_to_all_along(part_of(me), 0, 1, g, true, cols);
+  const auto [row0, my_rows] = balanced_chunk(rows, n, me);
+  std::vector<Tensor> blocks;
+  for (int r = 0; r < n; ++r) blocks.push_back(part_of(r).narrow(0, row0, my_rows));
+  EXPECT_EQ(bal.to_vector(), concat(blocks, 1).to_vector());
+  // ... and back: the exchanged dims restore every rank's own part.
+  EXPECT_EQ(all_to_all_along(bal, 1, 0, g, true, rows).to_vector(), part_of(me).to_vector());
   if (n > 1) {
+    EXPECT_THROW(all_to_all_along(part_of(me), 0, 1, g, true, cols + n), ShapeError);  // every share one short
+    EXPECT_THROW(all_to_all_along(part_of(me), 0, 1, g), ShapeError);  // 2n + 1 rows do not divide
     EXPECT_THROW(split_forward_gather_backward(Tensor::zeros({n + 1, 2}), 0, g), ShapeError);
   }
 }
@@ -113,6 +126,8 @@ TEST(DistFunctional, GradientsMatchFiniteDifferences) {
   gradcheck([&](const Tensor& x) { return gather_forward_reducescatter_backward(x, 1, g); }, {2, 2}, false, false,
             "gather_forward_reducescatter_backward");
   gradcheck([&](const Tensor& x) { return all_to_all_along(x, 1, 0, g); }, {2, 2 * n}, false, false, "all_to_all_along");
+  gradcheck([&](const Tensor& x) { return all_to_all_along(x, 1, 0, g, true, 2 * n); }, {2, 2 * n + 1}, false, false,
+            "all_to_all_along balanced");
   // A column-parallel then row-parallel pair as tensor parallelism composes them: replicated
   // in, replicated out, each rank multiplying by its own shard of the weights.
   gradcheck(
