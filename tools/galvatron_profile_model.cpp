@@ -4,7 +4,8 @@
 // the model is boosted under GalvatronPlugin's global mode at layernum_min and layernum_max
 // layers; the difference of the forward times per sample is a layer's forward at t (its
 // tensor-parallel traffic included), the difference of what a forward keeps for backward its
-// activations, and a checkpointed run gives a checkpointed layer's. What is left at
+// activations, and a checkpointed run gives a checkpointed layer's; for every t > 1 the same
+// under Ulysses of degree t (use_ulysses). What is left at
 // layernum_min is the embeddings' and head's, and a first pipeline stage run without layers
 // gives the embeddings' share of it (a pipeline's first stage holds them, its last the head);
 // a training step's allocator peak at layernum_min, less what the cost model counts for it,
@@ -49,9 +50,10 @@ struct Measure {
   double peak_mb = 0;      // a training step's allocator peak
 };
 
-std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool sdp) {
+std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool sdp, bool sp) {
   plugins::GalvatronOptions o;
   o.global_tp_deg = tp;
+  o.use_ulysses = sp;
   o.global_checkpoint = checkpoint;
   o.sdp = sdp;
   o.mixed_precision = a.precision;
@@ -71,7 +73,7 @@ struct Setup {
   }
 };
 
-Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp) {
+Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp, bool sp = false) {
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
   c.num_hidden_layers = layers;
   c.image_size = a.image_size;
@@ -80,7 +82,7 @@ Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp) {
   auto model = std::make_shared<nn::ViTForImageClassification>(c);
   Setup st;
   st.module = model;
-  st.booster = std::make_unique<Booster>(galvatron(a, tp, checkpoint, sdp));
+  st.booster = std::make_unique<Booster>(galvatron(a, tp, checkpoint, sdp, sp));
   st.r = st.booster->boost(model, std::make_shared<optim::AdamW>(model->named_parameters()));
   st.x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
   Generator(3).normal_(st.x);
@@ -110,8 +112,8 @@ double zero3_extra_ms(const Args& a, int64_t layers) {
   return dist::all_reduce_scalar(sum / a.iters, dist::ReduceOp::max);
 }
 
-Measure run(const Args& a, int64_t layers, int tp, bool checkpoint) {
-  Setup st = setup(a, layers, tp, checkpoint, false);
+Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sp = false) {
+  Setup st = setup(a, layers, tp, checkpoint, false, sp);
   auto& r = st.r;
   Booster& booster = *st.booster;
   const Tensor &x = st.x, &y = st.y;
@@ -232,6 +234,12 @@ void profile_round(const Args& a, gv::ModelProfile& p) {
     }
     p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
     if (t == 1) base = lo;
+    if (t > 1) {  // Ulysses over the same ranks: whole weights, each rank a share of the tokens
+      const Measure slo = run(a, a.layers_min, t, false, true), shi = run(a, a.layers_max, t, false, true);
+      p.sp_fwd_ms_per_sample[t] = std::max(0.0, (shi.fwd_ms - slo.fwd_ms) / dl / rows);
+      p.sp_fwd_bwd_ms_per_sample[t] = std::max(0.0, (shi.fwd_bwd_ms - slo.fwd_bwd_ms) / dl / rows);
+      p.sp_act_mb_per_sample[t] = (shi.act_mb - slo.act_mb) / dl / rows;
+    }
   }
   const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
   if (w > 1) {  // ZeRO-3: what a layer's gathers (forward and backward) and releases add to its step, over the world
@@ -260,6 +268,10 @@ gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
   for (auto& [t, x] : p.fwd_ms_per_sample) {
     x = median([t = t](gv::ModelProfile& r) { return r.fwd_ms_per_sample.at(t); });
     p.fwd_bwd_ms_per_sample[t] = median([t = t](gv::ModelProfile& r) { return r.fwd_bwd_ms_per_sample.at(t); });
+  }
+  for (auto& [n, x] : p.sp_fwd_ms_per_sample) {
+    x = median([n = n](gv::ModelProfile& r) { return r.sp_fwd_ms_per_sample.at(n); });
+    p.sp_fwd_bwd_ms_per_sample[n] = median([n = n](gv::ModelProfile& r) { return r.sp_fwd_bwd_ms_per_sample.at(n); });
   }
   p.other_fwd_ms_per_sample = median([](gv::ModelProfile& r) { return r.other_fwd_ms_per_sample; });
   p.other_fwd_bwd_ms_per_sample = median([](gv::ModelProfile& r) { return r.other_fwd_bwd_ms_per_sample; });
@@ -324,6 +336,10 @@ int main(int argc, char** argv) {
     for (auto& [t, f] : p.fwd_ms_per_sample)
       std::printf("tp %d: forward %.3f ms, forward and backward %.3f ms a sample a layer, activations %.3f MB a sample "
                   "a layer\n", t, f, p.fwd_bwd_ms_per_sample.at(t), p.act_mb_per_sample.at(t));
+  if (dist::world_rank() == 0)
+    for (auto& [n, f] : p.sp_fwd_ms_per_sample)
+      std::printf("Ulysses %d: forward %.3f ms, forward and backward %.3f ms a sample a layer, activations %.3f MB a "
+                  "sample a layer\n", n, f, p.sp_fwd_bwd_ms_per_sample.at(n), p.sp_act_mb_per_sample.at(n));
   if (dist::world_rank() == 0 && w > 1)
     std::printf("ZeRO-3 over %d ranks: %.2f ms a layer a step for its gathers\n", w, p.zero3_ms_per_layer);
   if (dist::world_rank() == 0) {

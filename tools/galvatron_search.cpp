@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/common/check.h"
 #include "nn/vit_config.h"
 #include "plugins/galvatron/search.h"
 
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-chunks", o.max_chunks, "most micro-batches with a pipeline");
   app.add_option("--partition-spread", o.partition_spread,
                  "stage partitions weighed: each stage within this many layers of the even split (0: even only)");
+  app.add_option("--sp-space", o.sp_space, "tp, sp or tp+sp: tensor parallelism, Ulysses or both at degrees > 1")
+      ->check(CLI::IsMember({"tp", "sp", "tp+sp"}));
   app.add_option("--default-dp-type", o.default_dp_type, "ddp or zero2");
   app.add_option("--pipeline-type", o.pipeline_type, "pipedream_flush or gpipe");
   app.add_flag("--disable-ckpt", no_ckpt, "no checkpointed layers");
@@ -94,6 +97,8 @@ int main(int argc, char** argv) {
                     mp.max_tp, model.c_str());
       o.max_tp = mp.max_tp;
     }
+    BOOSTER_CHECK(o.sp_space == "tp" || mp.has_sp(), "--sp-space ", o.sp_space, ": the model profile of ", model, " in ",
+                  profiles, " has no Ulysses figures (layertype_0_sp*); profile it again with galvatron_profile_model");
     const gv::CostModel cm(hw, mp, world, precision);
     if (!predict.empty()) return predict_plans(cm, predict, o, world);
     const auto found = gv::search(cm, o);

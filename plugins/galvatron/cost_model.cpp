@@ -69,24 +69,29 @@ double CostModel::states_per_param(DpKind kind, int dp) const {
   return 0;
 }
 
+int CostModel::weight_split(const LayerStrategy& s) { return s.ulysses() ? 1 : s.tp; }
+int CostModel::grad_group(const LayerStrategy& s, int stage) { return s.ulysses() ? stage : stage / s.tp; }
+
 double CostModel::layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const {
-  const int dp = stage / s.tp;
-  return model_.param_count / s.tp * states_per_param(plan.dp_kind(s), dp) / kMB;
+  return model_.param_count / weight_split(s) * states_per_param(plan.dp_kind(s), grad_group(s, stage)) / kMB;
 }
 
 double CostModel::layer_act_mb(const LayerStrategy& s, int stage, double rows) const {
-  const int dp = stage / s.tp;
-  const double r = rows / dp;  // this rank's rows
-  return r * (s.checkpoint ? model_.checkpoint_act_mb_per_sample : model_.act_mb(s.tp));
+  const double r = rows / (stage / s.tp);  // this rank's rows (a Ulysses layer: of its share of the tokens)
+  if (s.checkpoint) return r * model_.checkpoint_act_mb_per_sample / (s.ulysses() ? s.tp : 1);  // its input
+  return r * (s.ulysses() ? model_.sp_act_mb(s.tp) : model_.act_mb(s.tp));
 }
 
 double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double* sync_ms) const {
-  const int dp = stage / s.tp;
-  const double r = rows / dp;
-  double t = model_.fwd_bwd_ms(s.tp) * r + (s.checkpoint ? model_.fwd_ms(s.tp) * r : 0.0);
-  const double grad_mb = model_.param_count / s.tp * beta_ / kMB;
-  // The data-parallel group of a consecutive tensor-parallel group is strided, and the reverse.
-  const bool dp_consec = dp == 1 || dp == stage || !s.consecutive(stage);
+  const int dp = grad_group(s, stage);
+  const double r = rows / (stage / s.tp);
+  const bool sp = s.ulysses();
+  double t = (sp ? model_.sp_fwd_bwd_ms(s.tp) : model_.fwd_bwd_ms(s.tp)) * r;
+  if (s.checkpoint) t += (sp ? model_.sp_fwd_ms(s.tp) : model_.fwd_ms(s.tp)) * r;
+  const double grad_mb = model_.param_count / weight_split(s) * beta_ / kMB;
+  // The data-parallel group of a consecutive tensor-parallel group is strided, and the
+  // reverse; Ulysses reduces over the whole stage (consecutive ranks).
+  const bool dp_consec = sp || dp == 1 || dp == stage || !s.consecutive(stage);
   const DpKind kind = plan.dp_kind(s);
   if (kind == DpKind::zero3) {  // a gather forward, one backward: as profiled (scaled by the bandwidths), else from bandwidth
     const double model = 2 * 0.5 * hw_.allreduce_ms(grad_mb, dp, dp_consec);
@@ -104,6 +109,12 @@ double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, 
   if (to.tp <= from.tp && from.consecutive(stage) && to.consecutive(stage)) return 0;
   const double mb = rows / (stage / to.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;
   return 2 * hw_.p2p_ms(mb, 1);
+}
+
+double CostModel::checkpoint_backward_mb(const LayerStrategy& s) const {
+  if (!s.ulysses()) return model_.checkpoint_backward_mb(s.tp);
+  // The recompute holds the layer's Ulysses activations: the profiled one scaled by them.
+  return model_.checkpoint_backward_mb(1) * model_.sp_act_mb(s.tp) / model_.act_mb(1);
 }
 
 void CostModel::peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int64_t m, bool gpipe) const {
@@ -158,17 +169,17 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sync += sy;
       states += layer_states_mb(plan, s, stage);
       const bool replicated = plan.dp_kind(s) == DpKind::ddp;
-      updated += model_.param_count / s.tp / (replicated ? 1 : stage / s.tp);
+      const int dp = grad_group(s, stage);
+      const double params = model_.param_count / weight_split(s);
+      updated += params / (replicated ? 1 : dp);
       // A fetched ZeRO-3 layer and the one prefetched after it (forward and backward), and in
       // backward the layer's full gradient (the profiled recompute of a checkpointed layer has it).
-      const double whole = model_.param_count / s.tp * beta_ / kMB;
+      const double whole = params * beta_ / kMB;
       const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
       transient = std::max(transient, fetched > 0 ? fetched : whole);
       const double act = layer_act_mb(s, stage, rows);
-      const double params = model_.param_count / s.tp;
-      const LayerMemory lm{act, in_flight_grad_mb(whole, params, stage / s.tp, replicated), whole,
-                           fetched + (s.checkpoint ? model_.checkpoint_backward_mb(s.tp) * rows / (stage / s.tp)
-                                                   : act + whole)};
+      const LayerMemory lm{act, in_flight_grad_mb(whole, params, dp, replicated), whole,
+                           fetched + (s.checkpoint ? checkpoint_backward_mb(s) * rows / (stage / s.tp) : act + whole)};
       acts += lm.act, grads += lm.grad;
       mem.push_back(lm);
       prev = s;

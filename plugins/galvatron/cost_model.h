@@ -2,14 +2,15 @@
 // from the hardware and model profiles. It models what GalvatronPlugin does, not what
 // Galvatron's PyTorch runtime does:
 //   time, per stage and micro-batch: each layer's forward f_t * rows (profiled per
-//   tensor-parallel degree, its tensor-parallel traffic included), backward twice that
+//   tensor-parallel degree, its tensor-parallel traffic included; a Ulysses layer's per
+//   Ulysses degree, its all-to-alls included), backward twice that
 //   (plus a forward when checkpointed), the moves between layouts, ZeRO-3's gathers; the
 //   pipeline's fill and drain (sum of stages + (m - 1) x the slowest); then the gradient
 //   synchronization after the last backward (all-reduce for DDP, reduce-scatter for ZeRO)
 //   with the overlap coefficient against that backward.
 //   memory, per rank of a stage, at its peak (the end of the forward): model states by kind
 //   (one ZeRO engine: working copy, fp32 master and two optimizer states a parameter, split
-//   by tp and, for ZeRO, by dp), activations times the micro-batches in flight (min(p - k, m) for 1F1B,
+//   by tp and, for ZeRO, by dp; a Ulysses layer's whole, ZeRO over the stage), activations times the micro-batches in flight (min(p - k, m) for 1F1B,
 //   m for GPipe: Galvatron's older runtime counted 1), checkpointed layers their input,
 //   the largest transient (a fetched ZeRO-3 layer, a layer's full gradient), the
 //   embeddings and head, and the runtime's own memory; or, where larger, the end of the
@@ -60,6 +61,12 @@ class CostModel {
 
  private:
   double states_per_param(DpKind kind, int dp) const;
+  /// What a layer's weights are split into (its tp; whole under Ulysses) and the ranks its
+  /// gradients are reduced over (stage / tp; the whole stage under Ulysses).
+  static int weight_split(const LayerStrategy& s);
+  static int grad_group(const LayerStrategy& s, int stage);
+  /// A checkpointed layer's backward working set, MB a sample of its rows.
+  double checkpoint_backward_mb(const LayerStrategy& s) const;
   /// One layer's memory on a rank for one micro-batch (MB): what its forward leaves (a
   /// checkpointed layer: its input), its gradient as the backward leaves it (staged, with
   /// the reduction's buffers) and alone, and what its backward holds beyond the rest (a checkpointed

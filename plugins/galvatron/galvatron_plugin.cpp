@@ -76,7 +76,7 @@ void bucket_by_layer(zero::Engine& engine, nn::Module& module, int64_t layers,
   if (sharded) engine.install_fetch_hooks(module, 1, nullptr);
 }
 
-TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.consecutive(stage)}; }
+TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.consecutive(stage), s.ulysses()}; }
 
 }  // namespace
 
@@ -88,6 +88,7 @@ GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::str
         .add("pp_deg", &O::pp_deg, "pipeline degree")
         .add("global_tp_deg", &O::global_tp_deg, "every layer's tensor-parallel degree")
         .add("global_tp_consec", &O::global_tp_consec, "tensor-parallel groups of consecutive ranks")
+        .add("use_ulysses", &O::use_ulysses, "every layer Ulysses sequence parallel of degree global_tp_deg")
         .add("sdp", &O::sdp, "ZeRO-3 on every layer")
         .add("global_checkpoint", &O::global_checkpoint, "every layer checkpointed")
         .add("chunks", &O::chunks, "micro-batches a step (-1: micro-batches of 4 rows with pp_deg > 1)")
@@ -134,7 +135,7 @@ HybridPlan GalvatronOptions::plan(int64_t num_layers) const {
   }
   HybridPlan p;
   p.pp_deg = pp_deg;
-  p.layers.assign(size_t(num_layers), {global_tp_deg, global_tp_consec, sdp, global_checkpoint});
+  p.layers.assign(size_t(num_layers), {global_tp_deg, global_tp_consec, sdp, global_checkpoint, use_ulysses});
   p.global_bsz = global_train_batch_size;
   p.chunks = chunks == -1 && pp_deg == 1 ? 1 : chunks;
   p.pipeline_type = pipeline_type;
@@ -183,7 +184,13 @@ void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule&
     if (fresh) {
       // Dropout streams: one per data-parallel slice of the key (equal on its tp group), one per rank.
       const auto& tp = groups_->tp(k);
-      it->second.tensor_parallel_process_group = &tp;
+      if (k.sp) {  // Ulysses over the same ranks: whole weights, the attention exchanging heads for tokens
+        it->second.sequence_parallel_process_group = &tp;
+        it->second.enable_sequence_parallelism = true;
+        it->second.sequence_parallelism_mode = "all_to_all";
+      } else {
+        it->second.tensor_parallel_process_group = &tp;
+      }
       const uint64_t slice = uint64_t(groups_->dp(k).rank());
       it->second.replicated_generator = std::make_shared<Generator>(
           seed, (uint64_t(1) << 32) + (uint64_t(++key_index) << 20) + slice + uint64_t(groups_->stage_index()) * 4096);
@@ -264,7 +271,7 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
     auto owners = std::make_shared<std::map<const void*, const dist::ProcessGroup*>>();
     for (auto& [name, p] : module->named_parameters()) {
       const TpKey k = key_of_name(name);
-      (*owners)[p.impl()] = k.tp > 1 ? &groups_->tp(k) : nullptr;
+      (*owners)[p.impl()] = k.tp > 1 && !k.sp ? &groups_->tp(k) : nullptr;
     }
     TensorParallelGroups tg;
     tg.tp_of = [owners](const Tensor& p) -> const dist::ProcessGroup* {

@@ -1,11 +1,13 @@
 // GalvatronPlugin (PKU-DAIR's Galvatron, under its argument names): layerwise hybrid
 // parallelism. One global pipeline degree; each transformer layer its own tensor-parallel
-// degree and group (consecutive or strided ranks of its stage), its own data-parallel kind
-// over the complement group (DDP, ZeRO-2, or ZeRO-3 from the ZeRO engine) and optional
+// degree and group (consecutive or strided ranks of its stage), or Ulysses sequence
+// parallelism over the same ranks (use_sp: whole weights, tokens split, the attention's heads
+// exchanged for tokens), its own data-parallel kind over the complement group (the whole
+// stage under Ulysses; DDP, ZeRO-2, or ZeRO-3 from the ZeRO engine) and optional
 // activation checkpointing; the embeddings and the head take the vocab degree vtp. The plan
 // comes from a strategy JSON (galvatron_config_path, Galvatron's keys; galvatron_search
 // writes one) or from the global-mode arguments (pp_deg, global_tp_deg, global_tp_consec,
-// sdp, global_checkpoint, chunks, pipeline_type, default_dp_type, vocab_tp, embed_sdp).
+// use_ulysses, sdp, global_checkpoint, chunks, pipeline_type, default_dp_type, vocab_tp, embed_sdp).
 // Activations move between layers whose groups differ (GalvatronLayer); every parameter
 // is one part of one ZeRO engine placed on its layer's data-parallel group, so the step,
 // loss scaling, clipping, no_sync and checkpoints are the engine's: a checkpoint written
@@ -29,6 +31,7 @@ struct GalvatronOptions {
   int pp_deg = 1;
   int global_tp_deg = 1;
   bool global_tp_consec = true;
+  bool use_ulysses = false;        // every layer Ulysses of degree global_tp_deg instead of tensor parallel
   bool sdp = false;                // ZeRO-3 on every layer
   bool global_checkpoint = false;  // every layer checkpointed
   int64_t chunks = -1;             // micro-batches a step (-1: micro-batches of 4 rows when pp_deg > 1, else 1)

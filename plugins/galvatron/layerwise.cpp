@@ -2,13 +2,14 @@
 #include "plugins/galvatron/layerwise.h"
 
 #include "core/common/check.h"
+#include "core/dist/functional.h"
 #include "core/dist/runtime.h"
 #include "nn/checkpoint.h"
 
 namespace booster::plugins::galvatron {
 
 namespace {
-std::string key_name(TpKey k) { return "tp" + std::to_string(k.tp) + (k.consec ? "*" : ""); }
+std::string key_name(TpKey k) { return (k.sp ? "sp" : "tp") + std::to_string(k.tp) + (k.consec ? "*" : ""); }
 }  // namespace
 
 LayerGroups::LayerGroups(int pp, const std::set<TpKey>& keys) {
@@ -20,7 +21,9 @@ LayerGroups::LayerGroups(int pp, const std::set<TpKey>& keys) {
   local_ = r % stage_size_;
   stage_ = dist::split_group(world, stage_index_, local_, "galvatron stage " + std::to_string(stage_index_));
   pp_ = dist::split_group(world, local_, stage_index_, "galvatron pp " + std::to_string(local_));
-  for (const TpKey& k : keys) {  // a std::set: the same order on every rank
+  std::set<TpKey> made;  // a std::set: the same order on every rank
+  for (const TpKey& k : keys) made.insert(k.groups());
+  for (const TpKey& k : made) {
     BOOSTER_CHECK(k.tp >= 1 && stage_size_ % k.tp == 0, "GalvatronPlugin: tensor-parallel degree ", k.tp,
                   " does not divide the stage's ", stage_size_, " ranks");
     const int d = stage_size_ / k.tp;
@@ -34,12 +37,13 @@ LayerGroups::LayerGroups(int pp, const std::set<TpKey>& keys) {
 }
 
 const dist::ProcessGroup& LayerGroups::tp(TpKey k) const {
-  auto it = groups_.find(k);
+  auto it = groups_.find(k.groups());
   BOOSTER_CHECK(it != groups_.end(), "GalvatronPlugin: no group was made for ", key_name(k));
   return *it->second.first;
 }
 
 const dist::ProcessGroup& LayerGroups::dp(TpKey k) const {
+  if (k.sp) return *stage_;
   auto it = groups_.find(k);
   BOOSTER_CHECK(it != groups_.end(), "GalvatronPlugin: no group was made for ", key_name(k));
   return *it->second.second;
@@ -55,14 +59,18 @@ GalvatronLayer::GalvatronLayer(std::shared_ptr<nn::UnaryModule> inner, std::shar
 
 Tensor GalvatronLayer::forward(const Tensor& x) {
   const auto& g = *groups_;
-  const int d_in = g.dp_size(in_), d_own = g.dp_size(own_);
-  const int64_t batch = x.size(0) * d_in;  // the stage's micro-batch
-  // A row's gradient is kept in proportion to its layout's data-parallel size, so that each
-  // layer's average over its own data-parallel group is the batch mean.
-  Tensor h = dist::redistribute_rows(x, g.rows(in_, batch), g.rows(own_, batch), g.stage(), double(d_in) / d_own);
+  const int64_t batch = x.size(0) * g.dp_size(in_);  // the stage's micro-batch
+  // A row's gradient is kept in proportion to the number of ranks its layer averages
+  // gradients over, so that each layer's average over its own data-parallel group is the
+  // batch mean.
+  const double r_in = g.reduce_size(in_), r_own = g.reduce_size(own_);
+  Tensor h = dist::redistribute_rows(x, g.rows(in_, batch), g.rows(own_, batch), g.stage(), r_in / r_own);
+  const int64_t tokens = h.dim() > 1 ? h.size(1) : 0;
+  if (own_.sp) h = dist::split_forward_gather_backward(h, 1, g.tp(own_), true);
   Tensor y = checkpoint_ && is_training() ? nn::checkpoint(*inner_, h) : (*inner_)(h);
+  if (own_.sp) y = dist::gather_forward_split_backward(y, 1, g.tp(own_), tokens);
   if (!out_) return y;
-  return dist::redistribute_rows(y, g.rows(own_, batch), g.rows(*out_, batch), g.stage(), double(d_own) / g.dp_size(*out_));
+  return dist::redistribute_rows(y, g.rows(own_, batch), g.rows(*out_, batch), g.stage(), r_own / g.reduce_size(*out_));
 }
 
 std::shared_ptr<nn::Module> GalvatronLayer::fresh() const {

@@ -4,8 +4,10 @@
 // created once for the whole run (Galvatron made a group per layer: PR #76's OOM).
 // GalvatronLayer: a transformer layer run under its own strategy: its input rows are moved
 // from the previous layer's layout to its own (dist::redistribute_rows), it runs (checkpointed
-// when the plan says so), and the stage's last layer moves its output back to the layout
-// the embeddings and the head use (vtp), which is also what travels between stages.
+// when the plan says so; a Ulysses layer on its group's balanced share of the tokens, split
+// on the way in and gathered on the way out), and the stage's last layer moves its output
+// back to the layout the embeddings and the head use (vtp), which is also what travels
+// between stages.
 #pragma once
 
 #include <compare>
@@ -20,11 +22,15 @@
 
 namespace booster::plugins::galvatron {
 
-/// A tensor-parallel degree and whether its group is consecutive ranks.
+/// A tensor-parallel degree and whether its group is consecutive ranks; sp: the group runs
+/// Ulysses instead (whole weights, data parallel over the whole stage, tokens split in it).
 struct TpKey {
   int tp = 1;
   bool consec = true;
+  bool sp = false;
   auto operator<=>(const TpKey&) const = default;
+  /// The key of its groups (Ulysses uses the tensor-parallel group of the same ranks).
+  TpKey groups() const { return {tp, consec, false}; }
 };
 
 class LayerGroups {
@@ -41,8 +47,11 @@ class LayerGroups {
   const dist::ProcessGroup& pp() const { return *pp_; }
   const dist::ProcessGroup& tp(TpKey k) const;
   const dist::ProcessGroup& dp(TpKey k) const;
-  /// Data-parallel size of a key: stage size / tp.
+  /// Data-parallel slices of the batch under a key: stage size / tp.
   int dp_size(TpKey k) const { return stage_size_ / k.tp; }
+  /// Ranks its gradients are averaged over: dp_size, the whole stage under Ulysses (each
+  /// rank's gradient is its tokens' part).
+  int reduce_size(TpKey k) const { return k.sp ? stage_size_ : dp_size(k); }
   /// The rows of a batch of `batch` rows each local rank holds under a key.
   dist::RowLayout rows(TpKey k, int64_t batch) const { return dist::tp_row_layout(batch, stage_size_, k.tp, k.consec); }
 

@@ -112,9 +112,7 @@ HybridPlan HybridPlan::from_json(const std::string& text, const std::string& sou
   per_layer("tp_consecutive_flags", [](LayerStrategy& s, bool b) { s.tp_consec = b; });
   per_layer("dp_types_enc", [](LayerStrategy& s, bool b) { s.sdp = b; });
   per_layer("checkpoint", [](LayerStrategy& s, bool b) { s.checkpoint = b; });
-  per_layer("use_sp", [&](LayerStrategy&, bool b) {
-    BOOSTER_CHECK(!b, p.where("use_sp"), ": Ulysses sequence parallelism (use_sp = 1) is not implemented; use 0");
-  });
+  per_layer("use_sp", [](LayerStrategy& s, bool b) { s.sp = b; });
   if (j.contains("cp_sizes_enc"))
     for (int64_t c : list_of(j.at("cp_sizes_enc"), p.where("cp_sizes_enc")))
       BOOSTER_CHECK(c == 1, p.where("cp_sizes_enc"), ": context parallelism is not implemented; every value must be 1");
@@ -141,7 +139,8 @@ HybridPlan HybridPlan::from_json(const std::string& text, const std::string& sou
 std::string HybridPlan::to_json() const {
   std::vector<int64_t> tp, consec, dp, ckpt, sp;
   for (auto& l : layers) {
-    tp.push_back(l.tp), consec.push_back(l.tp_consec), dp.push_back(l.sdp), ckpt.push_back(l.checkpoint), sp.push_back(0);
+    tp.push_back(l.tp), consec.push_back(l.tp_consec), dp.push_back(l.sdp), ckpt.push_back(l.checkpoint);
+    sp.push_back(l.ulysses());
   }
   json j;
   j["pp_deg"] = pp_deg;
@@ -232,9 +231,11 @@ std::string HybridPlan::describe(const LayerStrategy& s, int world) const {
   out += "-" + std::to_string(dp);
   if (both && !s.tp_consec) out += "*";
   const DpKind k = dp_kind(s);
-  if (dp > 1 && k == DpKind::zero3) out += "f";
-  if (dp > 1 && k == DpKind::zero2) out += "z2";
+  const int sharded = s.ulysses() ? stage : dp;  // Ulysses: whole weights, data parallel over the stage
+  if (sharded > 1 && k == DpKind::zero3) out += "f";
+  if (sharded > 1 && k == DpKind::zero2) out += "z2";
   if (s.checkpoint) out += "-c";
+  if (s.ulysses()) out += "-sp";
   return out;
 }
 

@@ -1,6 +1,6 @@
 // Galvatron's hybrid-parallel plan: one global pipeline degree and, for each transformer
-// layer, a tensor-parallel degree, whether its tensor-parallel group is consecutive ranks
-// or strided, its data-parallel kind and whether it is checkpointed; the embeddings and the
+// layer, a tensor-parallel degree (or a Ulysses degree: use_sp), whether its group is
+// consecutive ranks or strided, its data-parallel kind and whether it is checkpointed; the embeddings and the
 // head take the vocab degree vtp. It is read from Galvatron's strategy JSON (its keys and
 // CSV values, as galvatron_search and Galvatron's own search write them) or made from the
 // global-mode arguments, checked against the world and the model, and written back.
@@ -25,7 +25,10 @@ struct LayerStrategy {
   bool tp_consec = true;
   bool sdp = false;  // dp_types_enc 1: ZeRO-3 whatever the default
   bool checkpoint = false;
+  bool sp = false;  // use_sp 1: Ulysses of degree tp (whole weights, tokens split, heads exchanged)
   bool operator==(const LayerStrategy&) const = default;
+  /// Ulysses in effect (a group of one is plain data parallelism).
+  bool ulysses() const { return sp && tp > 1; }
   /// Whether its tensor-parallel group is consecutive ranks in a stage of `stage` ranks
   /// (consecutive and strided are the same group when tp is 1 or the whole stage).
   bool consecutive(int stage) const { return tp == 1 || tp == stage || tp_consec; }
@@ -45,8 +48,8 @@ struct HybridPlan {
   std::string source;                  // the file it was read from ("" : global mode)
 
   /// Galvatron's strategy JSON. Unknown keys, values of the wrong kind and lists of another
-  /// length are refused naming the key and the file; use_sp / vsp / cp (Ulysses, context
-  /// parallelism) must be off.
+  /// length are refused naming the key and the file; vsp / cp (Ulysses of the embeddings,
+  /// context parallelism) must be off.
   static HybridPlan from_json_file(const std::string& path);
   static HybridPlan from_json(const std::string& text, const std::string& source);
   /// The same keys back (CSV lists, as Galvatron writes them).
@@ -64,7 +67,7 @@ struct HybridPlan {
   int64_t in_flight(int stage_index) const;
   /// A layer's data-parallel kind.
   DpKind dp_kind(const LayerStrategy& s) const { return s.sdp ? DpKind::zero3 : dp_kind_from_name(default_dp_type, where("default_dp_type")); }
-  /// Galvatron's notation of one layer's strategy in a world: pp-tp[*]-dp[*][f][-c].
+  /// Galvatron's notation of one layer's strategy in a world: pp-tp[*]-dp[*][f][-c][-sp].
   std::string describe(const LayerStrategy& s, int world) const;
   /// The distinct layer strategies with their layer ranges, for logs ("0-5: 1-2*-2f").
   std::string summary(int world) const;

@@ -126,6 +126,11 @@ double ModelProfile::fwd_bwd_ms(int tp) const {
   return fwd_bwd_ms_per_sample.empty() ? 3 * fwd_ms(tp) : at_degree(fwd_bwd_ms_per_sample, tp, "backward times");
 }
 double ModelProfile::act_mb(int tp) const { return at_degree(act_mb_per_sample, tp, "activation sizes"); }
+double ModelProfile::sp_fwd_ms(int n) const { return at_degree(sp_fwd_ms_per_sample, n, "Ulysses forward times"); }
+double ModelProfile::sp_fwd_bwd_ms(int n) const {
+  return at_degree(sp_fwd_bwd_ms_per_sample, n, "Ulysses backward times");
+}
+double ModelProfile::sp_act_mb(int n) const { return at_degree(sp_act_mb_per_sample, n, "Ulysses activation sizes"); }
 double ModelProfile::checkpoint_backward_mb(int tp) const {
   if (checkpoint_backward_mb_per_sample <= 0) return act_mb(tp);
   return checkpoint_backward_mb_per_sample * act_mb(tp) / act_mb(1);
@@ -138,6 +143,8 @@ void ModelProfile::write(const std::string& dir) const {
   c["layertype_0" + tag] = fwd_ms(1);
   for (auto& [t, f] : fwd_ms_per_sample) c["layertype_0_tp" + std::to_string(t) + tag] = f;
   for (auto& [t, f] : fwd_bwd_ms_per_sample) c["layertype_0_fwd_bwd_tp" + std::to_string(t) + tag] = f;
+  for (auto& [n, f] : sp_fwd_ms_per_sample) c["layertype_0_sp" + std::to_string(n) + tag] = f;
+  for (auto& [n, f] : sp_fwd_bwd_ms_per_sample) c["layertype_0_fwd_bwd_sp" + std::to_string(n) + tag] = f;
   c["layertype_other" + tag] = other_fwd_ms_per_sample;
   c["layertype_other_fwd_bwd" + tag] = other_fwd_bwd_ms_per_sample;
   c["optimizer_ms_per_param"] = optimizer_ms_per_param;
@@ -154,6 +161,11 @@ void ModelProfile::write(const std::string& dir) const {
   json m;
   m["layertype_0"] = {{"parameter_size", param_count * 4.0 / (1 << 20)}, {"parameter_count", param_count},
                       {"tp_activation_per_bsz_dict", acts}};
+  if (has_sp()) {
+    json sp = json::object();
+    for (auto& [n, a] : sp_act_mb_per_sample) sp[std::to_string(n)] = a;
+    m["layertype_0"]["sp_activation_per_bsz_dict"] = sp;
+  }
   m["other_memory"] = {{"parameter_count", other_param_count}, {"activation_per_bsz", other_act_mb_per_sample},
                        {"embed_parameter_share", embed_param_share}, {"embed_activation_share", embed_act_share},
                        {"runtime_mb", runtime_mb}, {"optimizer_mb_per_param", optimizer_mb_per_param}};
@@ -171,6 +183,8 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   for (auto& [k, v] : c.items()) {
     if (k.rfind("layertype_0_tp", 0) == 0) p.fwd_ms_per_sample[std::stoi(k.substr(14))] = v.get<double>();
     if (k.rfind("layertype_0_fwd_bwd_tp", 0) == 0) p.fwd_bwd_ms_per_sample[std::stoi(k.substr(22))] = v.get<double>();
+    if (k.rfind("layertype_0_sp", 0) == 0) p.sp_fwd_ms_per_sample[std::stoi(k.substr(14))] = v.get<double>();
+    if (k.rfind("layertype_0_fwd_bwd_sp", 0) == 0) p.sp_fwd_bwd_ms_per_sample[std::stoi(k.substr(22))] = v.get<double>();
   }
   if (c.contains("layertype_other_fwd_bwd" + tag)) p.other_fwd_bwd_ms_per_sample = number(c, "layertype_other_fwd_bwd" + tag, cpath);
   if (c.contains("optimizer_ms_per_param")) p.optimizer_ms_per_param = number(c, "optimizer_ms_per_param", cpath);
@@ -191,6 +205,11 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
     else if (k == "checkpoint_backward") p.checkpoint_backward_mb_per_sample = v.get<double>();
     else p.act_mb_per_sample[std::stoi(k)] = v.get<double>();
   }
+  if (l.contains("sp_activation_per_bsz_dict"))
+    for (auto& [k, v] : l.at("sp_activation_per_bsz_dict").items()) p.sp_act_mb_per_sample[std::stoi(k)] = v.get<double>();
+  BOOSTER_CHECK(p.sp_fwd_ms_per_sample.size() == p.sp_act_mb_per_sample.size() &&
+                    p.sp_fwd_bwd_ms_per_sample.size() == p.sp_fwd_ms_per_sample.size(),
+                "the profiles '", cpath, "' and '", mpath, "' disagree on the Ulysses degrees they hold");
   const json& o = m.at("other_memory");
   p.other_param_count = number(o, "parameter_count", mpath);
   p.other_act_mb_per_sample = number(o, "activation_per_bsz", mpath);

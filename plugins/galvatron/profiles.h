@@ -3,9 +3,9 @@
 // (allreduce_bandwidth_{N}nodes_{G}gpus_per_node.json), point-to-point bandwidth per
 // pipeline size (p2p_bandwidth_...json) and the slowdown of compute beside communication
 // (overlap_coefficient.json). The model profile (galvatron_profile_model): a layer's
-// forward time per sample for each tensor-parallel degree and the embeddings' and head's
-// (computation_profiling_{prec}_{model}.json), a layer's parameters and its activations per
-// sample for each degree and checkpointed, the rest's, and the runtime's own memory
+// forward time per sample for each tensor-parallel degree (and Ulysses degree) and the
+// embeddings' and head's (computation_profiling_{prec}_{model}.json), a layer's parameters
+// and its activations per sample for each degree and checkpointed, the rest's, and the runtime's own memory
 // (memory_profiling_{prec}_{model}.json).
 #pragma once
 
@@ -36,6 +36,9 @@ struct ModelProfile {
   int64_t seq = 0, hidden = 0, profiled_batch = 0;
   std::map<int, double> fwd_ms_per_sample;  // tp -> one layer's forward, ms a sample (its tp traffic included)
   std::map<int, double> fwd_bwd_ms_per_sample;  // tp -> its forward and backward (no gradient sync)
+  // Ulysses of degree n (n > 1): the same per n, its all-to-alls and token split and gather
+  // included, and its activations a sample (empty: not profiled, Ulysses not searched).
+  std::map<int, double> sp_fwd_ms_per_sample, sp_fwd_bwd_ms_per_sample, sp_act_mb_per_sample;
   double other_fwd_ms_per_sample = 0;       // the embeddings and the head
   double other_fwd_bwd_ms_per_sample = 0;
   double optimizer_ms_per_param = 0;        // an optimizer step (master update and working copy)
@@ -66,6 +69,11 @@ struct ModelProfile {
   /// Forward and backward (3 x the forward where not profiled).
   double fwd_bwd_ms(int tp) const;
   double act_mb(int tp) const;
+  /// Whether Ulysses was profiled; its figures at a degree (as the tp ones, by the nearest).
+  bool has_sp() const { return !sp_fwd_ms_per_sample.empty(); }
+  double sp_fwd_ms(int n) const;
+  double sp_fwd_bwd_ms(int n) const;
+  double sp_act_mb(int n) const;
   /// A checkpointed layer's backward working set at a degree (the profiled one at tp 1, by
   /// the ratio of the activations elsewhere; its activations where not profiled).
   double checkpoint_backward_mb(int tp) const;

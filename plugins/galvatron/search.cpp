@@ -120,11 +120,14 @@ std::vector<LayerStrategy> strategies(int stage, const SearchOptions& o) {
     const int dp = stage / t;
     for (bool consec : {true, false}) {
       if (!consec && (t == 1 || t == stage || !o.tp_consec_off)) continue;
-      for (bool sdp : {false, true}) {
-        if (sdp && (dp == 1 || !o.sdp)) continue;
-        for (bool ckpt : {false, true}) {
-          if (ckpt && !o.checkpoint) continue;
-          out.push_back({t, consec, sdp, ckpt});
+      for (bool sp : {false, true}) {  // Galvatron's sp_space: tensor parallel, Ulysses or both at t > 1
+        if (t == 1 ? sp : (sp ? o.sp_space == "tp" : o.sp_space == "sp")) continue;
+        for (bool sdp : {false, true}) {
+          if (sdp && ((sp ? stage : dp) == 1 || !o.sdp)) continue;
+          for (bool ckpt : {false, true}) {
+            if (ckpt && !o.checkpoint) continue;
+            out.push_back({t, consec, sdp, ckpt, sp});
+          }
         }
       }
     }

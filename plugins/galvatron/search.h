@@ -1,7 +1,7 @@
 // Galvatron's search: for every pipeline degree, vocab degree and micro-batch count, a
 // knapsack dynamic program over each stage's layers and integer memory (Galvatron's DpOnModel)
-// picks every layer's strategy (tensor-parallel degree and consecutiveness, DDP / ZeRO-3,
-// checkpointing) to minimize the stage's time under the memory budget, with the cost of
+// picks every layer's strategy (tensor-parallel or Ulysses degree and consecutiveness,
+// DDP / ZeRO-3, checkpointing) to minimize the stage's time under the memory budget, with the cost of
 // moving activations between layouts as the switch cost; each stage plan is then scored
 // whole by the cost model, and the fastest plan that fits is the result. Unlike Galvatron,
 // which fixes the stage partition first, partitions near the even split are searched too.
@@ -26,6 +26,7 @@ struct SearchOptions {
   bool sdp = true;           // consider ZeRO-3 layers
   bool tp_consec_off = true; // consider strided tensor-parallel groups
   bool vtp = true;           // consider vocab degrees above 1
+  std::string sp_space = "tp";  // Galvatron's --sp_space: tp, sp (Ulysses instead) or tp+sp (both) at degrees > 1
   std::string default_dp_type = "ddp";
   std::string pipeline_type = "pipedream_flush";
   double memory_step_mb = 0;  // knapsack granularity (0: budget / 2048)

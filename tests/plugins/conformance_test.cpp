@@ -49,6 +49,11 @@ const std::string kGalvatron = "[plugin]\nname = 'galvatron'\nmixed_precision = 
 const std::string kMixedPlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,1", "tp_consecutive_flags": "1,0,1,1",
   "dp_types_enc": "0,0,1,0", "checkpoint": "0,0,0,1", "global_bsz": 8, "chunks": 1, "pipeline_type": "pipedream_flush",
   "default_dp_type": "ddp", "vtp": 1, "vsp": 0, "embed_sdp": 0})";
+// Ulysses beside tensor parallelism: sp 2 strided (DDP over the stage, checkpointed), sp 4
+// (ZeRO-3), tp 2, DDP; the tiny ViT's 5 tokens split 3/2 and 2/1/1/1.
+const std::string kMixedPlanUlysses = R"({"pp_deg": 1, "tp_sizes_enc": "2,4,2,1", "tp_consecutive_flags": "0,1,1,1",
+  "use_sp": "1,1,0,0", "dp_types_enc": "0,1,0,0", "checkpoint": "1,0,0,0", "global_bsz": 8, "default_dp_type": "ddp",
+  "vtp": 1})";
 const std::string kMixedPlanVtp2 = R"({"pp_deg": 1, "tp_sizes_enc": "1,4,2,2", "tp_consecutive_flags": "1,1,0,1",
   "dp_types_enc": "0,0,1,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "chunks": 1, "default_dp_type": "zero2",
   "vtp": 2, "embed_sdp": 1})";
@@ -100,6 +105,9 @@ const std::vector<PluginCase> kCases = {
      1, 1, false, 2},
     {"galvatron_mixed", kGalvatron, 1, 1, false, 4, kMixedPlan},
     {"galvatron_mixed_vtp2", kGalvatron, 2, 1, false, 4, kMixedPlanVtp2},
+    {"galvatron_ulysses2_zero2", kGalvatron + "global_tp_deg = 2\nuse_ulysses = true\ndefault_dp_type = 'zero2'\n", 1, 1,
+     false, 2},
+    {"galvatron_mixed_ulysses", kGalvatron, 1, 1, false, 4, kMixedPlanUlysses},
     {"grid_2d", kGrid2d, 4},
     {"grid_2d_zero2", kGrid2d + "zero_stage = 2\n", 4},
     {"grid_2d_pp2", kGrid2d + "pp_size = 2\nnum_microbatches = 2\n", 4, 2, false, 0, "", 4},

@@ -21,6 +21,7 @@
 using namespace booster;
 using namespace booster::plugin_tests;
 using booster::plugins::galvatron::HybridPlan;
+using gv_layer = booster::plugins::galvatron::LayerStrategy;
 
 namespace {
 
@@ -110,8 +111,8 @@ TEST(Galvatron, PipelineOfMixedStagesMatchesOneProcess) {
 TEST(Galvatron, PlanWrittenReadsBackTheSame) {
   HybridPlan p;
   p.pp_deg = 2;
-  p.layers = {{2, true, false, false}, {4, false, true, true}, {1, true, true, false}};
-  p.pp_division = {1, 2};
+  p.layers = {{2, true, false, false}, {4, false, true, true}, {1, true, true, false}, {2, false, true, false, true}};
+  p.pp_division = {1, 3};
   p.global_bsz = 64, p.chunks = 4, p.pipeline_type = "gpipe", p.default_dp_type = "zero2", p.vtp = 2, p.embed_sdp = true;
   HybridPlan q = HybridPlan::from_json(p.to_json(), "memory");
   EXPECT_EQ(q.layers, p.layers);
@@ -119,6 +120,10 @@ TEST(Galvatron, PlanWrittenReadsBackTheSame) {
   EXPECT_EQ(q.to_json(), p.to_json());
   EXPECT_EQ(q.describe(q.layers[1], 16), "2-4-2*f-c");
   EXPECT_EQ(q.describe(q.layers[0], 16), "2-2*-4z2");
+  EXPECT_EQ(q.describe(q.layers[3], 16), "2-2-4*f-sp");  // Ulysses of degree 2, ZeRO-3 over the stage
+  EXPECT_NE(q.to_json().find("\"use_sp\": \"0,0,0,1\""), std::string::npos) << q.to_json();
+  // A Ulysses group of one is plain data parallelism.
+  EXPECT_FALSE((gv_layer{1, true, false, false, true}).ulysses());
 }
 
 TEST(Galvatron, BadStrategyFilesAreRefusedNamingKeyAndFile) {
@@ -146,8 +151,22 @@ TEST(Galvatron, BadStrategyFilesAreRefusedNamingKeyAndFile) {
                {"'pp_deg' in", "galvatron_test_kind", "integer"});
   expect_error([&] { plugin_for("length", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "checkpoint": "0,1"})"); },
                {"'checkpoint' in", "2 layers"});
-  expect_error([&] { plugin_for("sp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "use_sp": "0,1,0,0"})"); },
-               {"'use_sp' in", "not implemented"});
+  expect_error([&] { plugin_for("vsp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "vsp": 1})"); },
+               {"'vsp' in", "not implemented"});
+  expect_error([&] { plugin_for("sp_value", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "use_sp": "0,2,0,0"})"); },
+               {"'use_sp' in", "layer 1 has 2"});
+  if (w % 4 == 0) {  // Ulysses scatters the heads: 2 heads do not go over 4 ranks
+    expect_error(
+        [&] {
+          auto c = tiny_config();
+          c.num_attention_heads = 2;
+          manual_seed(1);
+          auto m = std::make_shared<nn::ViTForImageClassification>(c);
+          Booster bo(plugin_for("sp_heads", R"({"pp_deg": 1, "tp_sizes_enc": "1,4,1,1", "use_sp": "0,1,0,0"})"));
+          bo.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), sgd()));
+        },
+        {"num_attention_heads 2", "sequence-parallel group of 4"});
+  }
   expect_error([&] { plugin_for("json", R"({"pp_deg": 1, "tp_sizes_enc": )"); }, {"galvatron_test_json", "not JSON"});
   expect_error([&] { plugin_for("missing", "", "galvatron_config_path = '/nonexistent/plan.json'\n"); },
                {"/nonexistent/plan.json"});
@@ -185,6 +204,9 @@ gv::CostModel free_comm_model(int world) {
   m.fwd_ms_per_sample = {{1, 1.0}, {2, 0.6}, {4, 0.35}};
   m.act_mb_per_sample = {{1, 4.0}, {2, 2.2}, {4, 1.3}};
   m.checkpoint_act_mb_per_sample = 0.2;
+  // Ulysses: faster than tensor parallelism here (no search takes it unless asked to).
+  m.sp_fwd_ms_per_sample = {{2, 0.4}, {4, 0.17}}, m.sp_fwd_bwd_ms_per_sample = {{2, 1.2}, {4, 0.5}};
+  m.sp_act_mb_per_sample = {{2, 2.0}, {4, 1.0}};
   m.param_count = 2e6, m.other_param_count = 1e5, m.other_fwd_ms_per_sample = 0.1, m.other_act_mb_per_sample = 0.5;
   m.runtime_mb = 10;
   return gv::CostModel(h, m, world, "fp32");
@@ -357,7 +379,49 @@ TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {
   const auto m2 = gv::ModelProfile::read(dir.string(), "fp32", "made_up");
   EXPECT_EQ(m2.fwd_ms_per_sample, m.fwd_ms_per_sample);
   EXPECT_EQ(m2.act_mb_per_sample, m.act_mb_per_sample);
+  EXPECT_EQ(m2.sp_fwd_ms_per_sample, m.sp_fwd_ms_per_sample);
+  EXPECT_EQ(m2.sp_fwd_bwd_ms_per_sample, m.sp_fwd_bwd_ms_per_sample);
+  EXPECT_EQ(m2.sp_act_mb_per_sample, m.sp_act_mb_per_sample);
   EXPECT_DOUBLE_EQ(m2.runtime_mb, m.runtime_mb);
   EXPECT_TRUE(std::filesystem::exists(dir / "computation_profiling_fp32_made_up.json"));
   std::filesystem::remove_all(dir);
+}
+
+// A Ulysses layer keeps whole weights (ZeRO over the whole stage), holds its share of the
+// tokens' activations and runs at its profiled Ulysses time; the search weighs it only
+// where --sp-space says, and takes it where it is faster.
+TEST(GalvatronSearch, UlyssesLayersAreCostedWholeOverTheStage) {
+  const gv::CostModel cm = free_comm_model(4);
+  gv::HybridPlan p;
+  p.layers.assign(4, gv::LayerStrategy{});
+  p.global_bsz = 16;
+  const gv::LayerStrategy ddp{}, sp2{2, true, false, false, true}, tp2{2, true, false, false, false};
+  const gv::LayerStrategy sp2_sdp{2, true, true, false, true}, ddp_sdp{1, true, true, false, false};
+  EXPECT_DOUBLE_EQ(cm.layer_states_mb(p, sp2, 4), cm.layer_states_mb(p, ddp, 4));
+  EXPECT_DOUBLE_EQ(cm.layer_states_mb(p, tp2, 4) * 2, cm.layer_states_mb(p, ddp, 4));
+  EXPECT_DOUBLE_EQ(cm.layer_states_mb(p, sp2_sdp, 4), cm.layer_states_mb(p, ddp_sdp, 4));  // ZeRO-3 over all 4
+  // 16 rows over 2 slices: 8 rows a rank, each of half the tokens.
+  EXPECT_DOUBLE_EQ(cm.layer_act_mb(sp2, 4, 16), 8 * 2.0);
+  EXPECT_DOUBLE_EQ(cm.layer_act_mb({2, true, false, true, true}, 4, 16), 8 * 0.2 / 2);  // checkpointed: its token shard
+  EXPECT_DOUBLE_EQ(cm.layer_ms(p, sp2, 4, 16, nullptr), 8 * 1.2);
+  EXPECT_DOUBLE_EQ(cm.layer_ms(p, {2, true, false, true, true}, 4, 16, nullptr), 8 * (1.2 + 0.4));
+  gv::SearchOptions o;
+  o.num_layers = 3, o.global_bsz = 16, o.memory_mb = 1e6, o.max_pp = 1, o.vtp = false;
+  auto count = [&](bool sp) {
+    int n = 0;
+    for (auto& s : gv::strategies(4, o)) n += s.ulysses() == sp && s.tp > 1;
+    return n;
+  };
+  EXPECT_EQ(count(true), 0);  // the default: tensor parallelism only
+  o.sp_space = "sp";
+  EXPECT_GT(count(true), 0);
+  EXPECT_EQ(count(false), 0);
+  o.sp_space = "tp+sp";
+  // Both; Ulysses 4 also with ZeRO-3 (over the stage), which tensor parallelism 4 leaves no room for.
+  EXPECT_EQ(count(true), count(false) + 2);
+  // Per row a rank: DDP 3 x 1.0 ms a sample over 4 rows, Ulysses 4 0.5 over 16: every layer Ulysses 4.
+  const auto found = gv::search(cm, o);
+  ASSERT_FALSE(found.empty());
+  for (auto& l : found.front().plan.layers) EXPECT_TRUE(l.ulysses() && l.tp == 4) << found.front().plan.summary(4);
+  EXPECT_NE(found.front().plan.to_json().find("\"use_sp\": \"1,1,1\""), std::string::npos);
 }
