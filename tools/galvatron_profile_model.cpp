@@ -39,6 +39,7 @@ struct Args {
   int64_t image_size = 224, batch = 8, layers_min = 1, layers_max = 3;
   int iters = 5;
   int rounds = 3;
+  bool sequence_parallel = false;  // Megatron-SP in the tensor-parallel runs
 };
 
 struct Measure {
@@ -54,6 +55,7 @@ std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool s
   plugins::GalvatronOptions o;
   o.global_tp_deg = tp;
   o.use_ulysses = sp;
+  o.sequence_parallel = a.sequence_parallel;
   o.global_checkpoint = checkpoint;
   o.sdp = sdp;
   o.mixed_precision = a.precision;
@@ -295,6 +297,8 @@ int main(int argc, char** argv) {
   app.add_option("--iters", a.iters, "timed forwards");
   app.add_option("--rounds", a.rounds, "rounds of every measurement; each timed figure is their median");
   app.add_option("--out", a.out, "folder of the profile files");
+  app.add_flag("--sequence-parallel", a.sequence_parallel,
+               "Megatron's sequence parallelism in the tensor-parallel layers (plans then run with sequence_parallel = true)");
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   BOOSTER_CHECK(a.layers_max > a.layers_min && a.layers_min >= 1, "--layers-max must exceed --layers-min >= 1");
@@ -302,6 +306,7 @@ int main(int argc, char** argv) {
   const int w = dist::world_size();
   gv::ModelProfile p;
   p.model = a.model, p.precision = a.precision, p.profiled_batch = a.batch;
+  p.sequence_parallel = a.sequence_parallel;
   nn::ViTConfig c = nn::ViTConfig::preset(a.model);
   c.image_size = a.image_size;
   p.hidden = c.hidden_size, p.seq = c.num_patches() + 1;

@@ -48,6 +48,29 @@ void weigh_globals(const gv::CostModel& cm, const gv::SearchOptions& o, int worl
   for (size_t i = 0; i < globals.size(); ++i)
     if (globals[i].fits) globals[i].plan.write_json((std::filesystem::path(dir) / ("global_" + std::to_string(i) + ".json")).string());
 }
+
+// Galvatron's name for the best plan's file, in the profiles folder.
+std::string default_output(const std::string& profiles, const std::string& model, int nodes, int world,
+                           const gv::SearchOptions& o, const std::string& precision) {
+  return (std::filesystem::path(profiles) /
+          ("galvatron_config_" + model + "_" + std::to_string(nodes) + "nodes_" + std::to_string(world / nodes) +
+           "gpus_per_node_" + std::to_string(int64_t(o.memory_mb)) + "MB_" + precision + "_bsz" +
+           std::to_string(o.global_bsz) + ".json")).string();
+}
+
+// The best candidate written as a strategy JSON, with what it is predicted to cost.
+void write_best(const gv::Candidate& c, const gv::SearchOptions& o, const gv::ModelProfile& mp, int world,
+                const std::string& output) {
+  gv::HybridPlan best = c.plan;
+  best.world_size = world;
+  best.write_json(output);
+  std::printf("\nbest: %s; predicted %.1f ms a step (%.1f samples/s), %.1f MB a rank of %.0f\nwrote %s\n",
+              best.summary(world).c_str(), c.cost.step_ms, double(o.global_bsz) / c.cost.step_ms * 1e3,
+              c.cost.memory_mb, o.memory_mb, output.c_str());
+  if (mp.sequence_parallel)
+    std::printf("the model was profiled with Megatron's sequence parallelism: run the plan with [plugin] "
+                "sequence_parallel = true\n");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,18 +133,8 @@ int main(int argc, char** argv) {
                    (long long)o.global_bsz, world);
       return 2;
     }
-    gv::HybridPlan best = found.front().plan;
-    best.world_size = world;
-    if (output.empty())
-      output = (std::filesystem::path(profiles) /
-                ("galvatron_config_" + model + "_" + std::to_string(nodes) + "nodes_" + std::to_string(world / nodes) +
-                 "gpus_per_node_" + std::to_string(int64_t(o.memory_mb)) + "MB_" + precision + "_bsz" +
-                 std::to_string(o.global_bsz) + ".json")).string();
-    best.write_json(output);
-    std::printf("\nbest: %s; predicted %.1f ms a step (%.1f samples/s), %.1f MB a rank of %.0f\nwrote %s\n",
-                best.summary(world).c_str(), found.front().cost.step_ms,
-                double(o.global_bsz) / found.front().cost.step_ms * 1e3, found.front().cost.memory_mb, o.memory_mb,
-                output.c_str());
+    write_best(found.front(), o, mp, world, output.empty() ? default_output(profiles, model, nodes, world, o, precision)
+                                                                : output);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "galvatron_search: %s\n", e.what());
     return 1;

@@ -89,6 +89,7 @@ GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::str
         .add("global_tp_deg", &O::global_tp_deg, "every layer's tensor-parallel degree")
         .add("global_tp_consec", &O::global_tp_consec, "tensor-parallel groups of consecutive ranks")
         .add("use_ulysses", &O::use_ulysses, "every layer Ulysses sequence parallel of degree global_tp_deg")
+        .add("sequence_parallel", &O::sequence_parallel, "Megatron's sequence parallelism in every tensor-parallel layer")
         .add("sdp", &O::sdp, "ZeRO-3 on every layer")
         .add("global_checkpoint", &O::global_checkpoint, "every layer checkpointed")
         .add("chunks", &O::chunks, "micro-batches a step (-1: micro-batches of 4 rows with pp_deg > 1)")
@@ -190,6 +191,10 @@ void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule&
         it->second.sequence_parallelism_mode = "all_to_all";
       } else {
         it->second.tensor_parallel_process_group = &tp;
+        if (opts_.sequence_parallel) {  // Megatron's: LayerNorm and dropout on token shards (the layer splits them)
+          it->second.enable_sequence_parallelism = true;
+          it->second.sequence_parallelism_mode = "split_gather";
+        }
       }
       const uint64_t slice = uint64_t(groups_->dp(k).rank());
       it->second.replicated_generator = std::make_shared<Generator>(
@@ -221,7 +226,8 @@ void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& 
     const TpKey own = key_of(plan_.layers[size_t(l)], stage);
     std::optional<TpKey> out;
     if (l + 1 == spec.layer_end) out = boundary;
-    module.replace(paths[0], std::make_shared<GalvatronLayer>(inner, groups_, in, own, out, plan_.layers[size_t(l)].checkpoint));
+    module.replace(paths[0], std::make_shared<GalvatronLayer>(inner, groups_, in, own, out, plan_.layers[size_t(l)].checkpoint,
+                                                              own.sp || opts_.sequence_parallel));
   }
 }
 

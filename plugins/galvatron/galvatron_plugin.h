@@ -7,7 +7,7 @@
 // activation checkpointing; the embeddings and the head take the vocab degree vtp. The plan
 // comes from a strategy JSON (galvatron_config_path, Galvatron's keys; galvatron_search
 // writes one) or from the global-mode arguments (pp_deg, global_tp_deg, global_tp_consec,
-// use_ulysses, sdp, global_checkpoint, chunks, pipeline_type, default_dp_type, vocab_tp, embed_sdp).
+// use_ulysses, sequence_parallel, sdp, global_checkpoint, chunks, pipeline_type, default_dp_type, vocab_tp, embed_sdp).
 // Activations move between layers whose groups differ (GalvatronLayer); every parameter
 // is one part of one ZeRO engine placed on its layer's data-parallel group, so the step,
 // loss scaling, clipping, no_sync and checkpoints are the engine's: a checkpoint written
@@ -32,6 +32,10 @@ struct GalvatronOptions {
   int global_tp_deg = 1;
   bool global_tp_consec = true;
   bool use_ulysses = false;        // every layer Ulysses of degree global_tp_deg instead of tensor parallel
+  /// Galvatron's --sequence-parallel (Megatron-SP): every tensor-parallel layer runs its
+  /// LayerNorms, dropouts and residuals on token shards (gathered for the column-parallel
+  /// linears, reduce-scattered after the row-parallel ones), in global and layerwise mode.
+  bool sequence_parallel = false;
   bool sdp = false;                // ZeRO-3 on every layer
   bool global_checkpoint = false;  // every layer checkpointed
   int64_t chunks = -1;             // micro-batches a step (-1: micro-batches of 4 rows when pp_deg > 1, else 1)

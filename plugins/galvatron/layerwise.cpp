@@ -50,8 +50,14 @@ const dist::ProcessGroup& LayerGroups::dp(TpKey k) const {
 }
 
 GalvatronLayer::GalvatronLayer(std::shared_ptr<nn::UnaryModule> inner, std::shared_ptr<const LayerGroups> groups,
-                               TpKey in, TpKey own, std::optional<TpKey> out, bool checkpoint)
-    : inner_(std::move(inner)), groups_(std::move(groups)), in_(in), own_(own), out_(out), checkpoint_(checkpoint) {
+                               TpKey in, TpKey own, std::optional<TpKey> out, bool checkpoint, bool split_tokens)
+    : inner_(std::move(inner)),
+      groups_(std::move(groups)),
+      in_(in),
+      own_(own),
+      out_(out),
+      checkpoint_(checkpoint),
+      split_tokens_(split_tokens && own.tp > 1) {
   for (auto& [name, child] : inner_->named_children()) register_module(name, child);
   for (auto& [name, p] : inner_->named_parameters(false)) register_parameter(name, p, p.requires_grad());
   for (auto& [name, b] : inner_->named_buffers(false)) register_buffer(name, b);
@@ -66,9 +72,9 @@ Tensor GalvatronLayer::forward(const Tensor& x) {
   const double r_in = g.reduce_size(in_), r_own = g.reduce_size(own_);
   Tensor h = dist::redistribute_rows(x, g.rows(in_, batch), g.rows(own_, batch), g.stage(), r_in / r_own);
   const int64_t tokens = h.dim() > 1 ? h.size(1) : 0;
-  if (own_.sp) h = dist::split_forward_gather_backward(h, 1, g.tp(own_), true);
+  if (split_tokens_) h = dist::split_forward_gather_backward(h, 1, g.tp(own_), true);
   Tensor y = checkpoint_ && is_training() ? nn::checkpoint(*inner_, h) : (*inner_)(h);
-  if (own_.sp) y = dist::gather_forward_split_backward(y, 1, g.tp(own_), tokens);
+  if (split_tokens_) y = dist::gather_forward_split_backward(y, 1, g.tp(own_), tokens);
   if (!out_) return y;
   return dist::redistribute_rows(y, g.rows(own_, batch), g.rows(*out_, batch), g.stage(), r_own / g.reduce_size(*out_));
 }

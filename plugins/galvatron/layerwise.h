@@ -4,8 +4,9 @@
 // created once for the whole run (Galvatron made a group per layer: PR #76's OOM).
 // GalvatronLayer: a transformer layer run under its own strategy: its input rows are moved
 // from the previous layer's layout to its own (dist::redistribute_rows), it runs (checkpointed
-// when the plan says so; a Ulysses layer on its group's balanced share of the tokens, split
-// on the way in and gathered on the way out), and the stage's last layer moves its output
+// when the plan says so; a Ulysses layer, or a tensor-parallel one under Megatron's sequence
+// parallelism, on its group's balanced share of the tokens, split on the way in and gathered
+// on the way out), and the stage's last layer moves its output
 // back to the layout the embeddings and the head use (vtp), which is also what travels
 // between stages.
 #pragma once
@@ -66,8 +67,10 @@ class GalvatronLayer : public nn::UnaryModule {
   /// Runs `inner` under `own` after moving its input from `in`; `out`: where the stage's last
   /// layer leaves its output. The inner layer's children and parameters are registered here
   /// under their own names (the parameter names do not change).
+  /// split_tokens: the layer runs on its group's balanced share of the tokens (Ulysses, or
+  /// Megatron's sequence parallelism of a tensor-parallel layer).
   GalvatronLayer(std::shared_ptr<nn::UnaryModule> inner, std::shared_ptr<const LayerGroups> groups, TpKey in,
-                 TpKey own, std::optional<TpKey> out, bool checkpoint);
+                 TpKey own, std::optional<TpKey> out, bool checkpoint, bool split_tokens);
   std::string type_name() const override { return "GalvatronLayer"; }
   /// x: [rows of `in`, ...] -> [rows of `out` (or `own`), ...]
   Tensor forward(const Tensor& x) override;
@@ -81,7 +84,7 @@ class GalvatronLayer : public nn::UnaryModule {
   std::shared_ptr<const LayerGroups> groups_;
   TpKey in_, own_;
   std::optional<TpKey> out_;
-  bool checkpoint_;
+  bool checkpoint_, split_tokens_;
 };
 
 }  // namespace booster::plugins::galvatron

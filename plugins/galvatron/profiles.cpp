@@ -151,6 +151,7 @@ void ModelProfile::write(const std::string& dir) const {
   c["zero3_ms_per_layer"] = zero3_ms_per_layer;
   c["zero3_group"] = zero3_group;
   c["max_tp_deg"] = max_tp;
+  c["sequence_parallel"] = int(sequence_parallel);
   c["layertype_other_embed_share"] = embed_time_share;
   c["hidden_size"] = hidden, c["seq_length"] = seq, c["batch_size"] = profiled_batch;
   write_json((fs::path(dir) / computation_file(precision, model)).string(), c);
@@ -191,6 +192,7 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   if (c.contains("zero3_ms_per_layer")) p.zero3_ms_per_layer = number(c, "zero3_ms_per_layer", cpath);
   if (c.contains("zero3_group")) p.zero3_group = int(number(c, "zero3_group", cpath));
   if (c.contains("max_tp_deg")) p.max_tp = int(number(c, "max_tp_deg", cpath));
+  if (c.contains("sequence_parallel")) p.sequence_parallel = number(c, "sequence_parallel", cpath) != 0;
   if (c.contains("layertype_other_embed_share")) p.embed_time_share = share(c, "layertype_other_embed_share", cpath);
   if (p.fwd_ms_per_sample.empty()) p.fwd_ms_per_sample[1] = number(c, "layertype_0" + tag, cpath);
   p.other_fwd_ms_per_sample = number(c, "layertype_other" + tag, cpath);

@@ -46,6 +46,7 @@ struct ModelProfile {
   double zero3_ms_per_layer = 0;            // a ZeRO-3 layer's gathers in a step, over zero3_group ranks
   int zero3_group = 0;                      // (0: not profiled; the hardware profile's bandwidth then)
   int max_tp = 0;                           // the largest degree a layer splits into (its heads); 0: no limit
+  bool sequence_parallel = false;           // the tp figures are under Megatron-SP (plans run with sequence_parallel)
   double param_count = 0;                   // one layer's parameters
   double other_param_count = 0;             // the embeddings' and head's
   std::map<int, double> act_mb_per_sample;  // tp -> one layer's activations kept for backward, MB a sample

@@ -108,6 +108,9 @@ const std::vector<PluginCase> kCases = {
     {"galvatron_ulysses2_zero2", kGalvatron + "global_tp_deg = 2\nuse_ulysses = true\ndefault_dp_type = 'zero2'\n", 1, 1,
      false, 2},
     {"galvatron_mixed_ulysses", kGalvatron, 1, 1, false, 4, kMixedPlanUlysses},
+    // Megatron's sequence parallelism in the tensor-parallel layers (Galvatron's --sequence-parallel).
+    {"galvatron_tp2_megatron_sp", kGalvatron + "global_tp_deg = 2\nsequence_parallel = true\n", 1, 1, false, 2},
+    {"galvatron_mixed_megatron_sp", kGalvatron + "sequence_parallel = true\n", 1, 1, false, 4, kMixedPlan},
     {"grid_2d", kGrid2d, 4},
     {"grid_2d_zero2", kGrid2d + "zero_stage = 2\n", 4},
     {"grid_2d_pp2", kGrid2d + "pp_size = 2\nnum_microbatches = 2\n", 4, 2, false, 0, "", 4},

@@ -374,7 +374,8 @@ TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {
   EXPECT_DOUBLE_EQ(h2.overlap_coe, 1.4);
   EXPECT_NEAR(h2.allreduce_ms(100, 2, true), 100 * 1.0 / 3.5, 1e-12);
   EXPECT_TRUE(std::filesystem::exists(dir / "allreduce_bandwidth_1nodes_2gpus_per_node.json"));
-  const gv::ModelProfile m = free_comm_model(4).model();
+  gv::ModelProfile m = free_comm_model(4).model();
+  m.sequence_parallel = true;
   m.write(dir.string());
   const auto m2 = gv::ModelProfile::read(dir.string(), "fp32", "made_up");
   EXPECT_EQ(m2.fwd_ms_per_sample, m.fwd_ms_per_sample);
@@ -382,6 +383,7 @@ TEST(GalvatronSearch, ProfilesReadBackInGalvatronsFormat) {
   EXPECT_EQ(m2.sp_fwd_ms_per_sample, m.sp_fwd_ms_per_sample);
   EXPECT_EQ(m2.sp_fwd_bwd_ms_per_sample, m.sp_fwd_bwd_ms_per_sample);
   EXPECT_EQ(m2.sp_act_mb_per_sample, m.sp_act_mb_per_sample);
+  EXPECT_TRUE(m2.sequence_parallel);
   EXPECT_DOUBLE_EQ(m2.runtime_mb, m.runtime_mb);
   EXPECT_TRUE(std::filesystem::exists(dir / "computation_profiling_fp32_made_up.json"));
   std::filesystem::remove_all(dir);

@@ -50,13 +50,13 @@ grep -q '"tp_sizes_enc": "1,1,1' plan.json || { cat plan.json; echo "FAIL: the p
   --profiles P --predict plan.json > predict.log 2>&1 || { cat predict.log; exit 1; }
 grep -q '"predicted_ms"' predict.log || { cat predict.log; echo "FAIL: --predict gave no cost"; exit 1; }
 # Ulysses: ViT-Ti's profile has none (3 heads), so --sp-space sp is refused naming why; ViT-S
-# (6 heads) is profiled under Ulysses 2 too, and the search weighs it.
+# (6 heads) is profiled under Ulysses 2 too (its tp 2 under Megatron-SP), and the search weighs it.
 if "$build/tools/galvatron_search" --model vit-tiny --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
   --profiles P --sp-space sp > nosp.log 2>&1; then echo "FAIL: --sp-space sp without Ulysses figures"; exit 1; fi
 grep -q "has no Ulysses figures" nosp.log || { cat nosp.log; echo "FAIL: the error does not say why"; exit 1; }
 mkdir S && cp P/allreduce_* P/p2p_* P/overlap_coefficient.json S/
 run2 "$build/tools/galvatron_profile_model" --model vit-small --image-size 32 --batch 2 --precision fp32 --iters 1 \
-  --rounds 1 --out S > small.log 2>&1 || { cat small.log; exit 1; }
+  --rounds 1 --sequence-parallel --out S > small.log 2>&1 || { cat small.log; exit 1; }
 grep "^Ulysses 2:" small.log || { cat small.log; echo "FAIL: no Ulysses figures for ViT-S"; exit 1; }
 python3 - <<'PY'
 import json, sys
@@ -66,12 +66,15 @@ for k in ["layertype_0_sp2_bsz2_seq5", "layertype_0_fwd_bwd_sp2_bsz2_seq5"]:
     if not (k in c and c[k] >= 0):
         sys.exit(f"FAIL: the computation profile lacks {k}: {sorted(c)}")
 sp = m["layertype_0"].get("sp_activation_per_bsz_dict", {})
+if c.get("sequence_parallel") != 1:
+    sys.exit("FAIL: the profile does not record --sequence-parallel")
 if not (list(sp) == ["2"] and 0 < sp["2"] < m["layertype_0"]["tp_activation_per_bsz_dict"]["1"]):
     sys.exit(f"FAIL: Ulysses 2's activations {sp} (a share of the tokens: below tp 1's)")
 PY
 "$build/tools/galvatron_search" --model vit-small --world 2 --memory-mb 4000 --global-batch 8 --precision fp32 \
   --profiles S --sp-space tp+sp --output sp.json > sp.log 2>&1 || { cat sp.log; exit 1; }
 grep -q '"use_sp"' sp.json || { cat sp.json; echo "FAIL: no use_sp in the plan"; exit 1; }
+grep -q "run the plan with \[plugin\] sequence_parallel = true" sp.log || { cat sp.log; echo "FAIL: Megatron-SP not said"; exit 1; }
 if run2 "$build/tools/galvatron_profile_model" --model vit-tiny --image-size 32 --rounds 0 --out P > bad.log 2>&1; then
   echo "FAIL: --rounds 0 was accepted"; exit 1
 fi
