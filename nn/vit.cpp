@@ -58,10 +58,27 @@ ViTSelfAttention::ViTSelfAttention(const ViTConfig& c)
       attention_head_size(c.hidden_size / c.num_attention_heads),
       all_head_size(c.hidden_size),
       c_(c) {
-  query = register_module<UnaryModule>("query", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  key = register_module<UnaryModule>("key", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  value = register_module<UnaryModule>("value", std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias));
-  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.attention_probs_dropout_prob));
+  init(std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias),
+       std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias),
+       std::make_shared<Linear>(c.hidden_size, c.hidden_size, c.qkv_bias),
+       std::make_shared<Dropout>(c.attention_probs_dropout_prob));
+}
+
+ViTSelfAttention::ViTSelfAttention(const ViTSelfAttention& native, Adopt)
+    : num_attention_heads(native.num_attention_heads),
+      attention_head_size(native.attention_head_size),
+      all_head_size(native.all_head_size),
+      c_(native.c_) {
+  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
+  init(slot(native.query), slot(native.key), slot(native.value), slot(native.dropout));
+}
+
+void ViTSelfAttention::init(std::shared_ptr<UnaryModule> q, std::shared_ptr<UnaryModule> k,
+                            std::shared_ptr<UnaryModule> v, std::shared_ptr<UnaryModule> drop) {
+  query = register_module<UnaryModule>("query", std::move(q));
+  key = register_module<UnaryModule>("key", std::move(k));
+  value = register_module<UnaryModule>("value", std::move(v));
+  dropout = register_module<UnaryModule>("dropout", std::move(drop));
   register_attribute("num_attention_heads", &num_attention_heads);
   register_attribute("attention_head_size", &attention_head_size);
   register_attribute("all_head_size", &all_head_size);

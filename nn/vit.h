@@ -61,10 +61,13 @@ class ViTSelfAttention : public UnaryModule {
   Slot<UnaryModule> query, key, value, dropout;
   /// HF's attributes (a tensor-parallel policy sets the heads and all_head_size per rank).
   int64_t num_attention_heads, attention_head_size, all_head_size;
-  const ViTConfig& config() const { return c_; }
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<ViTSelfAttention>(c_); }
+  /// Around another's projections and dropout (adopted, not copied) and its per-rank heads:
+  /// a subclass replacing the attention builds no weights of its own.
+  struct Adopt {};
+  ViTSelfAttention(const ViTSelfAttention& native, Adopt);
   /// q, k and v from one stacked_linear when the three projections allow it, else empty.
   std::vector<Tensor> stacked_projections(const Tensor& hidden);
   /// q, k and v: [B, T, H] each (stacked where allowed, else through the slots).
@@ -73,6 +76,10 @@ class ViTSelfAttention : public UnaryModule {
   /// Dropout, HF's eager attention with any other dropout module).
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v);
   ViTConfig c_;
+
+ private:
+  void init(std::shared_ptr<UnaryModule> q, std::shared_ptr<UnaryModule> k, std::shared_ptr<UnaryModule> v,
+            std::shared_ptr<UnaryModule> drop);
 };
 
 /// Attention output projection: dense + dropout.

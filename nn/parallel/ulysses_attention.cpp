@@ -8,15 +8,11 @@ namespace booster::nn {
 
 UlyssesViTSelfAttention::UlyssesViTSelfAttention(const ViTSelfAttention& native, const dist::ProcessGroup& sp,
                                                  int64_t tokens)
-    : ViTSelfAttention(native.config()), sp_(sp), tokens_(tokens) {
-  num_attention_heads = native.num_attention_heads;
-  attention_head_size = native.attention_head_size;
-  all_head_size = native.all_head_size;
+    : ViTSelfAttention(native, Adopt{}), sp_(sp), tokens_(tokens) {
   BOOSTER_CHECK(num_attention_heads % sp.size() == 0, "UlyssesViTSelfAttention: ", num_attention_heads,
                 " attention heads do not divide over a sequence-parallel group of ", sp.size());
   BOOSTER_CHECK(tokens >= sp.size(), "UlyssesViTSelfAttention: ", tokens, " tokens over ", sp.size(),
                 " ranks leave a rank without any");
-  for (const char* name : {"query", "key", "value", "dropout"}) replace(name, native.get(name));
 }
 
 std::shared_ptr<UnaryModule> UlyssesViTSelfAttention::from_native_module(const std::shared_ptr<Module>& native,
