@@ -22,7 +22,8 @@ void print(const char* title, const std::vector<gv::Candidate>& cs, int world, s
               "layers");
   for (size_t i = 0; i < cs.size() && i < limit; ++i) {
     const auto& c = cs[i];
-    std::printf("%-4d %-4d %-6lld %12.1f %12.1f %5s  %s\n", c.plan.pp_deg, c.plan.vtp, (long long)c.plan.chunks,
+    const std::string vtp = std::to_string(c.plan.vtp) + (c.plan.vsp && c.plan.vtp > 1 ? "sp" : "");
+    std::printf("%-4d %-4s %-6lld %12.1f %12.1f %5s  %s\n", c.plan.pp_deg, vtp.c_str(), (long long)c.plan.chunks,
                 c.cost.step_ms, c.cost.memory_mb, c.fits ? "yes" : "no", c.plan.summary(world).c_str());
   }
 }

@@ -151,7 +151,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   const int p = plan.pp_deg, stage = world_ / p;
   const int64_t m = p == 1 ? 1 : std::max<int64_t>(plan.chunks, 1);
   const double rows = double(plan.global_bsz) / double(m);  // a stage micro-batch
-  const LayerStrategy boundary{plan.vtp, true, plan.embed_sdp, false};
+  const LayerStrategy boundary = plan.boundary();
   const auto per = plan.stage_layers();
   PlanCost out;
   int64_t first = 0;
@@ -186,18 +186,19 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     }
     sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
     // The embeddings (first stage) and the head (last stage), at vtp: each stage's share of
-    // their parameters, activations and time.
+    // their parameters, activations and time (under vsp whole on the group's rows: the time
+    // of all of them, the parameters whole and data parallel over the stage).
     const auto share = [&](double embed) { return (k == 0 ? embed : 0) + (k == p - 1 ? 1 - embed : 0); };
-    const int vdp = stage / plan.vtp;
+    const int vdp = stage / plan.vtp, odp = grad_group(boundary, stage);
     const double other_t = model_.other_fwd_bwd_ms_per_sample > 0 ? model_.other_fwd_bwd_ms_per_sample
                                                                    : 3 * model_.other_fwd_ms_per_sample;
     sc.fwd_bwd_ms += other_t * (rows / vdp) * share(model_.embed_time_share);
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
-    const double other_params = share(model_.embed_param_share) * model_.other_param_count / plan.vtp;
-    states += other_params * states_per_param(okind, vdp) / kMB;
-    const double other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, vdp, okind == DpKind::ddp);
+    const double other_params = share(model_.embed_param_share) * model_.other_param_count / weight_split(boundary);
+    states += other_params * states_per_param(okind, odp) / kMB;
+    const double other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, odp, okind == DpKind::ddp);
     grads += other_grads;
-    updated += other_params / (okind == DpKind::ddp ? 1 : vdp);
+    updated += other_params / (okind == DpKind::ddp ? 1 : odp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
     const double other_acts = share(model_.embed_act_share) * model_.other_act_mb_per_sample * rows / vdp;
     acts += other_acts;

@@ -7,6 +7,7 @@
 
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
+#include "nn/parallel/dropout.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
 #include "shardformer/policy.h"
 #include "zero/model.h"
@@ -78,6 +79,15 @@ void bucket_by_layer(zero::Engine& engine, nn::Module& module, int64_t layers,
 
 TpKey key_of(const galvatron::LayerStrategy& s, int stage) { return {s.tp, s.consecutive(stage), s.ulysses()}; }
 
+// Under vsp the embeddings and the head run whole on every rank of their group, on the
+// group's rows: their dropouts must drop the same elements on each (one stream a group).
+void replicate_dropouts(nn::Module& module, const std::function<bool(const std::string&)>& mine,
+                        const std::shared_ptr<Generator>& gen) {
+  for (auto& [path, m] : module.named_modules())
+    if (!path.empty() && mine(path) && dynamic_cast<nn::Dropout*>(m.get()))
+      module.replace(path, nn::TPDropout::from_native_module(m, gen, false));
+}
+
 }  // namespace
 
 GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::string& t) {
@@ -96,6 +106,7 @@ GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::str
         .add("pipeline_type", &O::pipeline_type, "gpipe or pipedream_flush")
         .add("default_dp_type", &O::default_dp_type, "ddp, zero2 or zero3")
         .add("vocab_tp", &O::vocab_tp, "the embeddings' and head's tensor-parallel degree")
+        .add("vocab_sp", &O::vocab_sp, "vocab_tp a Ulysses degree: the embeddings and head whole on the group's rows")
         .add("embed_sdp", &O::embed_sdp, "the embeddings and head under ZeRO-3")
         .add("global_train_batch_size", &O::global_train_batch_size, "the global batch (0: the run's)")
         .add("mixed_precision", &O::mixed_precision, "fp32, fp16 or bf16")
@@ -142,6 +153,7 @@ HybridPlan GalvatronOptions::plan(int64_t num_layers) const {
   p.pipeline_type = pipeline_type;
   p.default_dp_type = default_dp_type;
   p.vtp = vocab_tp;
+  p.vsp = vocab_sp;
   p.embed_sdp = embed_sdp;
   return p;
 }
@@ -170,13 +182,14 @@ std::pair<int, int> GalvatronPlugin::dp_rank_size() const {
 void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule& pm) {
   const int stage = groups_->stage_size();
   const LayerIndex index(pm);
-  bool any = vtp_ > 1;
+  const TpKey boundary = key_of(plan_.boundary(), stage);
+  bool any = boundary.tp > 1 && !boundary.sp;
   for (auto& l : plan_.layers) any = any || l.tp > 1;
-  if (!any) return;
+  if (!any && !boundary.sp) return;
   std::shared_ptr<shardformer::Policy> policy =
       !opts_.custom_policy.empty() ? shardformer::make_policy(opts_.custom_policy) : shardformer::auto_policy(module);
-  BOOSTER_CHECK(policy != nullptr, "GalvatronPlugin: the plan has tensor-parallel layers, and there is no shardformer "
-                "policy for a ", module.type_name(), " model; write one and pass it as custom_policy");
+  BOOSTER_CHECK(!any || policy != nullptr, "GalvatronPlugin: the plan has tensor-parallel layers, and there is no "
+                "shardformer policy for a ", module.type_name(), " model; write one and pass it as custom_policy");
   const uint64_t seed = default_generator().state().seed;
   int key_index = 0;
   std::map<TpKey, shardformer::ShardConfig> configs;
@@ -196,7 +209,7 @@ void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule&
           it->second.sequence_parallelism_mode = "split_gather";
         }
       }
-      const uint64_t slice = uint64_t(groups_->dp(k).rank());
+      const uint64_t slice = uint64_t(groups_->dp(k.groups()).rank());  // which rows (a Ulysses key's too)
       it->second.replicated_generator = std::make_shared<Generator>(
           seed, (uint64_t(1) << 32) + (uint64_t(++key_index) << 20) + slice + uint64_t(groups_->stage_index()) * 4096);
       it->second.parallel_generator = std::make_shared<Generator>(seed, (uint64_t(2) << 32) + uint64_t(dist::world_rank()));
@@ -204,17 +217,18 @@ void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule&
     return it->second;
   };
   for (size_t l = 0; l < plan_.layers.size(); ++l) {
-    const TpKey k = key_of(plan_.layers[l], stage);
+    const TpKey k = key_of(plan_.layers[size_t(l)], stage);
     if (k.tp == 1) continue;
     shardformer::shard_modules(module, *policy, config(k), [&](const std::string& path) { return index.of(path) == int64_t(l); });
   }
-  if (vtp_ > 1)
-    shardformer::shard_modules(module, *policy, config({vtp_, true}), [&](const std::string& path) { return index.of(path) < 0; });
+  auto outside = [&](const std::string& path) { return index.of(path) < 0; };
+  if (boundary.sp) replicate_dropouts(module, outside, config(boundary).replicated_generator);
+  else if (boundary.tp > 1) shardformer::shard_modules(module, *policy, config(boundary), outside);
 }
 
 void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& pm, const nn::StageSpec& spec) {
   const int stage = groups_->stage_size();
-  const TpKey boundary{vtp_, true};
+  const TpKey boundary{vtp_, true};  // the rows' layout (under vsp too: the group's rows, whole)
   for (int64_t l = spec.layer_begin; l < spec.layer_end; ++l) {
     const auto paths = pm.stage_modules({l, l + 1, false, false});
     BOOSTER_CHECK(paths.size() == 1, "GalvatronPlugin: layer ", l, " of a ", module.type_name(), " is ", paths.size(),
@@ -255,7 +269,7 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
   const LayerIndex index(*pm);
   auto key_of_name = [&](const std::string& name) {
     const int64_t l = index.of(name);
-    return l < 0 ? TpKey{vtp_, true} : key_of(plan_.layers[size_t(l)], stage);
+    return key_of(l < 0 ? plan_.boundary() : plan_.layers[size_t(l)], stage);
   };
   auto kind_of_name = [&](const std::string& name) {
     const int64_t l = index.of(name);

@@ -4,10 +4,12 @@
 // parallelism over the same ranks (use_sp: whole weights, tokens split, the attention's heads
 // exchanged for tokens), its own data-parallel kind over the complement group (the whole
 // stage under Ulysses; DDP, ZeRO-2, or ZeRO-3 from the ZeRO engine) and optional
-// activation checkpointing; the embeddings and the head take the vocab degree vtp. The plan
-// comes from a strategy JSON (galvatron_config_path, Galvatron's keys; galvatron_search
+// activation checkpointing; the embeddings and the head take the vocab degree vtp (tensor
+// parallel, or with vsp whole weights on the group's rows, data parallel over the stage). The
+// plan comes from a strategy JSON (galvatron_config_path, Galvatron's keys; galvatron_search
 // writes one) or from the global-mode arguments (pp_deg, global_tp_deg, global_tp_consec,
-// use_ulysses, sequence_parallel, sdp, global_checkpoint, chunks, pipeline_type, default_dp_type, vocab_tp, embed_sdp).
+// use_ulysses, sequence_parallel, sdp, global_checkpoint, chunks, pipeline_type,
+// default_dp_type, vocab_tp, vocab_sp, embed_sdp).
 // Activations move between layers whose groups differ (GalvatronLayer); every parameter
 // is one part of one ZeRO engine placed on its layer's data-parallel group, so the step,
 // loss scaling, clipping, no_sync and checkpoints are the engine's: a checkpoint written
@@ -42,6 +44,7 @@ struct GalvatronOptions {
   std::string pipeline_type = "pipedream_flush";  // or gpipe
   std::string default_dp_type = "ddp";            // ddp, zero2 (or zero3)
   int vocab_tp = 1;                // vtp: the embeddings' and the head's tensor-parallel degree
+  bool vocab_sp = false;           // vsp: vocab_tp is a Ulysses degree (whole weights, the group's rows)
   bool embed_sdp = false;
   int64_t global_train_batch_size = 0;  // global_bsz (0: the run's)
   std::string mixed_precision = "bf16";  // fp32, fp16 or bf16 (Galvatron's default)

@@ -116,8 +116,11 @@ HybridPlan HybridPlan::from_json(const std::string& text, const std::string& sou
   if (j.contains("cp_sizes_enc"))
     for (int64_t c : list_of(j.at("cp_sizes_enc"), p.where("cp_sizes_enc")))
       BOOSTER_CHECK(c == 1, p.where("cp_sizes_enc"), ": context parallelism is not implemented; every value must be 1");
-  if (j.contains("vsp"))
-    BOOSTER_CHECK(get("vsp") == 0, p.where("vsp"), ": Ulysses sequence parallelism of the embeddings is not implemented; use 0");
+  if (j.contains("vsp")) {
+    const int64_t v = get("vsp");
+    BOOSTER_CHECK(v == 0 || v == 1, p.where("vsp"), ": expected 0 or 1, got ", v);
+    p.vsp = v == 1;
+  }
   if (j.contains("vcp"))
     BOOSTER_CHECK(get("vcp") == 1, p.where("vcp"), ": context parallelism is not implemented; use 1");
   if (j.contains("global_bsz")) p.global_bsz = get("global_bsz");
@@ -155,7 +158,7 @@ std::string HybridPlan::to_json() const {
   j["pipeline_type"] = pipeline_type;
   j["default_dp_type"] = default_dp_type;
   j["vtp"] = vtp;
-  j["vsp"] = 0;
+  j["vsp"] = int(vsp);
   j["embed_sdp"] = int(embed_sdp);
   if (world_size > 0) j["world_size"] = world_size;
   return j.dump(4);
@@ -249,7 +252,8 @@ std::string HybridPlan::summary(int world) const {
            describe(layers[i], world);
     i = j + 1;
   }
-  out += "; vtp " + std::to_string(vtp) + ", " + pipeline_type + ", chunks " + std::to_string(chunks);
+  out += "; vtp " + std::to_string(vtp) + (vsp && vtp > 1 ? " (Ulysses)" : "") + ", " + pipeline_type + ", chunks " +
+         std::to_string(chunks);
   if (pp_deg > 1) {
     std::string div;
     for (int64_t n : stage_layers()) div += (div.empty() ? "" : ",") + std::to_string(n);

@@ -1,7 +1,8 @@
 // Galvatron's hybrid-parallel plan: one global pipeline degree and, for each transformer
 // layer, a tensor-parallel degree (or a Ulysses degree: use_sp), whether its group is
-// consecutive ranks or strided, its data-parallel kind and whether it is checkpointed; the embeddings and the
-// head take the vocab degree vtp. It is read from Galvatron's strategy JSON (its keys and
+// consecutive ranks or strided, its data-parallel kind and whether it is checkpointed; the
+// embeddings and the head take the vocab degree vtp (tensor parallel, or with vsp whole
+// weights on the group's rows). It is read from Galvatron's strategy JSON (its keys and
 // CSV values, as galvatron_search and Galvatron's own search write them) or made from the
 // global-mode arguments, checked against the world and the model, and written back.
 #pragma once
@@ -44,12 +45,12 @@ struct HybridPlan {
   std::string default_dp_type = "ddp";            // ddp, zero2 (or zero3)
   int vtp = 1;                         // the embeddings' and head's tensor-parallel degree
   bool embed_sdp = false;              // the embeddings and head under ZeRO-3
+  bool vsp = false;                    // vtp is a Ulysses degree: the embeddings and head whole, data parallel over the stage
   int world_size = 0;                  // the world it was made for (0: unsaid)
   std::string source;                  // the file it was read from ("" : global mode)
 
   /// Galvatron's strategy JSON. Unknown keys, values of the wrong kind and lists of another
-  /// length are refused naming the key and the file; vsp / cp (Ulysses of the embeddings,
-  /// context parallelism) must be off.
+  /// length are refused naming the key and the file; cp (context parallelism) must be off.
   static HybridPlan from_json_file(const std::string& path);
   static HybridPlan from_json(const std::string& text, const std::string& source);
   /// The same keys back (CSV lists, as Galvatron writes them).
@@ -65,6 +66,8 @@ struct HybridPlan {
   /// Micro-batches a stage holds activations of at once: 1 without a pipeline, every chunk
   /// under GPipe, min(pp - k, chunks) on stage k under 1F1B.
   int64_t in_flight(int stage_index) const;
+  /// The embeddings' and head's strategy (never checkpointed, consecutive groups).
+  LayerStrategy boundary() const { return {vtp, true, embed_sdp, false, vsp}; }
   /// A layer's data-parallel kind.
   DpKind dp_kind(const LayerStrategy& s) const { return s.sdp ? DpKind::zero3 : dp_kind_from_name(default_dp_type, where("default_dp_type")); }
   /// Galvatron's notation of one layer's strategy in a world: pp-tp[*]-dp[*][f][-c][-sp].

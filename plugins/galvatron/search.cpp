@@ -19,9 +19,9 @@ std::vector<int> powers_up_to(int n) {
   return out;
 }
 
-HybridPlan base_plan(const SearchOptions& o, int pp, int vtp, int64_t m) {
+HybridPlan base_plan(const SearchOptions& o, int pp, int vtp, bool vsp, int64_t m) {
   HybridPlan p;
-  p.pp_deg = pp, p.vtp = vtp, p.chunks = m, p.global_bsz = o.global_bsz;
+  p.pp_deg = pp, p.vtp = vtp, p.vsp = vsp, p.chunks = m, p.global_bsz = o.global_bsz;
   p.pipeline_type = o.pipeline_type, p.default_dp_type = o.default_dp_type;
   return p;
 }
@@ -44,7 +44,7 @@ std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& pla
     double sync = 0;
     time[s] = cm.layer_ms(plan, ss[s], stage, rows, &sync) * double(m) + sync;
   }
-  const LayerStrategy boundary{plan.vtp, true, plan.embed_sdp, false};
+  const LayerStrategy boundary = plan.boundary();
   // f[v][s]: least time of the layers so far using at most v memory units, the last in strategy s.
   std::vector<std::vector<double>> f(size_t(V) + 1, std::vector<double>(S, kInf));
   std::vector<std::vector<std::vector<int16_t>>> mark(static_cast<size_t>(layers));
@@ -93,7 +93,8 @@ bool better(const Candidate& a, const Candidate& b) {
 
 void sort_fastest(std::vector<Candidate>& c) { std::stable_sort(c.begin(), c.end(), better); }
 
-// The (pp, vtp, micro-batches) the search loops over, with the stage's micro-batch rows.
+// The (pp, vtp, vsp, micro-batches) the search loops over, with the stage's micro-batch rows:
+// a vocab degree above 1 as tensor parallelism, Ulysses (vsp) or both, as sp_space says.
 template <typename F>
 void for_each_layout(const SearchOptions& o, int world, F&& f) {
   const int max_pp = o.max_pp > 0 ? std::min(o.max_pp, world) : world;
@@ -102,11 +103,14 @@ void for_each_layout(const SearchOptions& o, int world, F&& f) {
     const int stage = world / pp;
     const int max_tp = o.max_tp > 0 ? std::min(o.max_tp, stage) : stage;
     for (int vtp : powers_up_to(o.vtp ? max_tp : 1))
-      for (int64_t m = pp == 1 ? 1 : pp; m <= (pp == 1 ? 1 : std::max<int64_t>(o.max_chunks, pp)); m *= 2) {  // a pipeline needs >= pp micro-batches
-        if (o.global_bsz % m) continue;
-        const int64_t rows = o.global_bsz / m;
-        if (!rows_divide(rows, stage, vtp)) continue;
-        f(pp, vtp, m, rows);
+      for (bool vsp : {false, true}) {
+        if (vtp == 1 ? vsp : (vsp ? o.sp_space == "tp" : o.sp_space == "sp")) continue;
+        for (int64_t m = pp == 1 ? 1 : pp; m <= (pp == 1 ? 1 : std::max<int64_t>(o.max_chunks, pp)); m *= 2) {
+          if (o.global_bsz % m) continue;  // a pipeline needs >= pp micro-batches
+          const int64_t rows = o.global_bsz / m;
+          if (!rows_divide(rows, stage, vtp)) continue;
+          f(base_plan(o, pp, vtp, vsp, m), rows);
+        }
       }
   }
 }
@@ -215,14 +219,14 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
   const int world = cm.world();
   const double step = o.memory_step_mb > 0 ? o.memory_step_mb : std::max(1.0, o.memory_mb / 2048);
   std::vector<Candidate> out;
-  for_each_layout(o, world, [&](int pp, int vtp, int64_t m, int64_t rows) {
-    const int stage = world / pp;
+  for_each_layout(o, world, [&](const HybridPlan& base, int64_t rows) {
+    const int pp = base.pp_deg, stage = world / pp;
     std::vector<LayerStrategy> ss;
     for (auto& s : strategies(stage, o))
       if (rows_divide(rows, stage, s.tp)) ss.push_back(s);
     std::optional<Candidate> best;
     for (auto& division : partitions(o.num_layers, pp, pp == 1 ? 0 : o.partition_spread)) {
-      HybridPlan plan = base_plan(o, pp, vtp, m);
+      HybridPlan plan = base;
       if (pp > 1) plan.pp_division = division;
       auto c = search_partition(cm, o, plan, ss, rows, step);
       if (c && (!best || better(*c, *best))) best = std::move(c);
@@ -235,11 +239,12 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o) {
 
 std::vector<Candidate> global_plans(const CostModel& cm, const SearchOptions& o) {
   std::vector<Candidate> out;
-  for_each_layout(o, cm.world(), [&](int pp, int vtp, int64_t m, int64_t rows) {
-    const int stage = cm.world() / pp;
+  for_each_layout(o, cm.world(), [&](const HybridPlan& base, int64_t rows) {
+    const int stage = cm.world() / base.pp_deg;
     for (auto& s : strategies(stage, o)) {
-      if (!rows_divide(rows, stage, s.tp) || (vtp != 1 && vtp != s.tp)) continue;  // vocab_tp 1 or the layers' degree
-      HybridPlan plan = base_plan(o, pp, vtp, m);
+      // vocab_tp 1 or the layers' degree, tensor parallel or Ulysses as they are
+      if (!rows_divide(rows, stage, s.tp) || (base.vtp != 1 && (base.vtp != s.tp || base.vsp != s.ulysses()))) continue;
+      HybridPlan plan = base;
       plan.layers.assign(size_t(o.num_layers), s);
       Candidate c{plan, cm.cost(plan), false};
       c.fits = c.cost.memory_mb <= o.memory_mb;

@@ -1,10 +1,11 @@
-// Galvatron's search: for every pipeline degree, vocab degree and micro-batch count, a
-// knapsack dynamic program over each stage's layers and integer memory (Galvatron's DpOnModel)
-// picks every layer's strategy (tensor-parallel or Ulysses degree and consecutiveness,
-// DDP / ZeRO-3, checkpointing) to minimize the stage's time under the memory budget, with the cost of
-// moving activations between layouts as the switch cost; each stage plan is then scored
-// whole by the cost model, and the fastest plan that fits is the result. Unlike Galvatron,
-// which fixes the stage partition first, partitions near the even split are searched too.
+// Galvatron's search: for every pipeline degree, vocab degree (tensor parallel or Ulysses:
+// vsp) and micro-batch count, a knapsack dynamic program over each stage's layers and
+// integer memory (Galvatron's DpOnModel) picks every layer's strategy (tensor-parallel or
+// Ulysses degree and consecutiveness, DDP / ZeRO-3, checkpointing) to minimize the stage's
+// time under the memory budget, with the cost of moving activations between layouts as the
+// switch cost; each stage plan is then scored whole by the cost model, and the fastest plan
+// that fits is the result. Unlike Galvatron, which fixes the stage partition first,
+// partitions near the even split are searched too.
 #pragma once
 
 #include <optional>

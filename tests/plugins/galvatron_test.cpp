@@ -114,7 +114,11 @@ TEST(Galvatron, PlanWrittenReadsBackTheSame) {
   p.layers = {{2, true, false, false}, {4, false, true, true}, {1, true, true, false}, {2, false, true, false, true}};
   p.pp_division = {1, 3};
   p.global_bsz = 64, p.chunks = 4, p.pipeline_type = "gpipe", p.default_dp_type = "zero2", p.vtp = 2, p.embed_sdp = true;
+  p.vsp = true;
   HybridPlan q = HybridPlan::from_json(p.to_json(), "memory");
+  EXPECT_TRUE(q.vsp);
+  EXPECT_NE(q.summary(16).find("vtp 2 (Ulysses)"), std::string::npos) << q.summary(16);
+  EXPECT_EQ(q.boundary(), (gv_layer{2, true, true, false, true}));
   EXPECT_EQ(q.layers, p.layers);
   EXPECT_EQ(q.pp_division, p.pp_division);
   EXPECT_EQ(q.to_json(), p.to_json());
@@ -151,8 +155,10 @@ TEST(Galvatron, BadStrategyFilesAreRefusedNamingKeyAndFile) {
                {"'pp_deg' in", "galvatron_test_kind", "integer"});
   expect_error([&] { plugin_for("length", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "checkpoint": "0,1"})"); },
                {"'checkpoint' in", "2 layers"});
-  expect_error([&] { plugin_for("vsp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "vsp": 1})"); },
-               {"'vsp' in", "not implemented"});
+  expect_error([&] { plugin_for("vsp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "vsp": 2})"); },
+               {"'vsp' in", "galvatron_test_vsp", "expected 0 or 1"});
+  expect_error([&] { plugin_for("cp", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "cp_sizes_enc": "1,2,1,1"})"); },
+               {"'cp_sizes_enc' in", "not implemented"});
   expect_error([&] { plugin_for("sp_value", R"({"pp_deg": 1, "tp_sizes_enc": "1,1,1,1", "use_sp": "0,2,0,0"})"); },
                {"'use_sp' in", "layer 1 has 2"});
   if (w % 4 == 0) {  // Ulysses scatters the heads: 2 heads do not go over 4 ranks
@@ -184,6 +190,29 @@ TEST(Galvatron, BadStrategyFilesAreRefusedNamingKeyAndFile) {
   expect_error([&] { plugin_for("global", "", "global_tp_deg = 3\n"); }, {"global_tp_deg"});
   expect_error([&] { plugin_for("global2", "", "pipeline_type = '1f1b'\n"); }, {"pipeline_type"});
   expect_error([&] { plugin_for("global3", "", "tp_size = 2\n"); }, {"unknown key 'plugin.tp_size'"});
+}
+
+// Under vsp the embeddings and the head run whole on every rank of their group, on the
+// same rows: their dropout draws the same mask on each (the default generators here differ
+// by rank), so the group's copies agree.
+TEST(Galvatron, VocabUlyssesDrawsOneDropoutStreamAGroup) {
+  if (dist::world_size() % 2) GTEST_SKIP() << "a group of 2";
+  auto c = tiny_config();
+  c.hidden_dropout_prob = 0.5;
+  manual_seed(3);
+  auto m = std::make_shared<nn::ViTForImageClassification>(c);
+  const Tensor x = global_batch(0, 2).first;
+  auto plugin = plugin_for("vsp_dropout", "", "global_tp_deg = 2\nuse_ulysses = true\nvocab_tp = 2\nvocab_sp = true\n");
+  Booster bo(plugin);
+  bo.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), sgd()));
+  auto emb = std::dynamic_pointer_cast<nn::UnaryModule>(m->get("vit.embeddings"));
+  ASSERT_NE(emb, nullptr);
+  EXPECT_EQ(m->get("vit.embeddings.dropout")->type_name(), "DropoutForReplicatedInput");
+  manual_seed(9, uint64_t(dist::world_rank()));
+  m->train();
+  const double sum = booster::sum((*emb)(x)).item();
+  const auto& g = dynamic_cast<const plugins::GalvatronPlugin&>(*plugin).groups().tp({2, true});
+  EXPECT_EQ(dist::all_reduce_scalar(sum, dist::ReduceOp::max, g), dist::all_reduce_scalar(sum, dist::ReduceOp::min, g));
 }
 
 }  // namespace
@@ -426,4 +455,31 @@ TEST(GalvatronSearch, UlyssesLayersAreCostedWholeOverTheStage) {
   ASSERT_FALSE(found.empty());
   for (auto& l : found.front().plan.layers) EXPECT_TRUE(l.ulysses() && l.tp == 4) << found.front().plan.summary(4);
   EXPECT_NE(found.front().plan.to_json().find("\"use_sp\": \"1,1,1\""), std::string::npos);
+}
+
+// vsp: the embeddings and head whole (data parallel over the stage) on the group's rows; the
+// search weighs it where sp_space allows Ulysses.
+TEST(GalvatronSearch, VocabUlyssesIsCostedWholeAndSearchedWithSp) {
+  const gv::CostModel cm = free_comm_model(4);
+  gv::HybridPlan p;
+  p.layers.assign(4, gv::LayerStrategy{2, true, false, false, true});
+  p.global_bsz = 16, p.vtp = 2;
+  const double tp = cm.cost(p).memory_mb;
+  p.vsp = true;
+  const double sp = cm.cost(p).memory_mb;
+  p.vtp = 1, p.vsp = false;
+  EXPECT_GT(sp, tp);  // whole weights against halves
+  EXPECT_GT(sp, cm.cost(p).memory_mb);  // the same weights, twice the rows a rank
+  gv::SearchOptions o;
+  o.num_layers = 4, o.global_bsz = 16, o.memory_mb = 1e6, o.max_pp = 1;
+  auto vsp_seen = [&] {
+    bool any = false;
+    for (auto& c : gv::global_plans(cm, o)) any = any || (c.plan.vsp && c.plan.vtp > 1);
+    return any;
+  };
+  EXPECT_FALSE(vsp_seen());
+  o.sp_space = "tp+sp";
+  EXPECT_TRUE(vsp_seen());
+  for (auto& c : gv::global_plans(cm, o))  // vocab Ulysses beside Ulysses layers of its degree
+    if (c.plan.vsp) EXPECT_TRUE(c.plan.layers[0].ulysses() && c.plan.layers[0].tp == c.plan.vtp) << c.plan.summary(4);
 }
