@@ -103,12 +103,19 @@ double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int s
 }
 
 double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const {
-  if (from.tp == to.tp && from.consecutive(stage) == to.consecutive(stage)) return 0;
+  const bool same = from.tp == to.tp && from.consecutive(stage) == to.consecutive(stage);
+  double t = 0;
+  if (splits_tokens(from) && !(same && splits_tokens(to))) {
+    // The run ends: its tokens gathered over the group, and in backward its first layer's
+    // gradients (an all-gather each way, about one all-reduce).
+    const double mb = rows / (stage / from.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;
+    t += hw_.allreduce_ms(mb, from.tp, from.consecutive(stage));
+  }
   // Shrinking between consecutive groups moves nothing; otherwise a rank receives the rows
   // it lacks (about its new rows), forward and backward.
-  if (to.tp <= from.tp && from.consecutive(stage) && to.consecutive(stage)) return 0;
+  if (same || (to.tp <= from.tp && from.consecutive(stage) && to.consecutive(stage))) return t;
   const double mb = rows / (stage / to.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;
-  return 2 * hw_.p2p_ms(mb, 1);
+  return t + 2 * hw_.p2p_ms(mb, 1);
 }
 
 double CostModel::checkpoint_backward_mb(const LayerStrategy& s) const {
@@ -151,7 +158,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   const int p = plan.pp_deg, stage = world_ / p;
   const int64_t m = p == 1 ? 1 : std::max<int64_t>(plan.chunks, 1);
   const double rows = double(plan.global_bsz) / double(m);  // a stage micro-batch
-  const LayerStrategy boundary = plan.boundary();
+  const LayerStrategy boundary = plan.boundary(), edge = CostModel::edge(plan);
   const auto per = plan.stage_layers();
   PlanCost out;
   int64_t first = 0;
@@ -159,7 +166,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     StageCost sc;
     double states = 0, acts = 0, transient = 0, sync = 0, grads = 0, updated = 0;
     std::vector<LayerMemory> mem;
-    LayerStrategy prev = boundary;
+    LayerStrategy prev = edge;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
       const LayerStrategy& s = plan.layers[size_t(l)];
       double sy = 0;
@@ -184,7 +191,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       mem.push_back(lm);
       prev = s;
     }
-    sc.fwd_bwd_ms += switch_ms(prev, boundary, stage, rows);
+    sc.fwd_bwd_ms += switch_ms(prev, edge, stage, rows);
     // The embeddings (first stage) and the head (last stage), at vtp: each stage's share of
     // their parameters, activations and time (under vsp whole on the group's rows: the time
     // of all of them, the parameters whole and data parallel over the stage).

@@ -53,8 +53,13 @@ class CostModel {
   /// One layer's model states on a rank (MB) and its activations for one micro-batch of `rows`.
   double layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const;
   double layer_act_mb(const LayerStrategy& s, int stage, double rows) const;
-  /// Moving a micro-batch's activations between two layers' layouts (forward and backward).
+  /// Moving a micro-batch's activations between two layers' layouts (forward and backward):
+  /// the rows between groups, and the tokens gathered where a run of token-split layers of
+  /// one group ends (its layers hand them on split). The embeddings' side is `edge(plan)`.
   double switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const;
+  static LayerStrategy edge(const HybridPlan& plan) { return LayerStrategy{plan.vtp}; }
+  /// Whether a layer runs on its group's share of the tokens (Ulysses; Megatron-SP's tp layers).
+  bool splits_tokens(const LayerStrategy& s) const { return s.tp > 1 && (s.sp || model_.sequence_parallel); }
   const ModelProfile& model() const { return model_; }
   const HardwareProfile& hardware() const { return hw_; }
   int world() const { return world_; }

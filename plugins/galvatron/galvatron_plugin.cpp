@@ -229,6 +229,14 @@ void GalvatronPlugin::shard_layers(nn::Module& module, const nn::PipelineModule&
 void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& pm, const nn::StageSpec& spec) {
   const int stage = groups_->stage_size();
   const TpKey boundary{vtp_, true};  // the rows' layout (under vsp too: the group's rows, whole)
+  auto key = [&](int64_t l) { return key_of(plan_.layers[size_t(l)], stage); };
+  // Token-split layers (Ulysses, or tensor-parallel under Megatron-SP) hand the tokens on
+  // split to the next one of the same group within the stage.
+  auto split = [&](int64_t l) { return key(l).tp > 1 && (key(l).sp || opts_.sequence_parallel); };
+  auto chained = [&](int64_t l) {
+    return l > spec.layer_begin && l < spec.layer_end && split(l - 1) && split(l) && key(l - 1).groups() == key(l).groups();
+  };
+  std::shared_ptr<int64_t> tokens;
   for (int64_t l = spec.layer_begin; l < spec.layer_end; ++l) {
     const auto paths = pm.stage_modules({l, l + 1, false, false});
     BOOSTER_CHECK(paths.size() == 1, "GalvatronPlugin: layer ", l, " of a ", module.type_name(), " is ", paths.size(),
@@ -236,12 +244,13 @@ void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& 
     auto inner = std::dynamic_pointer_cast<nn::UnaryModule>(module.get(paths[0]));
     BOOSTER_CHECK(inner != nullptr, "GalvatronPlugin: layer '", paths[0], "' is a ", module.get(paths[0])->type_name(),
                   ", not a module of one tensor in and one out");
-    const TpKey in = l == spec.layer_begin ? boundary : key_of(plan_.layers[size_t(l - 1)], stage);
-    const TpKey own = key_of(plan_.layers[size_t(l)], stage);
+    const TpKey in = l == spec.layer_begin ? boundary : key(l - 1);
     std::optional<TpKey> out;
     if (l + 1 == spec.layer_end) out = boundary;
-    module.replace(paths[0], std::make_shared<GalvatronLayer>(inner, groups_, in, own, out, plan_.layers[size_t(l)].checkpoint,
-                                                              own.sp || opts_.sequence_parallel));
+    if (split(l) && !chained(l)) tokens = std::make_shared<int64_t>(0);
+    const galvatron::TokenSplit ts{split(l), chained(l), chained(l + 1), split(l) ? tokens : nullptr};
+    module.replace(paths[0], std::make_shared<GalvatronLayer>(inner, groups_, in, key(l), out,
+                                                              plan_.layers[size_t(l)].checkpoint, ts));
   }
 }
 

@@ -50,14 +50,19 @@ const dist::ProcessGroup& LayerGroups::dp(TpKey k) const {
 }
 
 GalvatronLayer::GalvatronLayer(std::shared_ptr<nn::UnaryModule> inner, std::shared_ptr<const LayerGroups> groups,
-                               TpKey in, TpKey own, std::optional<TpKey> out, bool checkpoint, bool split_tokens)
+                               TpKey in, TpKey own, std::optional<TpKey> out, bool checkpoint, TokenSplit tokens)
     : inner_(std::move(inner)),
       groups_(std::move(groups)),
       in_(in),
       own_(own),
       out_(out),
       checkpoint_(checkpoint),
-      split_tokens_(split_tokens && own.tp > 1) {
+      tokens_(std::move(tokens)) {
+  BOOSTER_CHECK(!tokens_.split || (own.tp > 1 && tokens_.tokens), "GalvatronLayer: a token-split layer needs a group "
+                "of 2 ranks or more and its run's token count");
+  BOOSTER_CHECK(tokens_.split || (!tokens_.arrives_split && !tokens_.leaves_split),
+                "GalvatronLayer: only a token-split layer hands tokens on split");
+  BOOSTER_CHECK(!tokens_.leaves_split || !out_, "GalvatronLayer: the stage's last layer leaves its tokens whole");
   for (auto& [name, child] : inner_->named_children()) register_module(name, child);
   for (auto& [name, p] : inner_->named_parameters(false)) register_parameter(name, p, p.requires_grad());
   for (auto& [name, b] : inner_->named_buffers(false)) register_buffer(name, b);
@@ -71,10 +76,12 @@ Tensor GalvatronLayer::forward(const Tensor& x) {
   // batch mean.
   const double r_in = g.reduce_size(in_), r_own = g.reduce_size(own_);
   Tensor h = dist::redistribute_rows(x, g.rows(in_, batch), g.rows(own_, batch), g.stage(), r_in / r_own);
-  const int64_t tokens = h.dim() > 1 ? h.size(1) : 0;
-  if (split_tokens_) h = dist::split_forward_gather_backward(h, 1, g.tp(own_), true);
+  if (tokens_.split && !tokens_.arrives_split) {  // a run begins: its share of the tokens
+    *tokens_.tokens = h.size(1);
+    h = dist::split_forward_gather_backward(h, 1, g.tp(own_), true);
+  }
   Tensor y = checkpoint_ && is_training() ? nn::checkpoint(*inner_, h) : (*inner_)(h);
-  if (split_tokens_) y = dist::gather_forward_split_backward(y, 1, g.tp(own_), tokens);
+  if (tokens_.split && !tokens_.leaves_split) y = dist::gather_forward_split_backward(y, 1, g.tp(own_), *tokens_.tokens);
   if (!out_) return y;
   return dist::redistribute_rows(y, g.rows(own_, batch), g.rows(*out_, batch), g.stage(), r_own / g.reduce_size(*out_));
 }

@@ -5,10 +5,10 @@
 // GalvatronLayer: a transformer layer run under its own strategy: its input rows are moved
 // from the previous layer's layout to its own (dist::redistribute_rows), it runs (checkpointed
 // when the plan says so; a Ulysses layer, or a tensor-parallel one under Megatron's sequence
-// parallelism, on its group's balanced share of the tokens, split on the way in and gathered
-// on the way out), and the stage's last layer moves its output
-// back to the layout the embeddings and the head use (vtp), which is also what travels
-// between stages.
+// parallelism, on its group's balanced share of the tokens: split where a run of such layers
+// of one group begins, gathered where it ends, handed on split in between), and the stage's
+// last layer moves its output back to the layout the embeddings and the head use (vtp),
+// which is also what travels between stages.
 #pragma once
 
 #include <compare>
@@ -62,15 +62,26 @@ class LayerGroups {
   std::map<TpKey, std::pair<dist::GroupPtr, dist::GroupPtr>> groups_;
 };
 
+/// How a layer holds the tokens: whole, or its group's balanced share (split), arriving so
+/// from the layer before and leaving so for the layer after when both are split over the
+/// same group. `tokens`: the whole count, shared along such a run (its first layer sets it
+/// for its last, which gathers).
+struct TokenSplit {
+  bool split = false;
+  bool arrives_split = false;
+  bool leaves_split = false;
+  std::shared_ptr<int64_t> tokens;
+};
+
 class GalvatronLayer : public nn::UnaryModule {
  public:
   /// Runs `inner` under `own` after moving its input from `in`; `out`: where the stage's last
   /// layer leaves its output. The inner layer's children and parameters are registered here
   /// under their own names (the parameter names do not change).
-  /// split_tokens: the layer runs on its group's balanced share of the tokens (Ulysses, or
-  /// Megatron's sequence parallelism of a tensor-parallel layer).
+  /// tokens: whether the layer runs on its group's balanced share of the tokens (Ulysses, or
+  /// Megatron's sequence parallelism of a tensor-parallel layer) and how it gets and leaves them.
   GalvatronLayer(std::shared_ptr<nn::UnaryModule> inner, std::shared_ptr<const LayerGroups> groups, TpKey in,
-                 TpKey own, std::optional<TpKey> out, bool checkpoint, bool split_tokens);
+                 TpKey own, std::optional<TpKey> out, bool checkpoint, TokenSplit tokens);
   std::string type_name() const override { return "GalvatronLayer"; }
   /// x: [rows of `in`, ...] -> [rows of `out` (or `own`), ...]
   Tensor forward(const Tensor& x) override;
@@ -84,7 +95,8 @@ class GalvatronLayer : public nn::UnaryModule {
   std::shared_ptr<const LayerGroups> groups_;
   TpKey in_, own_;
   std::optional<TpKey> out_;
-  bool checkpoint_, split_tokens_;
+  bool checkpoint_;
+  TokenSplit tokens_;
 };
 
 }  // namespace booster::plugins::galvatron

@@ -44,7 +44,7 @@ std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& pla
     double sync = 0;
     time[s] = cm.layer_ms(plan, ss[s], stage, rows, &sync) * double(m) + sync;
   }
-  const LayerStrategy boundary = plan.boundary();
+  const LayerStrategy edge = CostModel::edge(plan);  // the embeddings' layout
   // f[v][s]: least time of the layers so far using at most v memory units, the last in strategy s.
   std::vector<std::vector<double>> f(size_t(V) + 1, std::vector<double>(S, kInf));
   std::vector<std::vector<std::vector<int16_t>>> mark(static_cast<size_t>(layers));
@@ -56,7 +56,7 @@ std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& pla
         if (mem[s] > v) continue;
         const int rest = v - mem[s];
         if (l == 0) {
-          g[size_t(v)][s] = time[s] + cm.switch_ms(boundary, ss[s], stage, rows) * double(m);
+          g[size_t(v)][s] = time[s] + cm.switch_ms(edge, ss[s], stage, rows) * double(m);
           continue;
         }
         for (size_t q = 0; q < S; ++q) {
@@ -69,7 +69,7 @@ std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& pla
   double best = kInf;
   size_t bs = 0;
   for (size_t s = 0; s < S; ++s) {
-    const double c = f[size_t(V)][s] + cm.switch_ms(ss[s], boundary, stage, rows) * double(m);
+    const double c = f[size_t(V)][s] + cm.switch_ms(ss[s], edge, stage, rows) * double(m);
     if (c < best) best = c, bs = s;
   }
   if (!std::isfinite(best)) return {};

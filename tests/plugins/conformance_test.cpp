@@ -54,9 +54,11 @@ const std::string kMixedPlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,1", "tp_c
 const std::string kMixedPlanUlysses = R"({"pp_deg": 1, "tp_sizes_enc": "2,4,2,1", "tp_consecutive_flags": "0,1,1,1",
   "use_sp": "1,1,0,0", "dp_types_enc": "0,1,0,0", "checkpoint": "1,0,0,0", "global_bsz": 8, "default_dp_type": "ddp",
   "vtp": 1})";
-// The same under vsp: the embeddings and head whole on the rows of pairs (Ulysses vocab degree 2).
-const std::string kMixedPlanUlyssesVsp = R"({"pp_deg": 1, "tp_sizes_enc": "2,4,2,1", "tp_consecutive_flags": "0,1,1,1",
-  "use_sp": "1,1,0,0", "dp_types_enc": "0,1,0,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "default_dp_type": "ddp",
+// Token-split runs under vsp (the embeddings and head whole on pairs) with Megatron-SP:
+// Ulysses 2 checkpointed, Ulysses 2 under ZeRO-3, tp 2 (one run of one group, the tokens
+// handed on split), Ulysses 4 (another group: gathered, split again).
+const std::string kMixedPlanSplitChains = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,2,4", "tp_consecutive_flags": "1,1,1,1",
+  "use_sp": "1,1,0,1", "dp_types_enc": "0,1,0,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "default_dp_type": "ddp",
   "vtp": 2, "vsp": 1})";
 const std::string kMixedPlanVtp2 = R"({"pp_deg": 1, "tp_sizes_enc": "1,4,2,2", "tp_consecutive_flags": "1,1,0,1",
   "dp_types_enc": "0,0,1,0", "checkpoint": "1,0,0,0", "global_bsz": 4, "chunks": 1, "default_dp_type": "zero2",
@@ -114,7 +116,7 @@ const std::vector<PluginCase> kCases = {
     {"galvatron_mixed_ulysses", kGalvatron, 1, 1, false, 4, kMixedPlanUlysses},
     {"galvatron_ulysses2_vsp", kGalvatron + "global_tp_deg = 2\nuse_ulysses = true\nvocab_tp = 2\nvocab_sp = true\n"
      "default_dp_type = 'zero2'\n", 2},
-    {"galvatron_mixed_ulysses_vsp", kGalvatron, 2, 1, false, 4, kMixedPlanUlyssesVsp},
+    {"galvatron_mixed_split_chains_vsp", kGalvatron + "sequence_parallel = true\n", 2, 1, false, 4, kMixedPlanSplitChains},
     // Megatron's sequence parallelism in the tensor-parallel layers (Galvatron's --sequence-parallel).
     {"galvatron_tp2_megatron_sp", kGalvatron + "global_tp_deg = 2\nsequence_parallel = true\n", 1, 1, false, 2},
     {"galvatron_mixed_megatron_sp", kGalvatron + "sequence_parallel = true\n", 1, 1, false, 4, kMixedPlan},

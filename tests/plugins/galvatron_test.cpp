@@ -483,3 +483,38 @@ TEST(GalvatronSearch, VocabUlyssesIsCostedWholeAndSearchedWithSp) {
   for (auto& c : gv::global_plans(cm, o))  // vocab Ulysses beside Ulysses layers of its degree
     if (c.plan.vsp) EXPECT_TRUE(c.plan.layers[0].ulysses() && c.plan.layers[0].tp == c.plan.vtp) << c.plan.summary(4);
 }
+
+namespace {
+// Token-split layers of one group hand the tokens on split: a run gathers them once, where
+// it ends (the profiled layer time has no gather); Megatron-SP's tp layers are such layers
+// when the profile says so, plain tp layers are not.
+TEST(GalvatronSearch, TokenSplitRunsGatherWhereTheyEnd) {
+  gv::HardwareProfile h = free_comm_model(4).hardware();
+  for (auto& [k, v] : h.allreduce_busbw) v = 1.0;
+  gv::ModelProfile m = free_comm_model(4).model();
+  const gv::CostModel cm(h, m, 4, "fp32");
+  const gv::LayerStrategy sp2{2, true, false, false, true}, sp2_ckpt{2, true, false, true, true};
+  const gv::LayerStrategy sp4{4, true, false, false, true}, tp2{2, true, false, false, false}, ddp{};
+  EXPECT_EQ(cm.switch_ms(sp2, sp2_ckpt, 4, 16), 0);  // one run
+  const double end = cm.switch_ms(sp2, tp2, 4, 16);  // same rows, the tokens gathered
+  EXPECT_GT(end, 0);
+  EXPECT_GT(cm.switch_ms(sp2, sp4, 4, 16), 0);
+  EXPECT_EQ(cm.switch_ms(tp2, sp2, 4, 16), 0);  // a run begins with a slice
+  EXPECT_EQ(cm.switch_ms(sp2, gv::CostModel::edge(gv::HybridPlan{}), 4, 16), cm.switch_ms(sp2, ddp, 4, 16));
+  m.sequence_parallel = true;
+  const gv::CostModel megatron(h, m, 4, "fp32");
+  EXPECT_EQ(megatron.switch_ms(sp2, tp2, 4, 16), 0);  // Ulysses into Megatron-SP over the same group
+  EXPECT_DOUBLE_EQ(megatron.switch_ms(tp2, ddp, 4, 16), end);
+  // A plan pays one gather a run: four Ulysses layers cost their layers and one end.
+  gv::HybridPlan p;
+  p.layers.assign(4, sp2);
+  p.global_bsz = 16;
+  double layers = 0;
+  for (auto& l : p.layers) layers += cm.layer_ms(p, l, 4, 16, nullptr);
+  gv::HybridPlan q = p;
+  q.layers = {sp2, tp2, sp2, tp2};  // two runs: two ends
+  double q_layers = 0;
+  for (auto& l : q.layers) q_layers += cm.layer_ms(q, l, 4, 16, nullptr);
+  EXPECT_NEAR(cm.cost(q).stages[0].fwd_bwd_ms - q_layers - (cm.cost(p).stages[0].fwd_bwd_ms - layers), end, 1e-9);
+}
+}  // namespace
