@@ -142,12 +142,8 @@ bool runs_here(const PluginCase& c) { return dist::world_size() % (c.ranks ? c.r
 std::shared_ptr<Plugin> make(const PluginCase& c) {
   if (c.toml.empty()) return nullptr;
   std::string toml = c.toml;
-  if (!c.plan.empty()) {  // each rank reads its own copy
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("galvatron_" + c.name + "_rank" + std::to_string(dist::world_rank()) + ".json");
-    std::ofstream(path) << c.plan;
-    toml += "galvatron_config_path = '" + path.string() + "'\n";
-  }
+  if (!c.plan.empty())  // each rank reads its own copy
+    toml += "galvatron_config_path = '" + write_process_file("galvatron_" + c.name, c.plan) + "'\n";
   return plugins::make_plugin(Config::from_string(toml, c.name + ".toml"));
 }
 

@@ -27,10 +27,7 @@ namespace {
 
 // A strategy file of this rank (every rank reads its own copy).
 std::string write_plan(const std::string& name, const std::string& json) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("galvatron_test_" + name + "_rank" + std::to_string(dist::world_rank()) + ".json");
-  std::ofstream(path) << json;
-  return path.string();
+  return write_process_file("galvatron_test_" + name, json);
 }
 
 std::shared_ptr<Plugin> plugin_for(const std::string& name, const std::string& json, const std::string& extra = "") {

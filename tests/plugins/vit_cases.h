@@ -1,7 +1,12 @@
 // The tiny ViT, batches and optimizer the plugin suites share (conformance, TorchDDP).
 #pragma once
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -44,5 +49,14 @@ inline std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch
 inline optim::SGDOptions sgd() { return {0.05, 0.9}; }
 
 inline int n_ranks() { return dist::world_size(); }
+
+// A file of this process in the temp folder ("<stem>_rank<r>_<pid>.json"), holding `text`:
+// its own, so that test programs running at once (ctest -j) never read each other's half-written copy.
+inline std::string write_process_file(const std::string& stem, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    (stem + "_rank" + std::to_string(dist::world_rank()) + "_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << text;
+  return path.string();
+}
 
 }  // namespace booster::plugin_tests
