@@ -105,7 +105,8 @@ double CostModel::layer_ms(const HybridPlan& plan, const LayerStrategy& s, int s
 double CostModel::switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const {
   const bool same = from.tp == to.tp && from.consecutive(stage) == to.consecutive(stage);
   double t = 0;
-  if (splits_tokens(from) && !(same && splits_tokens(to))) {
+  const bool megatron_sp = model_.sequence_parallel;  // the plan runs as the model was profiled
+  if (from.splits_tokens(megatron_sp) && !(same && to.splits_tokens(megatron_sp))) {
     // The run ends: its tokens gathered over the group, and in backward its first layer's
     // gradients (an all-gather each way, about one all-reduce).
     const double mb = rows / (stage / from.tp) * double(model_.seq * model_.hidden) * beta_ / kMB;

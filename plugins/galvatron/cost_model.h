@@ -58,8 +58,7 @@ class CostModel {
   /// one group ends (its layers hand them on split). The embeddings' side is `edge(plan)`.
   double switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const;
   static LayerStrategy edge(const HybridPlan& plan) { return LayerStrategy{plan.vtp}; }
-  /// Whether a layer runs on its group's share of the tokens (Ulysses; Megatron-SP's tp layers).
-  bool splits_tokens(const LayerStrategy& s) const { return s.tp > 1 && (s.sp || model_.sequence_parallel); }
+
   const ModelProfile& model() const { return model_; }
   const HardwareProfile& hardware() const { return hw_; }
   int world() const { return world_; }

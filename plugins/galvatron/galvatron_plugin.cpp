@@ -232,7 +232,7 @@ void GalvatronPlugin::wrap_layers(nn::Module& module, const nn::PipelineModule& 
   auto key = [&](int64_t l) { return key_of(plan_.layers[size_t(l)], stage); };
   // Token-split layers (Ulysses, or tensor-parallel under Megatron-SP) hand the tokens on
   // split to the next one of the same group within the stage.
-  auto split = [&](int64_t l) { return key(l).tp > 1 && (key(l).sp || opts_.sequence_parallel); };
+  auto split = [&](int64_t l) { return plan_.layers[size_t(l)].splits_tokens(opts_.sequence_parallel); };
   auto chained = [&](int64_t l) {
     return l > spec.layer_begin && l < spec.layer_end && split(l - 1) && split(l) && key(l - 1).groups() == key(l).groups();
   };

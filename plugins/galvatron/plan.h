@@ -30,6 +30,9 @@ struct LayerStrategy {
   bool operator==(const LayerStrategy&) const = default;
   /// Ulysses in effect (a group of one is plain data parallelism).
   bool ulysses() const { return sp && tp > 1; }
+  /// Whether it runs on its group's share of the tokens: Ulysses, or tensor parallel under
+  /// Megatron's sequence parallelism (megatron_sp: the run's sequence_parallel).
+  bool splits_tokens(bool megatron_sp) const { return tp > 1 && (sp || megatron_sp); }
   /// Whether its tensor-parallel group is consecutive ranks in a stage of `stage` ranks
   /// (consecutive and strided are the same group when tp is 1 or the whole stage).
   bool consecutive(int stage) const { return tp == 1 || tp == stage || tp_consec; }
