@@ -28,6 +28,11 @@ HybridPlan base_plan(const SearchOptions& o, int pp, int vtp, bool vsp, int64_t 
 
 bool rows_divide(int64_t rows, int stage, int tp) { return rows % (stage / tp) == 0; }
 
+// Galvatron's sp_space at a degree above 1: tensor parallel (tp), Ulysses (sp) or both.
+bool sp_space_skips(const SearchOptions& o, int degree, bool sp) {
+  return degree == 1 ? sp : (sp ? o.sp_space == "tp" : o.sp_space == "sp");
+}
+
 // One stage's layers by the knapsack over memory: the strategies with the least time whose
 // memory fits `budget_mb`, or empty when none fits.
 std::vector<LayerStrategy> best_stage(const CostModel& cm, const HybridPlan& plan, const std::vector<LayerStrategy>& ss,
@@ -104,7 +109,7 @@ void for_each_layout(const SearchOptions& o, int world, F&& f) {
     const int max_tp = o.max_tp > 0 ? std::min(o.max_tp, stage) : stage;
     for (int vtp : powers_up_to(o.vtp ? max_tp : 1))
       for (bool vsp : {false, true}) {
-        if (vtp == 1 ? vsp : (vsp ? o.sp_space == "tp" : o.sp_space == "sp")) continue;
+        if (sp_space_skips(o, vtp, vsp)) continue;
         for (int64_t m = pp == 1 ? 1 : pp; m <= (pp == 1 ? 1 : std::max<int64_t>(o.max_chunks, pp)); m *= 2) {
           if (o.global_bsz % m) continue;  // a pipeline needs >= pp micro-batches
           const int64_t rows = o.global_bsz / m;
@@ -124,8 +129,8 @@ std::vector<LayerStrategy> strategies(int stage, const SearchOptions& o) {
     const int dp = stage / t;
     for (bool consec : {true, false}) {
       if (!consec && (t == 1 || t == stage || !o.tp_consec_off)) continue;
-      for (bool sp : {false, true}) {  // Galvatron's sp_space: tensor parallel, Ulysses or both at t > 1
-        if (t == 1 ? sp : (sp ? o.sp_space == "tp" : o.sp_space == "sp")) continue;
+      for (bool sp : {false, true}) {
+        if (sp_space_skips(o, t, sp)) continue;
         for (bool sdp : {false, true}) {
           if (sdp && ((sp ? stage : dp) == 1 || !o.sdp)) continue;
           for (bool ckpt : {false, true}) {
