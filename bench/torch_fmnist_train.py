@@ -10,7 +10,8 @@ with Hugging Face's initialization. Data: Debian's dataset-fashion-mnist IDX fil
 first data.limit images when set; RandomCrop(28, padding=4) + RandomHorizontalFlip, then
 Normalize(0.2860, 0.3530). The random draws (initialization, order, augmentation) are
 PyTorch's, not vit_train's: compare across seeds. Optimizers: torch's AdamW, or LAMB as
-legacy Colossal-AI's (no bias correction, trust |w| / |u| per tensor, 1 when a norm is 0);
+legacy Colossal-AI's (trust |w| / |u| per tensor, 1 when a norm is 0), with the run's betas,
+eps, bias correction and exclusion of biases and norms from the trust ratio;
 schedules per optimizer step as Colossal-AI's CosineAnnealingWarmupLR / LinearWarmupLR.
 
 Prints one JSON line per epoch, then a table against the run's metrics.jsonl and a summary.
@@ -95,10 +96,14 @@ class ViT(nn.Module):
 
 
 class Lamb(torch.optim.Optimizer):
-    """Legacy Colossal-AI's Lamb: u = m / (sqrt(v) + eps) + wd w, w -= lr trust u."""
+    """Legacy Colossal-AI's Lamb: u = m / (sqrt(v) + eps) + wd w, w -= lr' trust u, with
+    lr' = lr sqrt(1 - b2^t) / (1 - b1^t) under bias correction; a group with adam=True
+    (vit_train's train.exclude_from_layer_adaptation: biases and norms) takes trust 1."""
 
-    def __init__(s, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    def __init__(s, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.0, bias_correction=False,
+                 adam=False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction, adam=adam))
 
     @torch.no_grad()
     def step(s):
@@ -109,13 +114,15 @@ class Lamb(torch.optim.Optimizer):
                     continue
                 st = s.state[p]
                 if not st:
-                    st["m"], st["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                    st["m"], st["v"], st["t"] = torch.zeros_like(p), torch.zeros_like(p), 0
+                st["t"] += 1
                 st["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
                 st["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
                 u = st["m"] / (st["v"].sqrt() + g["eps"]) + g["weight_decay"] * p
                 wn, un = p.norm().item(), u.norm().item()
-                trust = wn / un if wn > 0 and un > 0 else 1.0
-                p.add_(u, alpha=-g["lr"] * trust)
+                trust = wn / un if wn > 0 and un > 0 and not g["adam"] else 1.0
+                lr = g["lr"] * (math.sqrt(1 - b2 ** st["t"]) / (1 - b1 ** st["t"]) if g["bias_correction"] else 1.0)
+                p.add_(u, alpha=-lr * trust)
 
 
 def schedule(name, total, warmup):
@@ -161,7 +168,13 @@ def main():
     decay = [p for p in model.parameters() if p.ndim > 1]
     groups = [{"params": decay, "weight_decay": t["weight_decay"]},
               {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=lr) if t["optimizer"] == "adamw" else Lamb(groups, lr=lr)
+    betas = tuple(t.get("betas", (0.9, 0.999)))
+    if t["optimizer"] == "adamw":
+        opt = torch.optim.AdamW(groups, lr=lr, betas=betas, eps=t.get("eps", 0.0) or 1e-8)
+    else:
+        groups[1]["adam"] = t.get("exclude_from_layer_adaptation", False)
+        opt = Lamb(groups, lr=lr, betas=betas, eps=t.get("eps", 0.0) or 1e-6,
+                   bias_correction=t.get("bias_correction", False))
     steps_per_epoch = (len(tx) // batch) // k
     total = t["epochs"] * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule(t["lr_scheduler"], total, int(total * t["warmup_ratio"])))

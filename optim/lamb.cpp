@@ -61,4 +61,10 @@ void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
   });
 }
 
+std::vector<ParamGroup> lamb_param_groups(const NamedParams& params, double weight_decay,
+                                          bool exclude_from_layer_adaptation) {
+  if (!exclude_from_layer_adaptation) return param_groups_no_decay(params, weight_decay);
+  return param_groups_no_decay(params, weight_decay, {}, {{"adam", 1.0}});
+}
+
 }  // namespace booster::optim

@@ -1,6 +1,8 @@
 // LAMB as large-batch ViT recipes and Colossal-AI use it: u = m / (sqrt(v) + eps) + wd p,
 // trust = |p| / |u| per tensor (1 when either is 0, or with adam = true),
 // p -= lr' trust u with lr' = lr sqrt(bc2) / bc1 under bias correction (off by default).
+// A group with adam = 1 takes trust 1: lamb_param_groups puts biases and norms there when
+// asked (the exclude_from_layer_adaptation of the LAMB authors' TensorFlow optimizer).
 #pragma once
 
 #include "optim/optimizer.h"
@@ -29,5 +31,11 @@ class Lamb : public Optimizer {
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
               const Tensor& working) override;
 };
+
+/// param_groups_no_decay; with `exclude_from_layer_adaptation` the no-decay group (biases,
+/// norms, any tensor of one dimension) also takes trust 1 (`adam`), as its weight decay 0:
+/// a zero-initialized bias otherwise moves by lr |b| / |u|, slowly while |b| is small.
+std::vector<ParamGroup> lamb_param_groups(const NamedParams& params, double weight_decay,
+                                          bool exclude_from_layer_adaptation);
 
 }  // namespace booster::optim

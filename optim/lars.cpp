@@ -50,10 +50,7 @@ void Lars::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
 }
 
 std::vector<ParamGroup> lars_param_groups(const NamedParams& params, double weight_decay) {
-  auto groups = param_groups_no_decay(params, weight_decay);
-  for (auto& g : groups)  // the group of biases and norms: no trust ratio either
-    if (excluded_from_decay(g.params[0].first, g.params[0].second)) g.options["lars_adaptation"] = 0.0;
-  return groups;
+  return param_groups_no_decay(params, weight_decay, {}, {{"lars_adaptation", 0.0}});
 }
 
 }  // namespace booster::optim

@@ -178,9 +178,11 @@ bool excluded_from_decay(const std::string& name, const Tensor& p, const std::ve
 }
 
 std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
-                                              const std::vector<std::string>& skip) {
+                                              const std::vector<std::string>& skip,
+                                              const std::map<std::string, double>& no_decay_options) {
   ParamGroup decay, no_decay;
   decay.options["weight_decay"] = weight_decay;
+  no_decay.options = no_decay_options;
   no_decay.options["weight_decay"] = 0.0;
   for (auto& [n, p] : params) (excluded_from_decay(n, p, skip) ? no_decay : decay).params.emplace_back(n, p);
   std::vector<ParamGroup> out;

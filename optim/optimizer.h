@@ -142,8 +142,10 @@ class Optimizer {
 /// weight decay (and LARS's trust ratio) leaves alone.
 bool excluded_from_decay(const std::string& name, const Tensor& p, const std::vector<std::string>& skip = {});
 /// Splits named parameters into a group with weight decay and one without
-/// (excluded_from_decay).
+/// (excluded_from_decay); `no_decay_options` are set on the latter too (e.g. LAMB's or LARS's
+/// trust ratio switched off there).
 std::vector<ParamGroup> param_groups_no_decay(const NamedParams& params, double weight_decay,
-                                              const std::vector<std::string>& skip = {});
+                                              const std::vector<std::string>& skip = {},
+                                              const std::map<std::string, double>& no_decay_options = {});
 
 }  // namespace booster::optim

@@ -134,7 +134,8 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Mo
     optim::LambOptions lo;
     moments(lo);
     lo.bias_correction = cfg.get_bool("train.bias_correction");
-    return std::make_shared<optim::Lamb>(optim::param_groups_no_decay(params, wd), lo);
+    return std::make_shared<optim::Lamb>(
+        optim::lamb_param_groups(params, wd, cfg.get_bool("train.exclude_from_layer_adaptation")), lo);
   }
   BOOSTER_CHECK(name == "lars", "train.optimizer = '", name, "': expected \"hybrid_adam\", \"adamw\", \"lamb\" or \"lars\"");
   optim::LarsOptions lo;
@@ -147,7 +148,15 @@ std::string describe_optimizer(const optim::Optimizer& optimizer) {
   const auto& groups = optimizer.param_groups();
   for (const auto& [k, v] : groups.at(0).options) s += fmt::format(" {} {:g},", k, v);
   s.pop_back();
-  if (groups.size() > 1) s += fmt::format(" ({} groups; the first's)", groups.size());
+  for (size_t i = 1; i < groups.size(); ++i) {  // what the other groups set otherwise
+    std::string diff;
+    for (const auto& [k, v] : groups[i].options) {
+      const auto first = groups[0].options.find(k);
+      if (first == groups[0].options.end() || first->second != v) diff += fmt::format(" {} {:g},", k, v);
+    }
+    if (!diff.empty()) diff.pop_back();
+    s += fmt::format("; group {} ({} tensors):{}", i, groups[i].params.size(), diff.empty() ? " the same" : diff);
+  }
   return s;
 }
 

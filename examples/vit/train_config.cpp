@@ -40,6 +40,8 @@ ConfigSchema vit_train_schema() {
       .add("train.betas", T::floating_list, toml::array{0.9, 0.999}, "hybrid_adam, adamw, lamb: (beta1, beta2)")
       .add("train.eps", T::floating, 0.0, "hybrid_adam, adamw, lamb: 0 keeps the optimizer's (Adam 1e-8, Lamb 1e-6)")
       .add("train.bias_correction", T::boolean, false, "lamb: Adam's bias correction of its moments (Adam always)")
+      .add("train.exclude_from_layer_adaptation", T::boolean, false,
+           "lamb: biases and norms (no weight decay) also take trust 1 (LARS always excludes them)")
       .add("train.momentum", T::floating, 0.9, "lars")
       .add("train.lars_eeta", T::floating, 1e-3, "lars: the trust coefficient")
       .add("train.lr_scheduler", T::string, "cosine_warmup", "cosine_warmup or linear_warmup, per optimizer step")

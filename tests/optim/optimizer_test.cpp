@@ -75,6 +75,31 @@ TEST(Optimizer, LambTrustRatio) {
   EXPECT_NEAR(w.to_vector()[1], 4.0 + 0.1 * trust * u, 1e-5);
 }
 
+// exclude_from_layer_adaptation: the no-decay group (here a bias) takes trust 1, the weights
+// keep theirs; without it the bias takes |b| / |u| like any tensor.
+TEST(Optimizer, LambExcludesBiasesAndNormsFromLayerAdaptation) {
+  for (bool exclude : {true, false}) {
+    Tensor w = Tensor::from_vector({3.0f, 4.0f, 0.0f, 0.0f}, {2, 2}).requires_grad_();  // |w| = 5
+    Tensor b = param({0.5f, 0.5f});
+    LambOptions o;
+    o.lr = 0.1, o.weight_decay = 0.0;
+    auto groups = lamb_param_groups({{"fc.weight", w}, {"fc.bias", b}}, 0.01, exclude);
+    ASSERT_EQ(groups.size(), 2u);
+    EXPECT_EQ(groups[1].options.count("adam"), exclude ? 1u : 0u);
+    Lamb opt(groups, o);
+    set_grad(w, {1.0f, -1.0f, 1.0f, -1.0f});
+    set_grad(b, {1.0f, -1.0f});
+    opt.step();
+    const double u = 0.1 / (std::sqrt(0.001) + 1e-6);  // |u_i| of the first step
+    // the weights: u + wd w with wd 0.01, trust |w| / |u + wd w|
+    const double w_trust = 5.0 / std::sqrt(std::pow(u + 0.01 * 3, 2) + std::pow(u - 0.01 * 4, 2) + 2 * u * u);
+    EXPECT_NEAR(w.to_vector()[2], -0.1 * w_trust * u, 1e-5) << exclude;
+    const double b_trust = exclude ? 1.0 : std::sqrt(0.5) / (u * std::sqrt(2.0));
+    EXPECT_NEAR(b.to_vector()[0], 0.5 - 0.1 * b_trust * u, 1e-5) << exclude;
+    EXPECT_NEAR(b.to_vector()[1], 0.5 + 0.1 * b_trust * u, 1e-5) << exclude;
+  }
+}
+
 TEST(Optimizer, GroupsAndErrors) {
   Tensor w = Tensor::ones({2, 2}).requires_grad_(), b = param({0, 0});
   auto groups = param_groups_no_decay({{"fc.weight", w}, {"fc.bias", b}}, 0.05);
@@ -97,7 +122,9 @@ TEST(Optimizer, GroupsAndErrors) {
       ADD_FAILURE() << "a negative " << key << " was accepted";
     } catch (const ValueError& e) {
       EXPECT_NE(std::string(e.what()).find(key + " must be >= 0, got -"), std::string::npos) << e.what();
-      if (key == "weight_decay") EXPECT_NE(std::string(e.what()).find("(parameter group 1)"), std::string::npos) << e.what();
+      if (key == "weight_decay") {
+        EXPECT_NE(std::string(e.what()).find("(parameter group 1)"), std::string::npos) << e.what();
+      }
     }
   }
   // A parameter without gradient is skipped; zero_grad clears.

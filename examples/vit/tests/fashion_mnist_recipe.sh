@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The large-batch recipe's pieces on Fashion-MNIST, small: the large-batch config (LAMB,
-# accumulation under no_sync, clipping, linear warmup) with Mixup, betas (0.9, 0.99) and bias
-# correction (logged as Lamb's options) on 2 ranks learns (the
+# accumulation under no_sync, clipping, linear warmup) with Mixup, betas (0.9, 0.99), bias
+# correction and biases and norms excluded from the trust ratio (logged as Lamb's options,
+# per parameter group) on 2 ranks learns (the
 # test accuracy after 3 epochs of 4,096 images is over twice chance: 0.31 measured), LARS
 # runs, --eval-only
 # scores the checkpoint on the whole test split, and a wrong dataset or
@@ -14,9 +15,12 @@ train() { "$mpiexec" -np 2 --oversubscribe "$build/examples/vit/vit_train" --no-
   --config "$src/examples/vit/configs/fashion_mnist_large_batch.toml" --set data.limit=4096 --set train.epochs=3 \
   --set train.batch_size=32 --set train.gradient_accumulation=4 "$@"; }
 train --set run.name=lamb --set train.mixup_alpha=0.2 --set train.lr=2e-2 --set 'train.betas=[0.9, 0.99]' \
-  --set train.bias_correction=true > lamb.log 2>&1 || { cat lamb.log; exit 1; }
+  --set train.bias_correction=true --set train.exclude_from_layer_adaptation=true > lamb.log 2>&1 ||
+  { cat lamb.log; exit 1; }
 grep -q "done: best validation accuracy" lamb.log
 grep "optimizer Lamb:" lamb.log | grep -q "beta2 0.99,.*bias_correction 1" || { grep optimizer lamb.log; echo "FAIL: betas / bias_correction did not reach Lamb"; exit 1; }
+grep "optimizer Lamb:" lamb.log | grep -q "group 1 ([0-9]* tensors): adam 1, weight_decay 0" ||
+  { grep optimizer lamb.log; echo "FAIL: biases and norms were not excluded from the trust ratio"; exit 1; }
 acc=$(grep '"type":"epoch"' runs/lamb/metrics.jsonl | tail -1 | sed -E 's/.*"val_accuracy":([0-9.eE+-]+).*/\1/')
 samples=$(grep '"type":"epoch"' runs/lamb/metrics.jsonl | tail -1 | sed -E 's/.*"val_samples":([0-9]+).*/\1/')
 echo "LAMB, global batch 256 (2 x 32 x 4), Mixup 0.2: test accuracy $acc over $samples images"
