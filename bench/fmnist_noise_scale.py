@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_fmnist_train import MEAN, PRESETS, STD, ViT, augment, load  # noqa: E402
+from torch_fmnist_train import MEAN, PRESETS, STD, ViT, augment, load, test_accuracy  # noqa: E402
 
 
 def read_safetensors(path):
@@ -66,7 +66,7 @@ def load_model(build, step_dir):
     for kind in ("weight", "bias"):
         sd["ln." + kind], sd["head." + kind] = w["vit.layernorm." + kind], w["classifier." + kind]
     model.load_state_dict(sd, strict=True)
-    return model, cfg_json
+    return model
 
 
 def grad_sq_norms(model, x, y, small, smoothing):
@@ -101,11 +101,8 @@ def main():
     if a.repeats * a.large > len(tx):
         sys.exit(f"--repeats {a.repeats} x --large {a.large} is more than the {len(tx)} training images")
     for step_dir in a.checkpoints:
-        model, _ = load_model(a.build, step_dir)
-        model.eval()
-        with torch.no_grad():
-            pred = torch.cat([model((vx[i:i + 1000] - MEAN) / STD).argmax(-1) for i in range(0, len(vx), 1000)])
-        acc = (pred == vy).float().mean().item()
+        model = load_model(a.build, step_dir)
+        acc = test_accuracy(model, vx, vy)
         model.train()
         gen = torch.Generator().manual_seed(a.seed)
         order = torch.randperm(len(tx), generator=gen)

@@ -125,6 +125,14 @@ class Lamb(torch.optim.Optimizer):
                 p.add_(u, alpha=-lr * trust)
 
 
+def test_accuracy(model, vx, vy):
+    """Accuracy over the test images, normalized as in training, in eval mode."""
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model((vx[i:i + 1000] - MEAN) / STD).argmax(-1) for i in range(0, len(vx), 1000)])
+    return (pred == vy).float().mean().item()
+
+
 def schedule(name, total, warmup):
     if name == "cosine_warmup":  # CosineAnnealingWarmupLR: base (t+1)/W, then cosine to 0
         return lambda t: (t + 1) / warmup if t < warmup else 0.5 * (1 + math.cos(math.pi * (t - warmup) / max(1, total - warmup)))
@@ -201,10 +209,7 @@ def main():
             opt.zero_grad()
             sched.step()
         train_s = time.perf_counter() - start
-        model.eval()
-        with torch.no_grad():
-            pred = torch.cat([model((vx[i:i + 1000] - MEAN) / STD).argmax(-1) for i in range(0, len(vx), 1000)])
-        acc = (pred == vy).float().mean().item()
+        acc = test_accuracy(model, vx, vy)
         peer_epochs.append({"event": "epoch", "epoch": epoch + 1, "train_s": round(train_s, 2),
                             "img_s": round(n * batch / train_s, 1), "train_loss": round(loss_sum / n, 4),
                             "val_accuracy": round(acc, 4)})

@@ -63,8 +63,9 @@ void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
 
 std::vector<ParamGroup> lamb_param_groups(const NamedParams& params, double weight_decay,
                                           bool exclude_from_layer_adaptation) {
-  if (!exclude_from_layer_adaptation) return param_groups_no_decay(params, weight_decay);
-  return param_groups_no_decay(params, weight_decay, {}, {{"adam", 1.0}});
+  return param_groups_no_decay(params, weight_decay, {},
+                               exclude_from_layer_adaptation ? std::map<std::string, double>{{"adam", 1.0}}
+                                                             : std::map<std::string, double>{});
 }
 
 }  // namespace booster::optim
