@@ -27,7 +27,7 @@ double loader_images_per_s(int workers, int batches) {
   data::DataLoader dl(ds, lo);
   auto t0 = Clock::now();
   int n = 0;
-  for (int b = 0; b < batches; ++b) n += int(dl.next()->labels.numel());
+  for (int b = 0; b < batches; ++b) n += int(dl.next()->at("labels").numel());
   return n / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

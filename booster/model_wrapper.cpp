@@ -51,10 +51,15 @@ Tensor ModelWrapper::cast_input(const Tensor& t) const {
   return t.defined() && is_floating(t.dtype()) && to != DType::f32 ? t.to(to) : t;
 }
 
+TensorMap ModelWrapper::forward_named(const TensorMap& inputs) { return stage_forward(inputs, nn::whole_model(*module_)); }
+
 TensorMap ModelWrapper::stage_forward(const TensorMap& inputs, const nn::StageSpec& stage) {
   auto* pm = dynamic_cast<nn::PipelineModule*>(module_.get());
-  BOOSTER_CHECK(pm != nullptr, type_name(), ".stage_forward: ", module_->type_name(),
+  const bool whole = stage.first && stage.last && stage.layer_begin == 0 &&
+                     stage.layer_end == (pm ? pm->num_pipeline_layers() : 0);
+  BOOSTER_CHECK(pm != nullptr || whole, type_name(), ".stage_forward: ", module_->type_name(),
                 " cannot run as pipeline stages (it does not implement nn::PipelineModule)");
+  auto run = [&](const TensorMap& m) { return pm ? pm->stage_forward(m, stage) : nn::forward_named(*module_, m); };
   before_forward();
   std::vector<std::string> keys;
   std::vector<Tensor> args;
@@ -65,11 +70,9 @@ TensorMap ModelWrapper::stage_forward(const TensorMap& inputs, const nn::StageSp
     return m;
   };
   // Booster's split_batch: a whole-model stage runs its batch shares on their own threads.
-  const int shares = stage.first && stage.last && stage.layer_begin == 0 && stage.layer_end == pm->num_pipeline_layers()
-                         ? split_shares(args)
-                         : 1;
-  if (shares == 1) return module_->call_forward([&] { return pm->stage_forward(named(args), stage); });
-  return split_stage_forward(shares, args, [&](const std::vector<Tensor>& a) { return pm->stage_forward(named(a), stage); });
+  const int shares = whole ? split_shares(args) : 1;
+  if (shares == 1) return module_->call_forward([&] { return run(named(args)); });
+  return split_stage_forward(shares, args, [&](const std::vector<Tensor>& a) { return run(named(a)); });
 }
 
 TensorMap ModelWrapper::split_stage_forward(int shares, const std::vector<Tensor>& args,

@@ -108,8 +108,12 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   /// `t` cast to input_dtype() when it is a floating tensor.
   Tensor cast_input(const Tensor& t) const;
   /// Runs one pipeline stage of the model on named tensors (the module must be an
-  /// nn::PipelineModule); floating inputs are cast as for forward.
+  /// nn::PipelineModule unless the stage is the whole model); floating inputs are cast as
+  /// for forward.
   TensorMap stage_forward(const TensorMap& inputs, const nn::StageSpec& stage);
+  /// The whole model on named tensors (nn::forward_named: any PipelineModule, MapModule or
+  /// UnaryModule), inputs cast and split_batch applied as for stage_forward.
+  TensorMap forward_named(const TensorMap& inputs);
 
   // ---- batch shares over threads (Booster's split_batch) ----
   /// Turns splitting on or off for forwards through this wrapper.

@@ -4,7 +4,6 @@
 #include <bit>
 #include <map>
 
-#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
@@ -31,13 +30,6 @@ NoSyncScope Plugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   sync->set_no_sync(true);
   auto keep = model.shared_from_this();  // the sync lives as long as its model
   return NoSyncScope([sync, keep] { sync->set_no_sync(false); });
-}
-
-std::shared_ptr<CheckpointIO> Plugin::layout_checkpoint_io(int dp, int tp, int pp, const std::string& precision) {
-  if (!checkpoint_io_)
-    checkpoint_io_ = std::make_shared<GeneralCheckpointIO>(
-        checkpoint_layout(name(), dist::world_size(), dp, tp, pp, precision));
-  return checkpoint_io_;
 }
 
 DataIter single_batch(TensorMap batch) {
@@ -146,12 +138,19 @@ PipelineResult run_as_one_stage(const DataIter& data_iter, ModelWrapper& model, 
                 "runs its batches through the model and applies the criterion on the last stage)");
   std::optional<TensorMap> batch = data_iter();
   BOOSTER_CHECK(batch.has_value(), "execute_pipeline: the data iterator gave no batch");
-  auto* pm = dynamic_cast<nn::PipelineModule*>(model.module().get());
-  BOOSTER_CHECK(pm != nullptr, "execute_pipeline: ", model.module()->type_name(),
-                " does not implement nn::PipelineModule; call the model and booster.backward instead");
   model.check_whole_forward();
-  TensorMap outputs = model.stage_forward(*batch, {0, pm->num_pipeline_layers(), true, true});
-  Tensor loss = criterion(outputs, *batch);
+  TensorMap outputs;
+  Tensor loss;
+  // A batch whose tensors do not fit the model: the error says which batch it was.
+  auto on_batch = [&] { return "execute_pipeline on the batch {" + describe_keys(*batch) + "}: "; };
+  try {
+    outputs = model.forward_named(*batch);
+    loss = criterion(outputs, *batch);
+  } catch (const ShapeError& e) {
+    throw ShapeError(on_batch() + e.what());
+  } catch (const DTypeError& e) {
+    throw DTypeError(on_batch() + e.what());
+  }
   if (autograd::GradMode::enabled()) {  // training; forward only (evaluation) without gradients
     if (optimizer) optimizer->backward(loss);
     else loss.backward();

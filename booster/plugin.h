@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "booster/model_wrapper.h"
-#include "booster/optimizer_wrapper.h"
+#include "booster/boosted_objects.h"
 #include "core/dist/process_group.h"
 #include "data/dataloader.h"
 #include "optim/lr_scheduler.h"
@@ -20,23 +19,6 @@
 namespace booster {
 
 class CheckpointIO;
-
-/// loss = criterion(logits, labels): the training loop's criterion.
-using Criterion = std::function<Tensor(const Tensor& logits, const Tensor& labels)>;
-/// loss = criterion(outputs, micro_batch): a pipeline's criterion (Colossal-AI's
-/// criterion(outputs, inputs)), on the last stage's outputs and the micro-batch's tensors.
-using StageCriterion = std::function<Tensor(const TensorMap& outputs, const TensorMap& batch)>;
-/// A StageCriterion applying `criterion` to outputs[output_key] and batch[label_key].
-StageCriterion on_keys(Criterion criterion, std::string output_key = "logits", std::string label_key = "labels");
-
-/// The five objects boost() hands to configure() and returns.
-struct BoostedObjects {
-  std::shared_ptr<ModelWrapper> model;
-  std::shared_ptr<OptimizerWrapper> optimizer;
-  Criterion criterion;
-  std::shared_ptr<data::DataLoader> dataloader;
-  std::shared_ptr<optim::LRScheduler> lr_scheduler;
-};
 
 /// A scope in which gradients accumulate locally (ends when destroyed).
 class NoSyncScope {
@@ -54,19 +36,8 @@ class NoSyncScope {
   std::function<void()> on_exit_;
 };
 
-/// Result of execute_pipeline (set on the last stage, empty elsewhere).
-struct PipelineResult {
-  Tensor loss;
-  TensorMap outputs;
-};
-
-/// Pulls the next batch of a pipeline step (nullopt: the data ran out).
-using DataIter = std::function<std::optional<TensorMap>()>;
-/// A DataIter giving `batch` once (Python's iter([batch])).
-DataIter single_batch(TensorMap batch);
-
 /// execute_pipeline without a pipeline: the iterator's next batch through the whole model
-/// (an nn::PipelineModule) as its only stage, the criterion on its outputs, backward through
+/// (any module nn::forward_named runs) as its only stage, the criterion on its outputs, backward through
 /// the optimizer chain (or the loss's own backward without one); the same PipelineResult as
 /// a pipeline's last stage returns.
 PipelineResult run_as_one_stage(const DataIter& data_iter, ModelWrapper& model, const StageCriterion& criterion,
@@ -127,15 +98,6 @@ class Plugin {
  protected:
   /// This rank's data-parallel group: rank and size (all ranks by default).
   virtual std::pair<int, int> dp_rank_size() const;
-
- protected:
-  /// The checkpoint IO of a plugin whose ranks form (dp, tp, pp) of the world, holding
-  /// `precision`: a GeneralCheckpointIO recording that layout, made once. A plugin's
-  /// get_checkpoint_io() returns it.
-  std::shared_ptr<CheckpointIO> layout_checkpoint_io(int dp, int tp, int pp, const std::string& precision);
-
- private:
-  std::shared_ptr<CheckpointIO> checkpoint_io_;
 };
 
 }  // namespace booster

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -13,20 +14,61 @@
 
 namespace booster::data {
 
-Batch default_collate(std::vector<Example>&& examples) {
-  BOOSTER_CHECK(!examples.empty(), "collate: empty batch");
-  const Shape s = examples[0].pixel_values.shape();
-  Shape bs{int64_t(examples.size())};
-  bs.insert(bs.end(), s.begin(), s.end());
-  Tensor x = Tensor::empty(bs);
-  std::vector<int64_t> labels;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    BOOSTER_CHECK_T(ShapeError, examples[i].pixel_values.shape() == s, "collate: sample ", i, " has shape ",
-                    shape_str(examples[i].pixel_values.shape()), ", sample 0 has ", shape_str(s));
-    x.select(0, int64_t(i)).copy_(examples[i].pixel_values);
-    labels.push_back(examples[i].label);
+namespace {
+
+// Stacks key `key` of every example; keys in `pad` are padded along their first dimension
+// to the longest sample's with that value.
+Tensor stack_key(const std::vector<Example>& ex, const std::string& key, const std::map<std::string, double>& pad) {
+  const Tensor& t0 = ex[0].at(key);
+  const auto p = pad.find(key);
+  Shape s = t0.shape();
+  for (size_t i = 0; i < ex.size(); ++i) {
+    auto it = ex[i].find(key);
+    BOOSTER_CHECK_T(ValueError, it != ex[i].end() && it->second.defined(), "collate: sample ", i, " has no '", key,
+                    "' (sample 0 has {", describe_keys(ex[0]), "}; it has {", describe_keys(ex[i]), "})");
+    const Tensor& t = it->second;
+    BOOSTER_CHECK_T(DTypeError, t.dtype() == t0.dtype(), "collate: '", key, "' of sample ", i, " is ",
+                    dtype_name(t.dtype()), ", sample 0's is ", dtype_name(t0.dtype()));
+    const bool same = t.shape() == t0.shape();
+    if (p != pad.end() && !same && t.dim() == t0.dim() && t.dim() > 0) {
+      Shape rest(t.shape().begin() + 1, t.shape().end()), rest0(t0.shape().begin() + 1, t0.shape().end());
+      BOOSTER_CHECK_T(ShapeError, rest == rest0, "collate: '", key, "' of sample ", i, " has shape ", shape_str(t.shape()),
+                      ", sample 0's ", shape_str(t0.shape()), ": padding extends the first dimension only");
+      s[0] = std::max(s[0], t.size(0));
+      continue;
+    }
+    BOOSTER_CHECK_T(ShapeError, same, "collate: '", key, "' of sample ", i, " has shape ", shape_str(t.shape()),
+                    ", sample 0's ", shape_str(t0.shape()),
+                    p == pad.end() ? " (give the key a pad value, padding_collate, to pad it)" : "");
   }
-  return Batch{x, Tensor::from_ints(labels, {int64_t(labels.size())})};
+  Shape bs{int64_t(ex.size())};
+  bs.insert(bs.end(), s.begin(), s.end());
+  Tensor x = p == pad.end() ? Tensor::empty(bs, t0.dtype()) : Tensor::full(bs, p->second, t0.dtype());
+  for (size_t i = 0; i < ex.size(); ++i) {
+    const Tensor& t = ex[i].at(key);
+    Tensor row = x.select(0, int64_t(i));
+    if (t.dim() > 0 && t.size(0) != s[0]) row = row.narrow(0, 0, t.size(0));
+    row.copy_(t);
+  }
+  return x;
+}
+
+Batch collate_with(std::vector<Example>&& examples, const std::map<std::string, double>& pad) {
+  BOOSTER_CHECK(!examples.empty(), "collate: empty batch");
+  for (size_t i = 1; i < examples.size(); ++i)
+    BOOSTER_CHECK_T(ValueError, examples[i].size() == examples[0].size(), "collate: sample ", i, " has keys {",
+                    describe_keys(examples[i]), "}, sample 0 has {", describe_keys(examples[0]), "}");
+  Batch b;
+  for (auto& [key, t] : examples[0]) b[key] = stack_key(examples, key, pad);
+  return b;
+}
+
+}  // namespace
+
+Batch default_collate(std::vector<Example>&& examples) { return collate_with(std::move(examples), {}); }
+
+Collate padding_collate(std::map<std::string, double> pad_values) {
+  return [pad = std::move(pad_values)](std::vector<Example>&& ex) { return collate_with(std::move(ex), pad); };
 }
 
 class DataLoader::Pass {
@@ -113,10 +155,13 @@ Batch DataLoader::make_batch(size_t b) const {
     ex.push_back(dataset_->get(order_[i], g));
   }
   Batch batch = collate_(std::move(ex));
-  // Padding rows (a sampler's positions past real_size()) carry the ignore label.
+  // Padding rows (a sampler's positions past real_size()) carry the ignore label in every
+  // position of their "labels" row.
   const size_t real = sampler_->real_size();
-  if (end > real && batch.labels.defined() && batch.labels.dtype() == DType::i64 && batch.labels.dim() == 1)
-    for (size_t i = std::max(begin, real); i < end; ++i) batch.labels.data<int64_t>()[i - begin] = kIgnoreLabel;
+  auto labels = batch.find("labels");
+  if (end > real && labels != batch.end() && labels->second.defined() && labels->second.dtype() == DType::i64 &&
+      labels->second.dim() >= 1)
+    for (size_t i = std::max(begin, real); i < end; ++i) labels->second.select(0, int64_t(i - begin)).fill_(double(kIgnoreLabel));
   return batch;
 }
 

@@ -1,10 +1,13 @@
-// DataLoader: batches of {pixel_values [B, 3, H, W] f32, labels [B] i64}, decoded and
-// transformed on worker threads with a bounded prefetch queue. Each sample's augmentation
+// DataLoader: batches of named tensors (each key of the samples stacked along a new first
+// dimension: {pixel_values [B, 3, H, W] f32, labels [B] i64} for images, {input_ids [B, T],
+// labels [B, T]} for tokens), decoded and transformed on worker threads with a bounded
+// prefetch queue. Each sample's augmentation
 // draws from a generator seeded by (seed, epoch, index), so batches are identical for any
 // number of workers. An exception in a worker reaches the consumer at that batch.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -13,15 +16,21 @@
 
 namespace booster::data {
 
-struct Batch {
-  Tensor pixel_values;  // [B, 3, H, W] f32
-  Tensor labels;        // [B] i64
-};
+/// A batch: every key of its samples, stacked (Hugging Face's names: "pixel_values",
+/// "input_ids", "attention_mask", "labels").
+using Batch = TensorMap;
 
 /// Stacks examples into a batch.
 using Collate = std::function<Batch(std::vector<Example>&&)>;
-/// The default collate: stack images, gather labels.
+/// The default collate: every key stacked along a new first dimension (torch's
+/// default_collate). Every sample must have the same keys, and each key one shape and dtype:
+/// an error names the key, the sample and what sample 0 has.
 Batch default_collate(std::vector<Example>&& examples);
+/// A collate that pads the keys of `pad_values` along their first dimension to the longest
+/// sample's length with that value (transformers' DataCollatorWithPadding: input_ids with
+/// the pad token, attention_mask with 0, labels with -100 so the loss skips them); other
+/// keys stack as default_collate's.
+Collate padding_collate(std::map<std::string, double> pad_values);
 
 struct DataLoaderOptions {
   int64_t batch_size = 1;

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <filesystem>
 
@@ -12,6 +13,33 @@
 namespace booster::data {
 
 namespace fs = std::filesystem;
+
+std::vector<std::pair<std::string, int64_t>> stratified_subset(const std::vector<std::pair<std::string, int64_t>>& samples,
+                                                              size_t classes, size_t limit) {
+  std::vector<std::vector<size_t>> of(classes);
+  for (size_t i = 0; i < samples.size(); ++i) of[size_t(samples[i].second)].push_back(i);
+  // One image a class first, then the rest in proportion to the classes' sizes (largest remainder).
+  std::vector<size_t> keep(classes, 0);
+  size_t present = 0;
+  for (size_t c = 0; c < classes; ++c) present += !of[c].empty();
+  const size_t extra = limit - std::min(limit, present);
+  std::vector<std::pair<double, size_t>> rest;
+  size_t given = 0;
+  for (size_t c = 0; c < classes; ++c) {
+    if (of[c].empty()) continue;
+    const double share = double(extra) * double(of[c].size()) / double(samples.size());
+    keep[c] = 1 + std::min(size_t(share), of[c].size() - 1);
+    given += keep[c];
+    rest.emplace_back(share - std::floor(share), c);
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  for (size_t k = 0; given < limit && k < rest.size(); ++k)
+    if (keep[rest[k].second] < of[rest[k].second].size()) ++keep[rest[k].second], ++given;
+  std::vector<std::pair<std::string, int64_t>> kept;
+  for (size_t c = 0; c < classes; ++c)
+    for (size_t j = 0; j < keep[c]; ++j) kept.push_back(samples[of[c][j * of[c].size() / keep[c]]]);  // evenly spread
+  return kept;
+}
 
 ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : root_(root), opts_(std::move(opts)) {
   const char* layout = "expected root/<class name>/<image files>, e.g. beans/train/healthy/healthy_train.0.jpg";
@@ -41,10 +69,9 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
                     "' has no JPEG or PNG images; remove it or add its images (", layout, ")");
   }
   if (opts_.limit > 0 && opts_.limit < samples_.size()) {  // before verification: decode only what is kept
-    std::vector<std::pair<std::string, int64_t>> kept;
-    const size_t stride = samples_.size() / opts_.limit;
-    for (size_t i = 0; i < samples_.size() && kept.size() < opts_.limit; i += stride) kept.push_back(samples_[i]);
-    samples_ = std::move(kept);
+    BOOSTER_CHECK(opts_.limit >= classes_.size(), "dataset folder '", root, "': limit ", opts_.limit, " is below its ",
+                  classes_.size(), " classes; a limit keeps at least one image of every class");
+    samples_ = stratified_subset(samples_, classes_.size(), opts_.limit);
   }
   if (opts_.verify) {
     // Decode everything once (in parallel); keep what fits in the cache, drop the corrupt.
@@ -81,7 +108,10 @@ ImageFolder::ImageFolder(const std::string& root, ImageFolderOptions opts) : roo
     for (auto& [f, c] : samples_) ++per_class[size_t(c)];
     for (size_t c = 0; c < classes_.size(); ++c)
       BOOSTER_CHECK_T(IOError, per_class[c] > 0, "class folder '", (fs::path(root) / classes_[c]).string(),
-                      "' has no readable images (all were skipped, see the warnings above)");
+                      "' has no readable images: ", skipped_corrupt_, " unreadable image(s) were skipped (see the warnings above)",
+                      opts_.limit > 0 ? ", among the " + std::to_string(samples_.size() + skipped_corrupt_) +
+                                            " the limit kept; a larger data.limit may keep readable ones"
+                                      : std::string());
   }
   if (!opts_.transform) {
     ViTImageProcessor p;
@@ -112,7 +142,19 @@ size_t ImageFolder::cached_bytes() const {
 
 Example ImageFolder::get(size_t index, Generator& g) const {
   auto img = load(index);
-  return Example{opts_.transform(*img, g), samples_[index].second};
+  return image_example(opts_.transform(*img, g), samples_[index].second);
+}
+
+Example image_example(Tensor pixel_values, int64_t label) {
+  return {{"pixel_values", std::move(pixel_values)}, {"labels", Tensor::from_ints({label}, {})}};
+}
+
+int64_t example_label(const Example& e) {
+  auto it = e.find("labels");
+  BOOSTER_CHECK(it != e.end() && it->second.defined() && it->second.dtype() == DType::i64 && it->second.numel() == 1,
+                "example_label: the sample has no class under 'labels' (a one-element i64 tensor); it has {",
+                describe_keys(e), "}");
+  return it->second.to_int_vector()[0];
 }
 
 ImageTransform train_transform(const ViTImageProcessor& processor, double crop_scale_min) {

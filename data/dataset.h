@@ -1,5 +1,7 @@
 // Datasets: the interface the DataLoader reads, ImageFolder (class = sorted subfolder,
-// files sorted), and BeansDataset in the spirit of Colossal-AI's ViT example. Non-image
+// files sorted), and BeansDataset in the spirit of Colossal-AI's ViT example. A sample is
+// named tensors (Hugging Face's keys: an image dataset gives "pixel_values" [3, H, W] f32
+// and "labels", a 0-dim i64 class; a token stream "input_ids" and "labels"). Non-image
 // files are skipped with one warning each; corrupt images are skipped with a warning
 // naming the file (or refused with `strict`). Decoded images are cached, bounded in bytes.
 #pragma once
@@ -12,16 +14,18 @@
 #include <vector>
 
 #include "core/tensor/random.h"
+#include "core/tensor/tensor_map.h"
 #include "data/image.h"
 #include "data/image_processor.h"
 
 namespace booster::data {
 
-/// One sample: an image tensor [3, H, W] and its class.
-struct Example {
-  Tensor pixel_values;
-  int64_t label = 0;
-};
+/// One sample: named tensors of any keys and dtypes ({"pixel_values", "labels"} for images).
+using Example = TensorMap;
+/// An image sample: {"pixel_values": image, "labels": class as a 0-dim i64}.
+Example image_example(Tensor pixel_values, int64_t label);
+/// The class of an image sample (its 0-dim "labels"), with an error naming what is there.
+int64_t example_label(const Example& e);
 
 /// What a DataLoader reads.
 class Dataset {
@@ -37,7 +41,7 @@ using ImageTransform = std::function<Tensor(const Image&, Generator&)>;
 
 struct ImageFolderOptions {
   bool verify = true;                 // decode every image once up front; corrupt ones are skipped
-  size_t limit = 0;                   // keep at most this many images, evenly spread over the sorted list (0: all)
+  size_t limit = 0;                   // keep this many images, every class in proportion, each evenly spread (0: all)
   bool strict = false;                // a corrupt image is an error instead of a warning
   size_t cache_bytes = size_t(2) << 30;  // decoded-image cache bound (0: no cache)
   int64_t max_image_pixels = kMaxImagePixels;  // larger images are refused from their header (0: no limit)
@@ -71,6 +75,12 @@ class ImageFolder : public Dataset {
   mutable std::map<size_t, std::shared_ptr<const Image>> cache_;
   mutable size_t cache_used_ = 0;
 };
+
+/// `limit` of `samples` (path, class in [0, classes)): every class keeps at least one, the
+/// rest in proportion to the classes' sizes (largest remainder), each class's evenly spread
+/// over its sorted files. Needs limit >= the classes that have samples.
+std::vector<std::pair<std::string, int64_t>> stratified_subset(const std::vector<std::pair<std::string, int64_t>>& samples,
+                                                              size_t classes, size_t limit);
 
 /// The training transform of the beans example: RandomResizedCrop to the processor's size
 /// (area fraction in [crop_scale_min, 1]; torchvision's default 0.08), RandomHorizontalFlip,

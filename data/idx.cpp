@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/kernels/ops.h"
+#include "data/resample.h"
 
 namespace booster::data {
 
@@ -140,6 +141,20 @@ const std::vector<std::string>& FashionMNIST::classes() {
   return c;
 }
 
+Tensor FashionMNIST::from_image(const Image& img, int64_t size) {
+  BOOSTER_CHECK(size > 0, "FashionMNIST::from_image: size must be positive, got ", size);
+  const Image small = resize(img, size, size, Resample::bilinear);
+  Tensor x = Tensor::empty({1, size, size});
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < size * size; ++i) {
+    const uint8_t* px = small.rgb.data() + i * 3;
+    const int l = (px[0] * 19595 + px[1] * 38470 + px[2] * 7471 + 0x8000) >> 16;  // PIL's "L", rounded as it does
+    p[i] = float(l) / 255.0f;
+  }
+  Generator unused(0);
+  return default_transform(false)(x, unused);
+}
+
 TensorTransform FashionMNIST::default_transform(bool augment) {
   return [augment](const Tensor& img, Generator& g) {
     Tensor x = augment ? random_horizontal_flip(random_crop(img, img.size(1), 4, g), 0.5, g) : img;
@@ -181,7 +196,7 @@ Example FashionMNIST::get(size_t index, Generator& g) const {
   Tensor img = Tensor::empty({1, h_, w_});
   const uint8_t* p = pixels_.data() + index * size_t(h_ * w_);
   for (int64_t i = 0; i < h_ * w_; ++i) img.data<float>()[i] = float(p[i]) / 255.0f;
-  return {transform_ ? transform_(img, g) : img, int64_t(labels_[index])};
+  return image_example(transform_ ? transform_(img, g) : img, int64_t(labels_[index]));
 }
 
 }  // namespace booster::data

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image.h"
 
 namespace booster::data {
 
@@ -49,6 +50,10 @@ class FashionMNIST : public Dataset {
   /// The usual training transform: RandomCrop(28, padding=4), RandomHorizontalFlip, Normalize;
   /// without augment, Normalize only.
   static TensorTransform default_transform(bool augment);
+  /// An image file's pixels as a Fashion-MNIST model takes them (vit_predict on a run's
+  /// checkpoint): grayscale as PIL's convert("L") (0.299 R + 0.587 G + 0.114 B, rounded),
+  /// resized to size x size (bilinear), in [0, 1], then default_transform(false): [1, size, size].
+  static Tensor from_image(const Image& img, int64_t size = 28);
 
   FashionMNIST(const std::string& root, bool train, TensorTransform transform = nullptr, size_t limit = 0);
   size_t size() const override { return labels_.size(); }

@@ -71,8 +71,8 @@ double sample_beta(double a, double b, Generator& g) {
 
 std::tuple<Tensor, Tensor, double> Mixup::operator()(const Tensor& pixel_values, const Tensor& labels, Generator& g) const {
   BOOSTER_CHECK(num_classes > 0, "Mixup: num_classes must be set");
-  BOOSTER_CHECK_T(ShapeError, pixel_values.dim() == 4 && labels.dim() == 1 && labels.size(0) == pixel_values.size(0),
-                  "Mixup: need pixel_values [B, C, H, W] and labels [B], got ", shape_str(pixel_values.shape()), " and ",
+  BOOSTER_CHECK_T(ShapeError, pixel_values.dim() >= 2 && labels.dim() == 1 && labels.size(0) == pixel_values.size(0),
+                  "Mixup: need inputs [B, ...] and labels [B], got ", shape_str(pixel_values.shape()), " and ",
                   shape_str(labels.shape()));
   const double lam = alpha > 0 ? sample_beta(alpha, alpha, g) : 1.0;
   const int64_t b = pixel_values.size(0), per = pixel_values.numel() / std::max<int64_t>(b, 1);
@@ -97,6 +97,19 @@ std::tuple<Tensor, Tensor, double> Mixup::operator()(const Tensor& pixel_values,
     }
   }
   return {mixed, Tensor::from_vector(t, {b, num_classes}), lam};
+}
+
+double Mixup::apply(TensorMap& batch, Generator& g, const std::string& input_key) const {
+  auto x = batch.find(input_key);
+  auto y = batch.find("labels");
+  BOOSTER_CHECK(x != batch.end() && y != batch.end(), "Mixup: the batch needs '", input_key, "' and 'labels', it has {",
+                describe_keys(batch), "}");
+  BOOSTER_CHECK_T(DTypeError, is_floating(x->second.dtype()), "Mixup: '", input_key, "' must be floating to be mixed, it is ",
+                  dtype_name(x->second.dtype()));
+  auto [mixed, targets, lam] = (*this)(x->second, y->second, g);
+  x->second = mixed;
+  y->second = targets;
+  return lam;
 }
 
 }  // namespace booster::data

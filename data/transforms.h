@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/tensor/random.h"
+#include "core/tensor/tensor_map.h"
 #include "data/resample.h"
 
 namespace booster::data {
@@ -37,8 +38,11 @@ struct Mixup {
   double alpha = 0.8;
   double label_smoothing = 0.0;
   int64_t num_classes = 0;
-  /// Mixes pixel_values [B, C, H, W] in place of a copy; returns (mixed, soft targets [B, K], lam).
+  /// Mixes inputs [B, ...] (pixel_values [B, C, H, W]) in place of a copy; returns (mixed, soft targets [B, K], lam).
   std::tuple<Tensor, Tensor, double> operator()(const Tensor& pixel_values, const Tensor& labels, Generator& g) const;
+  /// Mixes a batch's `input_key` (any floating [B, ...] tensor) and replaces its "labels" by
+  /// the soft targets; returns lam. A missing or integer input is an error naming the key.
+  double apply(TensorMap& batch, Generator& g, const std::string& input_key = "pixel_values") const;
 };
 
 }  // namespace booster::data

@@ -29,6 +29,13 @@ Linear::Linear(Tensor w, Tensor b)
 
 std::shared_ptr<Module> Linear::fresh() const { return std::make_shared<Linear>(in_, out_, has_bias_, dtype_); }
 
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : v_(num_embeddings), d_(embedding_dim) {
+  BOOSTER_CHECK(v_ > 0 && d_ > 0, "Embedding: num_embeddings and embedding_dim must be positive, got ", v_, " x ", d_);
+  Tensor w = Tensor::empty({v_, d_});
+  init::normal_(w, 0.0, 1.0);
+  weight = register_parameter("weight", w);
+}
+
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
                std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding, bool bias)
     : in_(in_channels), out_(out_channels), kernel_(kernel_size), stride_(stride), padding_(padding), has_bias_(bias) {
@@ -77,7 +84,7 @@ GELU::GELU(std::string approximate) : approximate_(std::move(approximate)) {
                 approximate_, "\"");
 }
 
-Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> layers) {
+Sequential::Sequential(std::vector<std::shared_ptr<UnaryModule>> layers, SequentialKeys keys) : keys_(std::move(keys)) {
   for (auto& l : layers) push_back(std::move(l));
 }
 
@@ -100,13 +107,13 @@ std::vector<std::string> Sequential::stage_modules(const StageSpec& s) const {
 TensorMap Sequential::stage_forward(const TensorMap& inputs, const StageSpec& s) {
   BOOSTER_CHECK(0 <= s.layer_begin && s.layer_begin <= s.layer_end && s.layer_end <= num_pipeline_layers(),
                 "Sequential stage: layers [", s.layer_begin, ", ", s.layer_end, ") of ", num_pipeline_layers());
-  Tensor h = need(inputs, s.first ? "input" : "hidden_states", "Sequential stage");
+  Tensor h = need(inputs, s.first ? keys_.input : "hidden_states", "Sequential stage");
   for (int64_t i = s.layer_begin; i < s.layer_end; ++i) h = slots_[size_t(i)](h);
-  return {{s.last ? "output" : "hidden_states", h}};
+  return {{s.last ? keys_.output : "hidden_states", h}};
 }
 
 std::shared_ptr<Module> Sequential::fresh() const {
-  auto m = std::make_shared<Sequential>();
+  auto m = std::make_shared<Sequential>(std::vector<std::shared_ptr<UnaryModule>>{}, keys_);
   for (auto& s : slots_) m->push_back(std::static_pointer_cast<UnaryModule>(s.shared()));
   return m;
 }

@@ -30,6 +30,22 @@ class Linear : public UnaryModule {
   DType dtype_;
 };
 
+/// A lookup table (torch.nn.Embedding): ids [...] i64 -> [..., embedding_dim]; weight
+/// [num_embeddings, embedding_dim], initialized N(0, 1) as PyTorch's.
+class Embedding : public UnaryModule {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  std::string type_name() const override { return "Embedding"; }
+  Tensor forward(const Tensor& ids) override { return embedding(weight, ids); }
+  int64_t num_embeddings() const { return v_; }
+  int64_t embedding_dim() const { return d_; }
+  TensorSlot weight;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override { return std::make_shared<Embedding>(v_, d_); }
+  int64_t v_, d_;
+};
+
 /// 2-D convolution; weight [out, in, kh, kw], bias [out].
 class Conv2d : public UnaryModule {
  public:
@@ -103,12 +119,18 @@ class Identity : public UnaryModule {
   std::shared_ptr<Module> fresh() const override { return std::make_shared<Identity>(); }
 };
 
+/// The batch key a Sequential reads and the output key it returns when run on named tensors.
+struct SequentialKeys {
+  std::string input = "input";    // e.g. "input_ids", "pixel_values"
+  std::string output = "output";  // e.g. "logits", which the loop's criterion reads by default
+};
+
 /// Unary modules applied in order; children are named "0", "1", ... As a pipeline its
-/// children are the layers: the first stage reads "input", the last returns "output".
+/// children are the layers: the first stage reads keys.input, the last returns keys.output.
 class Sequential : public UnaryModule, public PipelineModule {
  public:
   Sequential() = default;
-  explicit Sequential(std::vector<std::shared_ptr<UnaryModule>> layers);
+  explicit Sequential(std::vector<std::shared_ptr<UnaryModule>> layers, SequentialKeys keys = {});
   std::string type_name() const override { return "Sequential"; }
   Tensor forward(const Tensor& x) override;
   int64_t num_pipeline_layers() const override { return int64_t(slots_.size()); }
@@ -118,10 +140,12 @@ class Sequential : public UnaryModule, public PipelineModule {
   void push_back(std::shared_ptr<UnaryModule> m);
   size_t size() const { return slots_.size(); }
   UnaryModule& operator[](size_t i) const { return *slots_.at(i); }
+  const SequentialKeys& keys() const { return keys_; }
 
  protected:
   std::shared_ptr<Module> fresh() const override;
   std::vector<Slot<UnaryModule>> slots_;
+  SequentialKeys keys_;
 };
 
 /// A list of modules of one kind T; children are named "0", "1", ...

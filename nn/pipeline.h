@@ -1,7 +1,10 @@
-// A model that can run as pipeline stages without the plugin knowing its type: it says
-// how many layers the stages divide among themselves, which of its modules a stage holds,
-// and runs one stage on named tensors (the batch on the first stage, what the previous
-// stage sent on the others). ViTForImageClassification and Sequential implement it.
+// Models on named tensors, whatever their type. A PipelineModule can run as pipeline stages
+// without the plugin knowing its type: it says how many layers the stages divide among
+// themselves, which of its modules a stage holds, and runs one stage on named tensors (the
+// batch on the first stage, what the previous stage sent on the others);
+// ViTForImageClassification and Sequential implement it. A MapModule is any model called
+// on named tensors (Python's model(**batch)). forward_named runs either, or a UnaryModule
+// on "input", as the whole model: what Booster's one-stage step calls.
 #pragma once
 
 #include <map>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor/tensor_map.h"
+#include "nn/module.h"
 
 namespace booster::nn {
 
@@ -30,6 +34,27 @@ class PipelineModule {
   /// {"hidden_states"}, or the model's outputs on the last stage.
   virtual TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) = 0;
 };
+
+/// A model whose forward takes the batch's named tensors and returns named outputs
+/// ("logits", ...), as a Hugging Face model's forward(**batch). Any such model steps
+/// through the Trainer and every plugin; a pipeline needs a PipelineModule.
+class MapModule : public Module {
+ public:
+  virtual TensorMap forward(const TensorMap& inputs) = 0;
+  /// forward with the module's hooks.
+  TensorMap operator()(const TensorMap& inputs) {
+    return call_forward([&] { return forward(inputs); });
+  }
+};
+
+/// The stage that is the whole model: every layer, first and last.
+StageSpec whole_model(const Module& m);
+
+/// The whole model's forward on named tensors, without the module's own hooks (the caller
+/// runs it inside call_forward): a PipelineModule's whole stage, a MapModule's forward, or
+/// a UnaryModule on inputs["input"] giving {"output"}. Any other module is an error saying
+/// which interface to implement.
+TensorMap forward_named(Module& m, const TensorMap& inputs);
 
 /// The tensor named `key` of a map; ValueError naming what is there when absent.
 const Tensor& need(const TensorMap& m, const std::string& key, const std::string& who);

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <typeinfo>
 
-#include "nn/checkpoint.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/init.h"
 
 namespace booster::nn {

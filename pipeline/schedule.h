@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "booster/plugin.h"
+#include "booster/boosted_objects.h"
 #include "pipeline/p2p.h"
 
 namespace booster::pipeline {

@@ -13,7 +13,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/kernels/ops.h"
-#include "plugins/galvatron/profiles.h"
+#include "galvatron/profiles.h"
 
 using namespace booster;
 using Clock = std::chrono::steady_clock;
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   dist::launch_from_openmpi();
   const auto& world = dist::ProcessGroup::world();
   const int w = world.size(), r = world.rank();
-  plugins::galvatron::HardwareProfile h;
+  galvatron::HardwareProfile h;
   const int64_t elems = int64_t(mb * (1 << 20) / 4);
   Tensor t = Tensor::ones({elems});
   for (int n = w; n >= 2; n /= 2) {
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
   if (r == 0) {
     h.write(out, nodes, w / nodes);
     std::printf("wrote %s/{%s, %s, overlap_coefficient.json}\n", out.c_str(),
-                plugins::galvatron::HardwareProfile::allreduce_file(nodes, w / nodes).c_str(),
-                plugins::galvatron::HardwareProfile::p2p_file(nodes, w / nodes).c_str());
+                galvatron::HardwareProfile::allreduce_file(nodes, w / nodes).c_str(),
+                galvatron::HardwareProfile::p2p_file(nodes, w / nodes).c_str());
   }
   return 0;
 }

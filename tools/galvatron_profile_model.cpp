@@ -25,12 +25,12 @@
 #include "core/tensor/allocator.h"
 #include "nn/vit.h"
 #include "optim/adam.h"
-#include "plugins/galvatron/cost_model.h"
+#include "galvatron/cost_model.h"
 #include "plugins/galvatron/galvatron_plugin.h"
 
 using namespace booster;
 using Clock = std::chrono::steady_clock;
-namespace gv = booster::plugins::galvatron;
+namespace gv = booster::galvatron;
 
 namespace {
 

@@ -11,10 +11,10 @@
 
 #include "core/common/check.h"
 #include "nn/vit_config.h"
-#include "plugins/galvatron/search.h"
+#include "galvatron/search.h"
 
 using namespace booster;
-namespace gv = booster::plugins::galvatron;
+namespace gv = booster::galvatron;
 
 namespace {
 void print(const char* title, const std::vector<gv::Candidate>& cs, int world, size_t limit) {

@@ -1,6 +1,7 @@
 // LowLevelZeroModel and apply_zero (see model.h).
 #include "zero/model.h"
 
+#include "booster/plugin.h"
 #include "core/autograd/grad_mode.h"
 #include "core/tensor/lazy.h"
 

@@ -4,7 +4,7 @@
 // GeminiPlugin before it adds ZeRO-3's fetch hooks and its placement).
 #pragma once
 
-#include "booster/plugin.h"
+#include "booster/boosted_objects.h"
 #include "zero/optimizer.h"
 
 namespace booster::zero {

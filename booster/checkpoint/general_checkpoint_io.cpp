@@ -79,6 +79,12 @@ void GeneralCheckpointIO::load_lr_scheduler(optim::LRScheduler& scheduler, const
   scheduler.load_state_dict({m.type(), m.last_epoch(), std::vector<double>(m.base_lrs().begin(), m.base_lrs().end())});
 }
 
+std::shared_ptr<CheckpointIO> LayoutCheckpointIO::get(const std::string& plugin, int dp, int tp, int pp,
+                                                      const std::string& precision) {
+  if (!io_) io_ = std::make_shared<GeneralCheckpointIO>(checkpoint_layout(plugin, dist::world_size(), dp, tp, pp, precision));
+  return io_;
+}
+
 proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int dp, int tp, int pp,
                                 const std::string& precision) {
   proto::Layout l;

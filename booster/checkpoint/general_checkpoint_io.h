@@ -5,6 +5,7 @@
 // scheduler and the training progress are small and written by rank 0.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "booster/checkpoint_io.h"
@@ -33,6 +34,17 @@ class GeneralCheckpointIO : public CheckpointIO {
 
  private:
   proto::Layout layout_;
+};
+
+/// A plugin's checkpoint IO: a GeneralCheckpointIO recording the plugin's layout, made at
+/// the first get() and kept (a plugin holds one and returns get(...) from get_checkpoint_io()).
+class LayoutCheckpointIO {
+ public:
+  /// For a plugin whose ranks form (dp, tp, pp) of the world, holding `precision`.
+  std::shared_ptr<CheckpointIO> get(const std::string& plugin, int dp, int tp, int pp, const std::string& precision);
+
+ private:
+  std::shared_ptr<CheckpointIO> io_;
 };
 
 /// The layout recorded in a checkpoint's index (informational; any layout loads).

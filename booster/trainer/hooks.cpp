@@ -28,10 +28,14 @@ std::string join_metrics(const Trainer& t, Mode mode) {
 
 // ---- LossHook ----
 void LossHook::after_hook_is_attached(Trainer& t) {
-  train_ = std::make_shared<LossMetric>(false);
-  test_ = std::make_shared<LossMetric>(true);
-  t.add_metric(Mode::train, "Loss", train_);
-  t.add_metric(Mode::test, "Loss", test_);
+  auto make = [this](bool epoch_only) -> std::shared_ptr<LossMetric> {
+    if (exp_) return std::make_shared<PerplexityMetric>(epoch_only);
+    return std::make_shared<LossMetric>(epoch_only);
+  };
+  train_ = make(false);
+  test_ = make(true);
+  t.add_metric(Mode::train, name_, train_);
+  t.add_metric(Mode::test, name_, test_);
 }
 void LossHook::before_train_epoch(Trainer&) { train_->reset(); }
 void LossHook::after_train_iter(Trainer& t, const IterationOutput& out) { train_->update(out.loss, out.rows, t.booster()); }

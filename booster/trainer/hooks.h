@@ -12,7 +12,8 @@
 
 namespace booster {
 
-/// train "Loss" per step (the global batch's mean), test "Loss" per epoch (every row once).
+/// train "Loss" per step (the global batch's mean), test "Loss" per epoch (every row once;
+/// a language model's: every counted token once, the mean token loss).
 class LossHook : public BaseHook {
  public:
   explicit LossHook(int priority = 0) : BaseHook(priority) {}
@@ -22,8 +23,20 @@ class LossHook : public BaseHook {
   void before_test_epoch(Trainer& t) override;
   void after_test_iter(Trainer& t, const IterationOutput& out) override;
 
+ protected:
+  /// A hook recording `name` with PerplexityMetric (perplexity) or LossMetric.
+  LossHook(int priority, std::string name, bool perplexity) : BaseHook(priority), name_(std::move(name)), exp_(perplexity) {}
+
  private:
+  std::string name_ = "Loss";
+  bool exp_ = false;
   std::shared_ptr<LossMetric> train_, test_;
+};
+
+/// train and test "Perplexity" (exp of the mean token loss), kept as LossHook keeps "Loss".
+class PerplexityHook : public LossHook {
+ public:
+  explicit PerplexityHook(int priority = 0) : LossHook(priority, "Perplexity", true) {}
 };
 
 /// test "Accuracy" per epoch from outputs[output_key] and batch[label_key]; with

@@ -6,6 +6,7 @@
 // a hook that reads on one rank only hangs the others.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -60,6 +61,16 @@ class LossMetric : public Metric {
   double last_ = kNoValue, step_sum_ = 0, local_sum_ = 0, value_ = kNoValue;
   int64_t steps_ = 0, local_rows_ = 0, samples_ = 0;
   bool held_ = false;
+};
+
+/// A language model's perplexity: exp of the mean token loss, combined as LossMetric
+/// combines it (per step: exp of the global batch's mean; per epoch: exp of the mean over
+/// every counted token once).
+class PerplexityMetric : public LossMetric {
+ public:
+  using LossMetric::LossMetric;
+  double last_step_value() const override { return std::exp(LossMetric::last_step_value()); }
+  double accumulated_value() const override { return std::exp(LossMetric::accumulated_value()); }
 };
 
 /// Correct predictions over counted rows (padding, labels < 0, excluded). With num_classes

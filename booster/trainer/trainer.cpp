@@ -24,17 +24,17 @@ Hooks by_priority(Hooks hooks) {
   return hooks;
 }
 
-// Rows that count: labels below 0 are padding or ignored (PyTorch's ignore_index).
-int64_t counted_rows(const Tensor& labels) {
-  if (!labels.defined() || labels.dim() == 0) return 0;
-  if (labels.dtype() != DType::i64 || labels.dim() != 1) return labels.size(0);
+// Labels that count: those below 0 are padding or ignored (PyTorch's ignore_index); a
+// classifier's [B] labels count rows, a language model's [B, T] tokens; soft labels
+// (floating, [B, C]) count rows.
+int64_t counted_labels(const TensorMap& batch) {
+  auto it = batch.find("labels");
+  if (it == batch.end() || !it->second.defined() || it->second.dim() == 0) return 0;
+  const Tensor& labels = it->second;
+  if (labels.dtype() != DType::i64) return labels.size(0);
   int64_t n = 0;
   for (int64_t l : labels.to_int_vector()) n += l >= 0;
   return n;
-}
-
-TensorMap default_process(data::Batch&& b, Mode) {
-  return {{"pixel_values", std::move(b.pixel_values)}, {"labels", std::move(b.labels)}};
 }
 
 bool on_terminal_master() { return (!dist::is_initialized() || dist::world_rank() == 0) && isatty(STDERR_FILENO); }
@@ -83,7 +83,7 @@ class TrainerLoop {
     for (auto& [name, metric] : t_.metrics_[int(m)]) metric->sync(t_.booster_);
   }
   TensorMap process(data::Batch&& b, Mode m) {
-    return t_.options_.data_process_func ? t_.options_.data_process_func(std::move(b), m) : default_process(std::move(b), m);
+    return t_.options_.data_process_func ? t_.options_.data_process_func(std::move(b), m) : std::move(b);
   }
 
   Trainer& t_;
@@ -148,7 +148,7 @@ void TrainerLoop::train_epoch(data::DataLoader& loader, const FitArgs& a) {
 void TrainerLoop::train_iteration(data::Batch&& batch, int64_t position_after) {
   each([&](BaseHook& h) { h.before_train_iter(t_); });
   t_.timer_.start("Train-step");
-  const int64_t rows = counted_rows(batch.labels);
+  const int64_t rows = counted_labels(batch);
   const TensorMap in = process(std::move(batch), Mode::train);
   const bool boundary = position_after % t_.options_.gradient_accumulation == 0;
   PipelineResult r = run_step(in, boundary);
@@ -191,7 +191,7 @@ void TrainerLoop::test_epoch(data::DataLoader& loader, bool display_progress) {
   while (auto batch = loader.next()) {
     each([&](BaseHook& h) { h.before_test_iter(t_); });
     t_.timer_.start("Test-step");
-    const int64_t rows = counted_rows(batch->labels);
+    const int64_t rows = counted_labels(*batch);
     const TensorMap in = process(std::move(*batch), Mode::test);
     PipelineResult r = t_.booster_.execute_pipeline(single_batch(in), *t_.model_, t_.criterion_, nullptr, true, true);
     // The batch's mean over its counted rows (a pipeline's is a mean of micro-batch means).

@@ -32,7 +32,8 @@ struct IterationOutput {
   const TensorMap& batch;    // the processed batch ("labels" under that key)
   const TensorMap& outputs;  // the last stage's outputs; empty elsewhere, or when not returned
   Tensor loss;               // this replica's mean loss over the batch; undefined where not held
-  int64_t rows;              // the batch's rows that count (padding excluded)
+  int64_t rows;              // the labels that count (padding and ignore_index excluded): rows of a
+                             // classifier's [B] labels, tokens of a language model's [B, T]
 };
 
 /// A hook: no-op at every event unless overridden. Lower priority runs first (stable).
@@ -72,8 +73,8 @@ struct TrainerOptions {
   /// booster.no_sync where the plugin supports it), then one optimizer step. An epoch runs
   /// its batches rounded down to a multiple of K.
   int64_t gradient_accumulation = 1;
-  /// Makes the model's named inputs (and "labels") of a loader batch; default:
-  /// {"pixel_values", "labels"}. Mixup and the like go here.
+  /// Makes the model's named inputs (and "labels") of a loader batch; default: the batch
+  /// as it is. Mixup, renaming keys and the like go here.
   std::function<TensorMap(data::Batch&&, Mode)> data_process_func{};
   /// The last stage's outputs reach after_*_iter (test iterations always return them).
   bool return_output_label = true;

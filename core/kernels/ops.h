@@ -96,6 +96,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
 /// logits: [N, C], target: [N, C] probabilities (soft targets, e.g. Mixup) -> mean loss [].
 Tensor cross_entropy_soft(const Tensor& logits, const Tensor& target_probs, double label_smoothing = 0.0);
 
+// ---- lookup (embedding_ops.cpp) ----
+/// weight: [V, D], ids: [...] i64 -> [..., D] (torch.nn.functional.embedding); the
+/// weight's gradient is dense. An id outside [0, V) is an error naming it.
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
 // ---- joining (shape_ops.cpp) ----
 /// Concatenates along dim.
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim);

@@ -11,4 +11,7 @@ namespace booster {
 
 using TensorMap = std::map<std::string, Tensor>;
 
+/// "input_ids [4, 8] i64, labels [4, 8] i64": each key with its shape and dtype, for messages.
+std::string describe_keys(const TensorMap& m);
+
 }  // namespace booster

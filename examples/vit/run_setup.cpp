@@ -3,6 +3,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/common/file_util.h"
 #include "data/idx.h"
 #include "nn/lazy.h"
 #include "nn/pretrained.h"
@@ -11,6 +16,8 @@
 #include "optim/lars.h"
 
 namespace booster::examples {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -51,6 +58,35 @@ Splits beans_splits(const Config& cfg, const data::ViTImageProcessor& processor)
 }
 
 }  // namespace
+
+std::string data_record(const Config& cfg) {
+  const bool fm = fashion_mnist(cfg);
+  nlohmann::json j{{"dataset", cfg.get_string("data.dataset")},
+                   {"root", fs::absolute(data_root(cfg)).string()},
+                   {"train_split", fm ? "train" : cfg.get_string("data.train_split")},
+                   {"val_split", fm ? "test" : cfg.get_string("data.val_split")},
+                   {"limit", cfg.get_int("data.limit")}};
+  return j.dump(1) + "\n";
+}
+
+std::string apply_data_record(Config& cfg, const std::string& step_dir, const std::vector<std::string>& user_keys,
+                              const std::string& split) {
+  const fs::path rec = fs::path(step_dir) / "data_config.json";
+  auto user = [&](const std::string& k) { return std::find(user_keys.begin(), user_keys.end(), k) != user_keys.end(); };
+  std::string val_split = fashion_mnist(cfg) ? "test" : cfg.get_string("data.val_split");
+  if (fs::exists(rec)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text_file(rec.string()));
+      if (!user("data.dataset")) cfg.set("data.dataset=" + nlohmann::json(j.at("dataset").get<std::string>()).dump());
+      if (!user("data.root") && !user("data.dataset")) cfg.set("data.root=" + nlohmann::json(j.at("root").get<std::string>()).dump());
+      if (!user("data.dataset") && !user("data.val_split")) val_split = j.at("val_split").get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      BOOSTER_THROW(IOError, "'", rec.string(), "' is not the data record vit_train writes: ", e.what());
+    }
+  }
+  return split.empty() ? val_split : split;
+}
 
 Splits make_splits(const Config& cfg, const data::ViTImageProcessor& processor) {
   if (!fashion_mnist(cfg)) return beans_splits(cfg, processor);

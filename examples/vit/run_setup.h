@@ -27,6 +27,16 @@ Splits make_splits(const Config& cfg, const data::ViTImageProcessor& processor);
 /// One whole split of data.dataset for --eval-only ("train" or "test" for fashion_mnist).
 std::shared_ptr<const data::Dataset> eval_split(const Config& cfg, const data::ViTImageProcessor& processor,
                                                 const std::string& split);
+/// What a checkpoint records of the data it was trained on (data_config.json in each step
+/// folder): data.dataset, the resolved root, the splits, data.limit.
+std::string data_record(const Config& cfg);
+/// --eval-only's data: the checkpoint's record (when the step folder has one) sets
+/// data.dataset and data.root unless `user_keys` names them (set on the command line or in
+/// the --config file); returns the split to score: `split` when given, else the run's
+/// validation split.
+std::string apply_data_record(Config& cfg, const std::string& step_dir, const std::vector<std::string>& user_keys,
+                              const std::string& split);
+
 /// The model: a preset trained from scratch, or a Hugging Face folder with a new classifier.
 std::shared_ptr<nn::ViTForImageClassification> make_model(const Config& cfg, const std::vector<std::string>& labels);
 /// The image processor: the pretrained model's, or the defaults at model.image_size.

@@ -1,4 +1,6 @@
-// vit_predict: the top classes of each image, with label names and probabilities.
+// vit_predict: the top classes of each image, with label names and probabilities. A run's
+// checkpoint says how its images were prepared: the image processor of an RGB model, the
+// Fashion-MNIST grayscale of a one-channel one.
 // Usage: vit_predict --checkpoint <run checkpoint folder> | --model <HF folder>  <image>...
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -6,6 +8,7 @@
 #include "booster/booster.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/runtime.h"
+#include "data/idx.h"
 #include "data/image_processor.h"
 #include "nn/pretrained.h"
 #include "booster/trainer/run_checkpoint.h"
@@ -32,7 +35,7 @@ int main(int argc, char** argv) {
       verify_run_checkpoint(*dir);
       model = std::make_shared<nn::ViTForImageClassification>(
           nn::ViTConfig::from_json_file((fs::path(*dir) / "config.json").string()));
-      proc = data::ViTImageProcessor::from_pretrained(*dir);
+      if (model->config().num_channels == 3) proc = data::ViTImageProcessor::from_pretrained(*dir);
       Booster booster;
       auto b = booster.boost(model);
       const bool shard = fs::is_directory(fs::path(*dir) / "model");
@@ -46,7 +49,9 @@ int main(int argc, char** argv) {
     NoGradGuard ng;
     const auto& cfg = model->config();
     for (auto& path : images) {
-      Tensor x = proc(data::decode_image(path)).unsqueeze(0);
+      // A one-channel model (Fashion-MNIST's) takes grayscale at its size, normalized as it trained.
+      const data::Image img = data::decode_image(path);
+      Tensor x = (cfg.num_channels == 1 ? data::FashionMNIST::from_image(img, cfg.image_size) : proc(img)).unsqueeze(0);
       auto probs = softmax(model->forward(x).logits).to_vector();
       std::vector<int64_t> order(probs.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Cli {
-  std::string config_path, resume, checkpoint, split = "validation";
+  std::string config_path, resume, checkpoint, split;  // split empty: the run's validation split
   std::vector<std::string> overrides;
   bool no_progress = false, eval_only = false;
 };
@@ -70,7 +70,7 @@ void print_eval(const Trainer& t, const std::vector<std::string>& names, const s
 }
 
 // --eval-only: scores the newest checkpoint under --checkpoint on --split (whole split).
-int eval_only(const Config& cfg, const Cli& cli) {
+int eval_only(Config& cfg, const Cli& cli) {
   BOOSTER_CHECK(!cli.checkpoint.empty(), "--eval-only needs --checkpoint <folder>");
   auto step_dir = latest_checkpoint(cli.checkpoint);
   BOOSTER_CHECK_T(IOError, step_dir.has_value(), "no complete checkpoint under '", cli.checkpoint, "'");
@@ -78,7 +78,16 @@ int eval_only(const Config& cfg, const Cli& cli) {
   const auto proc = fs::exists(fs::path(*step_dir) / "preprocessor_config.json")
                         ? data::ViTImageProcessor::from_pretrained(*step_dir)
                         : data::ViTImageProcessor();
-  auto ds = examples::eval_split(cfg, proc, cli.split);
+  // The data the run trained on, unless the command line or the config file says otherwise.
+  std::vector<std::string> user_keys;
+  for (auto& o : cli.overrides) user_keys.push_back(o.substr(0, o.find('=')));
+  if (!cli.config_path.empty()) {
+    const Config given = Config::from_file(cli.config_path);
+    for (const char* k : {"data.dataset", "data.root", "data.val_split"})
+      if (given.has(k)) user_keys.push_back(k);
+  }
+  const std::string split = examples::apply_data_record(cfg, *step_dir, user_keys, cli.split);
+  auto ds = examples::eval_split(cfg, proc, split);
   nn::ViTConfig c = nn::ViTConfig::from_json_file((fs::path(*step_dir) / "config.json").string());
   Booster booster;
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
@@ -88,7 +97,7 @@ int eval_only(const Config& cfg, const Cli& cli) {
   trainer.evaluate(*eval_loader(ds, cfg), {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, c.num_labels)});
   std::vector<std::string> names;
   for (int64_t i = 0; i < c.num_labels; ++i) names.push_back(c.label(i));
-  if (DistCoordinator().is_master()) print_eval(trainer, names, cli.split);
+  if (DistCoordinator().is_master()) print_eval(trainer, names, split);
   return 0;
 }
 
@@ -131,9 +140,8 @@ TrainerOptions trainer_options(const Config& cfg, int64_t num_labels) {
       data::Mixup{cfg.get_float("train.mixup_alpha"), cfg.get_float("train.label_smoothing"), num_labels});
   auto rng = std::make_shared<Generator>(uint64_t(cfg.get_int("train.seed")), 7);
   to.data_process_func = [mixup, rng](data::Batch&& b, Mode mode) {
-    if (mode == Mode::train && mixup->alpha > 0)
-      std::tie(b.pixel_values, b.labels, std::ignore) = (*mixup)(b.pixel_values, b.labels, *rng);
-    return TensorMap{{"pixel_values", b.pixel_values}, {"labels", b.labels}};
+    if (mode == Mode::train && mixup->alpha > 0) mixup->apply(b, *rng);
+    return std::move(b);
   };
   return to;
 }
@@ -206,11 +214,13 @@ int train(const Config& cfg_in, const Cli& cli) {
 
   auto metrics = std::make_shared<examples::MetricsLog>(run_dir.string(), !cli.resume.empty(), coordinator.is_master());
   record_run(cfg, run_dir, *metrics, plugin.get(), !cli.resume.empty());
+  const std::string data_record = examples::data_record(cfg);
   SideFiles side_files = [&](const std::string& step_dir) -> std::vector<std::string> {
     model_config.save((fs::path(step_dir) / "config.json").string());
-    if (model_config.num_channels != 3) return {"config.json"};  // no RGB processor for it
+    write_file_atomic((fs::path(step_dir) / "data_config.json").string(), data_record);
+    if (model_config.num_channels != 3) return {"config.json", "data_config.json"};  // no RGB processor for it
     write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), processor.to_json_string());
-    return {"config.json", "preprocessor_config.json"};
+    return {"config.json", "data_config.json", "preprocessor_config.json"};
   };
   dist::logger().info("{} on {} rank(s) x {} threads, {} train / {} validation images, {} steps per epoch, plugin {}",
                       model_config.architectures[0], coordinator.world_size(), dist::omp_threads(), train_set->size(),
@@ -238,7 +248,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-progress", cli.no_progress, "plain log lines instead of a progress bar");
   app.add_flag("--eval-only", cli.eval_only, "only evaluate --checkpoint on --split");
   app.add_option("--checkpoint", cli.checkpoint, "checkpoint folder for --eval-only");
-  app.add_option("--split", cli.split, "split folder of the data root for --eval-only");
+  app.add_option("--split", cli.split, "split for --eval-only (default: the validation split of the data the "
+                 "checkpoint records)");
   CLI11_PARSE(app, argc, argv);
 
   Config cfg = cli.config_path.empty() ? Config::from_string("", "<defaults>", cli.overrides)

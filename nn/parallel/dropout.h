@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "core/tensor/random.h"
-#include "nn/checkpoint.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/layers.h"
 
 namespace booster::nn {

@@ -8,7 +8,7 @@
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
 #include "nn/parallel/dropout.h"
-#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+#include "shardformer/tensor_parallel_optimizer.h"
 #include "shardformer/policy.h"
 #include "zero/model.h"
 
@@ -302,13 +302,13 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
       const TpKey k = key_of_name(name);
       (*owners)[p.impl()] = k.tp > 1 && !k.sp ? &groups_->tp(k) : nullptr;
     }
-    TensorParallelGroups tg;
+    shardformer::TensorParallelGroups tg;
     tg.tp_of = [owners](const Tensor& p) -> const dist::ProcessGroup* {
       auto it = owners->find(p.impl());
       return it == owners->end() ? nullptr : it->second;
     };
     tg.reduce = [](double v, bool) { return v; };
-    o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, std::move(tg), 0.0);
+    o.optimizer = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, std::move(tg), 0.0);
   }
   if (pp_deg_ > 1) {
     pipeline::ScheduleOptions so{plan_.chunks > 0 ? plan_.chunks : 0, plan_.chunks > 0 ? 0 : 4, true, true};
@@ -326,7 +326,7 @@ PipelineResult GalvatronPlugin::execute_pipeline(const DataIter& data_iter, Mode
 }
 
 std::shared_ptr<CheckpointIO> GalvatronPlugin::get_checkpoint_io() {
-  return layout_checkpoint_io(groups_->stage_size() / vtp_, vtp_, pp_deg_, opts_.mixed_precision);
+  return checkpoint_io_.get(name(), groups_->stage_size() / vtp_, vtp_, pp_deg_, opts_.mixed_precision);
 }
 
 }  // namespace booster::plugins

@@ -20,11 +20,12 @@
 #include <string>
 
 #include "booster/grad_scaler.h"
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "pipeline/schedule.h"
 #include "plugins/galvatron/layerwise.h"
-#include "plugins/galvatron/plan.h"
+#include "galvatron/plan.h"
 
 namespace booster::plugins {
 
@@ -88,6 +89,7 @@ class GalvatronPlugin : public Plugin {
   std::pair<int, int> dp_rank_size() const override;
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   void shard_layers(nn::Module& module, const nn::PipelineModule& pm);
   void wrap_layers(nn::Module& module, const nn::PipelineModule& pm, const nn::StageSpec& spec);
   GalvatronOptions opts_;

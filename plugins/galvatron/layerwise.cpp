@@ -4,9 +4,9 @@
 #include "core/common/check.h"
 #include "core/dist/functional.h"
 #include "core/dist/runtime.h"
-#include "nn/checkpoint.h"
+#include "nn/activation_checkpoint.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 namespace {
 std::string key_name(TpKey k) { return (k.sp ? "sp" : "tp") + std::to_string(k.tp) + (k.consec ? "*" : ""); }
@@ -91,4 +91,4 @@ std::shared_ptr<nn::Module> GalvatronLayer::fresh() const {
                 "run's); clone the model before booster.boost");
 }
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

@@ -21,7 +21,7 @@
 #include "core/dist/redistribute.h"
 #include "nn/module.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 /// A tensor-parallel degree and whether its group is consecutive ranks; sp: the group runs
 /// Ulysses instead (whole weights, data parallel over the whole stage, tokens split in it).
@@ -99,4 +99,4 @@ class GalvatronLayer : public nn::UnaryModule {
   TokenSplit tokens_;
 };
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

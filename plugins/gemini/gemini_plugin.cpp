@@ -195,7 +195,7 @@ void GeminiPlugin::configure(BoostedObjects& o) {
   o.model = std::make_shared<GeminiDDP>(o.model);
 }
 
-std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, opts_.zero.precision); }
+std::shared_ptr<CheckpointIO> GeminiPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), dist::world_size(), 1, 1, opts_.zero.precision); }
 
 NoSyncScope GeminiPlugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   BOOSTER_CHECK(opts_.enable_gradient_accumulation, "GeminiPlugin.no_sync: set enable_gradient_accumulation = true "

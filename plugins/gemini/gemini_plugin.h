@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "booster/grad_scaler.h"
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "plugins/gemini/placement.h"
@@ -91,6 +92,7 @@ class GeminiPlugin : public Plugin {
   const AutoPlacement* placement() const { return placement_.get(); }
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   GeminiOptions opts_;
   std::shared_ptr<AutoPlacement> placement_;
 };

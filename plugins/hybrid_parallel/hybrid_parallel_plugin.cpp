@@ -5,10 +5,11 @@
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
-#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+#include "plugins/hybrid_parallel/hybrid_parallel_module.h"
+#include "shardformer/tensor_parallel_optimizer.h"
 #include "zero/model.h"
 #include "booster/plugin_options.h"
-#include "zero/ddp_model.h"
+#include "ddp/ddp_model.h"
 
 namespace booster::plugins {
 
@@ -235,18 +236,18 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   }
   if (opts_.pp_size > 1) keep_stage_layers(o);
   if (opts_.zero.stage == 0) {
-    const zero::ReducerOptions r{opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters, opts_.gradient_as_bucket_view,
+    const ddp::ReducerOptions r{opts_.ddp_bucket_cap_mb, opts_.find_unused_parameters, opts_.gradient_as_bucket_view,
                                  "HybridParallelPlugin"};
-    o.model = std::make_shared<zero::TorchDDPModel>(o.model, dp, r, opts_.broadcast_buffers);
+    o.model = std::make_shared<ddp::TorchDDPModel>(o.model, dp, r, opts_.broadcast_buffers);
     if (opts_.zero.precision != "fp32") apply_mixed_precision(o, {opts_.zero.precision, opts_.zero.scaler, true});
   } else {
     zero::apply_zero(o, dp, opts_.zero);  // its max_norm stays 0: HybridParallelOptimizer clips
   }
   o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1, grid_);
   if (o.optimizer)
-    o.optimizer = std::make_shared<HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
+    o.optimizer = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
 }
 
-std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() { return layout_checkpoint_io(mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision); }
+std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision); }
 
 }  // namespace booster::plugins

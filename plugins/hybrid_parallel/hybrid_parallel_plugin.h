@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "booster/grad_scaler.h"
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/mesh.h"
@@ -105,6 +106,7 @@ class HybridParallelPlugin : public Plugin {
   std::pair<int, int> dp_rank_size() const override;
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   HybridParallelOptions opts_;
   /// Keeps this stage's layers: releases every other tensor and drops it from the optimizer.
   void keep_stage_layers(BoostedObjects& o);

@@ -50,6 +50,6 @@ LowLevelZeroPlugin::LowLevelZeroPlugin(LowLevelZeroOptions opts) : opts_(std::mo
 
 void LowLevelZeroPlugin::configure(BoostedObjects& o) { zero::apply_zero(o, dist::ProcessGroup::world(), opts_); }
 
-std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, opts_.precision); }
+std::shared_ptr<CheckpointIO> LowLevelZeroPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), dist::world_size(), 1, 1, opts_.precision); }
 
 }  // namespace booster::plugins

@@ -5,6 +5,7 @@
 // partitioned gradients instead.
 #pragma once
 
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "zero/model.h"
@@ -39,6 +40,7 @@ class LowLevelZeroPlugin : public Plugin {
   const LowLevelZeroOptions& options() const { return opts_; }
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   LowLevelZeroOptions opts_;
 };
 

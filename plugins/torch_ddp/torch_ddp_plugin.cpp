@@ -29,6 +29,6 @@ void TorchDDPPlugin::configure(BoostedObjects& o) {
 }
 
 // Precision belongs to the Booster's mixed-precision layer, not to DDP.
-std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, ""); }
+std::shared_ptr<CheckpointIO> TorchDDPPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), dist::world_size(), 1, 1, ""); }
 
 }  // namespace booster::plugins

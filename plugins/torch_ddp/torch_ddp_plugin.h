@@ -5,16 +5,17 @@
 // engine); the optimizer chain is left as it is, as Colossal-AI's.
 #pragma once
 
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "core/dist/process_group.h"
-#include "zero/ddp_model.h"
+#include "ddp/ddp_model.h"
 
 namespace booster::plugins {
 
-using zero::Reducer;
-using zero::ReducerOptions;
-using zero::TorchDDPModel;
+using ddp::Reducer;
+using ddp::ReducerOptions;
+using ddp::TorchDDPModel;
 
 struct TorchDDPOptions {
   bool broadcast_buffers = true;
@@ -45,6 +46,7 @@ class TorchDDPPlugin : public Plugin {
   const TorchDDPOptions& options() const { return opts_; }
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   TorchDDPOptions opts_;
 };
 

@@ -9,8 +9,8 @@
 #include "booster/mixed_precision.h"
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
+#include "ddp/reducer.h"
 #include "zero/model.h"
-#include "zero/reducer.h"
 
 namespace booster::plugins {
 
@@ -21,13 +21,13 @@ namespace {
 class FullyShardedDataParallel : public ModelWrapper {
  public:
   using ModelWrapper::ModelWrapper;
-  FullyShardedDataParallel(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<zero::Reducer> reducer)
+  FullyShardedDataParallel(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<ddp::Reducer> reducer)
       : ModelWrapper(std::move(inner)), reducer_(std::move(reducer)) {}
   std::string type_name() const override { return "FullyShardedDataParallel"; }
   GradSync* grad_sync() const override { return reducer_ ? reducer_.get() : ModelWrapper::grad_sync(); }
 
  private:
-  std::shared_ptr<zero::Reducer> reducer_;
+  std::shared_ptr<ddp::Reducer> reducer_;
 };
 
 std::vector<std::string> split_names(const std::string& s) {
@@ -147,8 +147,8 @@ void TorchFSDPPlugin::configure_no_shard(BoostedObjects& o) {
   auto module = o.model->module();
   broadcast_module_state(*module, dist::ProcessGroup::world());
   if (opts_.param_dtype != "fp32") apply_mixed_precision(o, {opts_.param_dtype, opts_.scaler, true});
-  auto reducer = std::make_shared<zero::Reducer>(module->named_parameters(), dist::ProcessGroup::world(),
-                                                 zero::ReducerOptions{25, false, false, "TorchFSDPPlugin (NO_SHARD)"});
+  auto reducer = std::make_shared<ddp::Reducer>(module->named_parameters(), dist::ProcessGroup::world(),
+                                                 ddp::ReducerOptions{25, false, false, "TorchFSDPPlugin (NO_SHARD)"});
   o.model = std::make_shared<FullyShardedDataParallel>(o.model, reducer);
 }
 
@@ -179,6 +179,6 @@ void TorchFSDPPlugin::configure_sharded(BoostedObjects& o) {
   o.model = std::make_shared<FullyShardedDataParallel>(o.model);
 }
 
-std::shared_ptr<CheckpointIO> TorchFSDPPlugin::get_checkpoint_io() { return layout_checkpoint_io(dist::world_size(), 1, 1, opts_.param_dtype); }
+std::shared_ptr<CheckpointIO> TorchFSDPPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), dist::world_size(), 1, 1, opts_.param_dtype); }
 
 }  // namespace booster::plugins

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/plugin.h"
 #include "core/common/config.h"
 #include "zero/options.h"
@@ -66,6 +67,7 @@ class TorchFSDPPlugin : public Plugin {
   const TorchFSDPOptions& options() const { return opts_; }
 
  private:
+  LayoutCheckpointIO checkpoint_io_;
   void configure_sharded(BoostedObjects& o);
   void configure_no_shard(BoostedObjects& o);
   TorchFSDPOptions opts_;

@@ -32,7 +32,7 @@ class NoiseImages : public data::Dataset {
   data::Example get(size_t i, Generator&) const override {
     Tensor x = Tensor::empty({3, 8, 8});
     Generator(500 + i).normal_(x);
-    return {x, int64_t(i % 3)};
+    return data::image_example(x, int64_t(i % 3));
   }
 
  private:
@@ -145,7 +145,7 @@ TEST(Trainer, FitGivesTheWeightsOfAHandWrittenLoop) {
       b.r.dataloader->set_epoch(epoch);
       b.r.dataloader->begin_epoch();
       while (auto batch = b.r.dataloader->next()) {
-        b.booster.execute_pipeline(single_batch({{"pixel_values", batch->pixel_values}, {"labels", batch->labels}}),
+        b.booster.execute_pipeline(single_batch(*batch),
                                    b.r.model, on_keys(b.r.criterion), b.r.optimizer.get());
         b.r.optimizer->step();
         b.r.optimizer->zero_grad();
@@ -282,9 +282,9 @@ TEST(Trainer, EvaluateCountsEveryRowOnceAndMetricsReadTheSameTwice) {
     double loss = 0, correct = 0;
     for (size_t i = 0; i < images; ++i) {
       auto ex = NoiseImages(images).get(i, default_generator());
-      auto out = (*whole.r.model)(ex.pixel_values.view({1, 3, 8, 8}));
-      loss += cross_entropy(out.logits, Tensor::from_ints({ex.label}, {1})).item();
-      correct += argmax_row(out.logits) == ex.label;
+      auto out = (*whole.r.model)(ex.at("pixel_values").view({1, 3, 8, 8}));
+      loss += cross_entropy(out.logits, Tensor::from_ints({data::example_label(ex)}, {1})).item();
+      correct += argmax_row(out.logits) == data::example_label(ex);
     }
     const Metric& m = t.metric(Mode::test, "Loss");
     EXPECT_EQ(dynamic_cast<const LossMetric&>(m).samples(), int64_t(images)) << toml;

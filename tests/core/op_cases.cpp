@@ -89,6 +89,8 @@ std::vector<OpCase> op_cases() {
   c.push_back({"sum_long_rows", {{2, 600}}, [](auto& x) { return sum(x[0], {1}); }, {}});
   c.push_back({"mean_all", {{3, 4}}, [](auto& x) { return mean(x[0]); }, {}});
   c.push_back({"mean_last", {{3, 4, 5}}, [](auto& x) { return mean(x[0], {-1}); }, {}});
+  // Repeated ids: their rows' gradients add up.
+  c.push_back({"embedding", {{5, 3}}, [](auto& x) { return embedding(x[0], Tensor::from_ints({4, 0, 2, 4, 1, 4}, {2, 3})); }});
   c.push_back({"cross_entropy", {{6, 5}}, [](auto& x) {
                  return cross_entropy(x[0], Tensor::from_ints({0, 4, 2, 2, 1, 3}, {6}));
                }, {}});

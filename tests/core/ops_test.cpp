@@ -395,6 +395,24 @@ TEST(BlockedPack, GivesOneDnnsReorderBytes) {
     EXPECT_FALSE(kernels::pack_blocked(w, dnnl::memory::desc({64, 64}, dnnl::memory::data_type::f32, other), buf.data()));
 }
 
+// An id outside the table, or ids that are not integers, are refused by name.
+TEST(Embedding, RefusesIdsOutsideTheTableAndFloatIds) {
+  Tensor w = Tensor::ones({5, 2});
+  try {
+    embedding(w, Tensor::from_ints({1, 5}, {2}));
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("id 5 at position 1 of ids [2] is outside the table of 5 rows"), std::string::npos)
+        << e.what();
+  }
+  try {
+    embedding(w, Tensor::ones({2}));
+    FAIL();
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("ids must be integer token ids (i64), got f32 [2]"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 

@@ -27,8 +27,8 @@ TEST(Beans, LabelOrderAndCounts) {
   EXPECT_EQ(val.size(), 105u);
   Generator g(0);
   Example e = val.get(0, g);
-  EXPECT_EQ(e.pixel_values.shape(), (Shape{3, 224, 224}));
-  EXPECT_EQ(e.label, 0);
+  EXPECT_EQ(e.at("pixel_values").shape(), (Shape{3, 224, 224}));
+  EXPECT_EQ(example_label(e), 0);
   // Colossal-AI pads label names to a multiple of tp_size.
   BeansDataset padded(BeansDataset::default_root(), "validation", proc, false, 2, o);
   EXPECT_EQ(padded.num_labels(), 4);
@@ -220,5 +220,32 @@ TEST(ImageDecode, MissingFileSaysItDoesNotExist) {
     FAIL();
   } catch (const ImageError& e) {
     EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+  }
+}
+
+// data.limit keeps every class, in proportion, each spread over its files (it used to take
+// the first files in class order: 64 of the 105 validation images had no 'healthy' one).
+TEST(Beans, LimitKeepsEveryClassInProportion) {
+  ImageFolderOptions o;
+  o.verify = false;
+  o.limit = 64;
+  BeansDataset val(BeansDataset::default_root(), "validation", ViTImageProcessor{}, false, 1, o);
+  ASSERT_EQ(val.size(), 64u);
+  std::vector<int> counts(3);
+  for (auto& [p, l] : val.samples()) ++counts[size_t(l)];
+  for (int c : counts) EXPECT_TRUE(c == 21 || c == 22) << c;
+  std::vector<std::pair<std::string, int64_t>> s;
+  for (int i = 0; i < 100; ++i) s.emplace_back("f" + std::to_string(i), i < 97 ? 0 : (i < 99 ? 1 : 2));
+  auto kept = stratified_subset(s, 3, 10);
+  ASSERT_EQ(kept.size(), 10u);
+  EXPECT_EQ(kept[8].second, 1);  // the rare classes keep one each
+  EXPECT_EQ(kept[9].second, 2);
+  EXPECT_EQ(kept[1].first, "f12");  // class 0's 8 spread over its 97 files
+  o.limit = 2;
+  try {
+    BeansDataset tiny(BeansDataset::default_root(), "validation", ViTImageProcessor{}, false, 1, o);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("limit 2 is below its 3 classes"), std::string::npos) << e.what();
   }
 }

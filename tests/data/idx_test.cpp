@@ -60,9 +60,9 @@ TEST(Idx, ReadsGzipAndPlainFiles) {
   EXPECT_EQ(ds.width(), 3);
   Generator g(1);
   auto ex = ds.get(2, g);
-  EXPECT_EQ(ex.label, 2);
-  EXPECT_EQ(ex.pixel_values.shape(), (Shape{1, 4, 3}));
-  EXPECT_FLOAT_EQ(ex.pixel_values.to_vector()[5], float(2 + 5) / 255.0f);
+  EXPECT_EQ(example_label(ex), 2);
+  EXPECT_EQ(ex.at("pixel_values").shape(), (Shape{1, 4, 3}));
+  EXPECT_FLOAT_EQ(ex.at("pixel_values").to_vector()[5], float(2 + 5) / 255.0f);
   // The same bytes uncompressed read the same.
   auto plain = header(0x08, {3});
   plain.insert(plain.end(), {7, 8, 9});
@@ -146,6 +146,6 @@ TEST(Idx, TheRealFashionMNIST) {
   EXPECT_EQ(test.size(), 10000u);
   EXPECT_EQ(train.height(), 28);
   Generator g(0);
-  EXPECT_EQ(train.get(0, g).label, 9);  // the first training image is an ankle boot
-  EXPECT_EQ(test.get(0, g).label, 9);
+  EXPECT_EQ(example_label(train.get(0, g)), 9);  // the first training image is an ankle boot
+  EXPECT_EQ(example_label(test.get(0, g)), 9);
 }

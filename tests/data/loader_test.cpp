@@ -22,7 +22,7 @@ class Synthetic : public Dataset {
     Tensor t = Tensor::full({1, 2, 2}, double(i));
     Tensor noise = Tensor::empty({1, 2, 2});
     g.uniform_(noise);
-    return {add(t, noise), int64_t(i % 3)};
+    return image_example(add(t, noise), int64_t(i % 3));
   }
   bool fail_13 = false;
 
@@ -32,7 +32,7 @@ class Synthetic : public Dataset {
 
 std::vector<std::vector<float>> run_epoch(DataLoader& dl) {
   std::vector<std::vector<float>> out;
-  while (auto b = dl.next()) out.push_back(b->pixel_values.to_vector());
+  while (auto b = dl.next()) out.push_back(b->at("pixel_values").to_vector());
   return out;
 }
 
@@ -85,8 +85,8 @@ TEST(InferenceShardSampler, EqualBatchCountsWithIgnoredPadding) {
         batches.insert(dl.size());
         dl.begin_epoch();
         while (auto b = dl.next()) {
-          auto labels = b->labels.to_int_vector();
-          auto px = b->pixel_values.to_vector();
+          auto labels = b->at("labels").to_int_vector();
+          auto px = b->at("pixel_values").to_vector();
           for (size_t k = 0; k < labels.size(); ++k) {
             if (labels[k] == kIgnoreLabel) continue;
             const auto sample = int64_t(px[k * 4]);  // sample i's pixels hold i plus noise in [0, 1)
@@ -138,7 +138,7 @@ TEST(DataLoader, DropLastResumeAndWorkerErrors) {
   EXPECT_EQ(tail[0], full[3]);
   ds->fail_13 = true;
   DataLoader bad(ds, o);
-  EXPECT_EQ(bad.next()->pixel_values.size(0), 4);
+  EXPECT_EQ(bad.next()->at("pixel_values").size(0), 4);
   bad.next();
   bad.next();
   try {

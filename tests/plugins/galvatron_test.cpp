@@ -13,15 +13,15 @@
 #include "nn/vit.h"
 #include "optim/sgd.h"
 #include "plugins/galvatron/galvatron_plugin.h"
-#include "plugins/galvatron/search.h"
+#include "galvatron/search.h"
 #include "plugins/registry.h"
 #include "tests/plugins/vit_cases.h"
 #include "tests/support/logical.h"
 
 using namespace booster;
 using namespace booster::plugin_tests;
-using booster::plugins::galvatron::HybridPlan;
-using gv_layer = booster::plugins::galvatron::LayerStrategy;
+using booster::galvatron::HybridPlan;
+using gv_layer = booster::galvatron::LayerStrategy;
 
 namespace {
 
@@ -216,7 +216,7 @@ TEST(Galvatron, VocabUlyssesDrawsOneDropoutStreamAGroup) {
 
 namespace {
 
-namespace gv = booster::plugins::galvatron;
+namespace gv = booster::galvatron;
 
 // Profiles of a made-up machine and model: communication free (so the dynamic program's
 // objective and the cost model's step agree exactly), compute halving with tp.

@@ -58,7 +58,7 @@ cp -r "$last" flipped && f="flipped/model/$(basename "$shard")"
 ! /usr/bin/python3 "$src/tools/read_checkpoint.py" flipped > flipped.txt
 grep -q "FAIL" flipped.txt && cat flipped.txt
 # Export to Hugging Face layout and predict from the exported folder: same answer.
-"$build/tools/export_hf" "$last" hf
+"$build/tools/export_hf" runs/vit_beans/checkpoints hf   # a run's checkpoints folder: its newest step
 test -s hf/config.json && test -s hf/model.safetensors && test -s hf/preprocessor_config.json
 "$build/examples/vit/vit_predict" --model hf "$img" | tee predict_hf.txt
 diff predict.txt predict_hf.txt

@@ -6,9 +6,9 @@
 
 #include "booster/model_wrapper.h"
 #include "core/dist/process_group.h"
-#include "zero/reducer.h"
+#include "ddp/reducer.h"
 
-namespace booster::zero {
+namespace booster::ddp {
 
 class TorchDDPModel : public ModelWrapper {
  public:
@@ -26,4 +26,4 @@ class TorchDDPModel : public ModelWrapper {
   std::shared_ptr<Reducer> reducer_;
 };
 
-}  // namespace booster::zero
+}  // namespace booster::ddp

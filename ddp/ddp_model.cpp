@@ -1,11 +1,11 @@
 // TorchDDPModel (see ddp_model.h).
-#include "zero/ddp_model.h"
+#include "ddp/ddp_model.h"
 
 #include "booster/plugin.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
 
-namespace booster::zero {
+namespace booster::ddp {
 
 TorchDDPModel::TorchDDPModel(std::shared_ptr<ModelWrapper> inner, const dist::ProcessGroup& group,
                              const ReducerOptions& reducer, bool broadcast_buffers)
@@ -25,4 +25,4 @@ void TorchDDPModel::before_forward() {
   }
 }
 
-}  // namespace booster::zero
+}  // namespace booster::ddp

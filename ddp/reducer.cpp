@@ -1,11 +1,11 @@
 // Reducer (see reducer.h).
-#include "zero/reducer.h"
+#include "ddp/reducer.h"
 
 #include <map>
 
 #include "core/autograd/engine.h"
 
-namespace booster::zero {
+namespace booster::ddp {
 
 Reducer::Reducer(const optim::NamedParams& params, const dist::ProcessGroup& group, ReducerOptions opts)
     : group_(group), opts_(opts) {
@@ -133,4 +133,4 @@ void Reducer::finish() {
   started_ = false;
 }
 
-}  // namespace booster::zero
+}  // namespace booster::ddp

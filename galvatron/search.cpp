@@ -1,5 +1,5 @@
 // Galvatron's search (see search.h).
-#include "plugins/galvatron/search.h"
+#include "galvatron/search.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "core/common/check.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 namespace {
 
@@ -260,4 +260,4 @@ std::vector<Candidate> global_plans(const CostModel& cm, const SearchOptions& o)
   return out;
 }
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

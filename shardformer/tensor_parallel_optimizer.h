@@ -1,40 +1,20 @@
-// HybridParallelPlugin's wrappers. HybridParallelModule heads the model chain (tensor-
-// parallel layers inside, DDP or ZeRO over the dp group and the precision layer below it).
-// HybridParallelOptimizer decorates the optimizer chain: it clips by the global norm with
-// every parameter counted once (a tensor-parallel shard on every tp rank, a replicated
-// parameter on tp rank 0 only, a grid block held by several tp ranks on the first of them, summed over the tp group and over the pipeline stages,
-// which hold different layers; the dp group is DDP's or ZeRO's business below), clips every
-// step with max_norm, and gives state_dict() in the logical shapes by gathering the
-// tensor-parallel blocks (boxes of any number of split dims).
+// HybridParallelOptimizer (Colossal-AI's HybridParallelAMPOptimizer / HybridParallelZeroOptimizer
+// role) decorates the optimizer chain of a tensor-parallel model: it clips by the global
+// norm with every parameter counted once (a tensor-parallel shard on every tp rank, a
+// replicated parameter on tp rank 0 only, a grid block held by several tp ranks on the first
+// of them, summed over the tp group and over the pipeline stages, which hold different
+// layers; the dp group is DDP's or ZeRO's business below), clips every step with max_norm,
+// and gives state_dict() in the logical shapes by gathering the tensor-parallel blocks
+// (boxes of any number of split dims). HybridParallelPlugin and GalvatronPlugin both use it.
 #pragma once
 
 #include <functional>
 #include <memory>
 
-#include "booster/model_wrapper.h"
 #include "booster/optimizer_wrapper.h"
 #include "core/dist/mesh.h"
-#include "nn/parallel/grid.h"
 
-namespace booster::plugins {
-
-/// Holds the mesh, so the process groups the tensor-parallel layers and the DDP or ZeRO
-/// wrappers below refer to live as long as the boosted model.
-class HybridParallelModule : public ModelWrapper {
- public:
-  /// stage: this rank's pipeline stage, or -1 without a pipeline.
-  HybridParallelModule(std::shared_ptr<ModelWrapper> inner, std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage = -1,
-                       std::shared_ptr<const nn::TensorGrid> grid = nullptr);
-  std::string type_name() const override { return "HybridParallelModule"; }
-  const dist::ProcessGroupMesh& mesh() const { return *mesh_; }
-  /// A pipeline stage holds only its layers: the whole model runs through execute_pipeline.
-  void check_whole_forward() const override;
-
- private:
-  std::shared_ptr<dist::ProcessGroupMesh> mesh_;
-  int stage_;
-  std::shared_ptr<const nn::TensorGrid> grid_;  // the grid layers' groups
-};
+namespace booster::shardformer {
 
 /// How a plugin's parameters are split by tensor parallelism: each one's tensor-parallel
 /// group (null: not split; a replicated parameter on it counts once there), and how the
@@ -76,4 +56,4 @@ class HybridParallelOptimizer : public OptimizerDecorator {
   double max_norm_;
 };
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "plugins/galvatron/cost_model.h"
+#include "galvatron/cost_model.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 struct SearchOptions {
   int64_t num_layers = 0;
@@ -48,4 +48,4 @@ std::vector<Candidate> search(const CostModel& cm, const SearchOptions& o);
 /// Every global plan (one strategy for all layers) the options allow, scored, fastest first.
 std::vector<Candidate> global_plans(const CostModel& cm, const SearchOptions& o);
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

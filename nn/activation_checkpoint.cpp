@@ -1,5 +1,5 @@
 // Activation checkpointing (see checkpoint.h).
-#include "nn/checkpoint.h"
+#include "nn/activation_checkpoint.h"
 
 #include <algorithm>
 

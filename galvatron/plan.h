@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 /// Data-parallel kinds: Galvatron's dp_types_enc 0 (the plan's default_dp_type) and 1 (ZeRO-3).
 enum class DpKind { ddp, zero2, zero3 };
@@ -81,4 +81,4 @@ struct HybridPlan {
   std::string where(const std::string& key) const;
 };
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

@@ -16,7 +16,7 @@
 #include "core/dist/collectives.h"
 #include "optim/optimizer.h"
 
-namespace booster::zero {
+namespace booster::ddp {
 
 struct ReducerOptions {
   double bucket_cap_mb = 25;
@@ -75,4 +75,4 @@ class Reducer : public GradSync {
   std::vector<HookHandle> hooks_;  // last: removed before anything they point at
 };
 
-}  // namespace booster::zero
+}  // namespace booster::ddp

@@ -1,5 +1,5 @@
 // Galvatron's profile files (see profiles.h).
-#include "plugins/galvatron/profiles.h"
+#include "galvatron/profiles.h"
 
 #include <cmath>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "core/common/check.h"
 #include "core/common/file_util.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -222,4 +222,4 @@ ModelProfile ModelProfile::read(const std::string& dir, const std::string& preci
   return p;
 }
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

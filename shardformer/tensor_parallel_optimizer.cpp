@@ -1,5 +1,5 @@
-// HybridParallelPlugin's wrappers (see hybrid_parallel_wrappers.h).
-#include "plugins/hybrid_parallel/hybrid_parallel_wrappers.h"
+// HybridParallelOptimizer (see tensor_parallel_optimizer.h).
+#include "shardformer/tensor_parallel_optimizer.h"
 
 #include <set>
 
@@ -7,7 +7,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/functional.h"
 
-namespace booster::plugins {
+namespace booster::shardformer {
 
 namespace {
 // True when p is a block of its logical tensor (a tensor-parallel shard), not all of it.
@@ -97,17 +97,6 @@ TensorParallelGroups mesh_groups(const std::shared_ptr<dist::ProcessGroupMesh>& 
 }
 }  // namespace
 
-HybridParallelModule::HybridParallelModule(std::shared_ptr<ModelWrapper> inner,
-                                           std::shared_ptr<dist::ProcessGroupMesh> mesh, int stage,
-                                           std::shared_ptr<const nn::TensorGrid> grid)
-    : ModelWrapper(std::move(inner)), mesh_(std::move(mesh)), stage_(stage), grid_(std::move(grid)) {}
-
-void HybridParallelModule::check_whole_forward() const {
-  BOOSTER_CHECK(stage_ < 0, "HybridParallelPlugin: this rank is pipeline stage ", stage_, " of ", mesh_->size("pp"),
-                " and holds only its layers; run the model with booster.execute_pipeline (training and evaluation)");
-  ModelWrapper::check_whole_forward();
-}
-
 HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner,
                                                  std::shared_ptr<dist::ProcessGroupMesh> mesh, double max_norm,
                                                  bool replicated_blocks)
@@ -187,4 +176,4 @@ void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& f
   OptimizerDecorator::load_state_dict(sd);
 }
 
-}  // namespace booster::plugins
+}  // namespace booster::shardformer

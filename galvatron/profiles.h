@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 struct HardwareProfile {
   std::map<std::string, double> allreduce_busbw;  // "allreduce_size_{n}_consec_{0|1}" -> GB/s
@@ -83,4 +83,4 @@ struct ModelProfile {
   double at_degree(const std::map<int, double>& m, int tp, const char* what) const;
 };
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/autograd/grad_mode.h"
-#include "nn/checkpoint.h"
+#include "nn/activation_checkpoint.h"
 #include "nn/vit.h"
 #include "tests/support/fixtures.h"
 

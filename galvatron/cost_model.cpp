@@ -1,12 +1,12 @@
 // Galvatron's cost model for this runtime (see cost_model.h).
-#include "plugins/galvatron/cost_model.h"
+#include "galvatron/cost_model.h"
 
 #include <algorithm>
 
 #include "core/common/check.h"
 #include "core/dist/ring_collectives.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 namespace {
 constexpr double kMB = 1 << 20;
@@ -225,4 +225,4 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   return out;
 }
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "plugins/galvatron/plan.h"
-#include "plugins/galvatron/profiles.h"
+#include "galvatron/plan.h"
+#include "galvatron/profiles.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 struct StageCost {
   double fwd_bwd_ms = 0;  // one micro-batch through the stage, forward and backward
@@ -96,4 +96,4 @@ class CostModel {
   double beta_;  // bytes of the working precision
 };
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron

@@ -1,5 +1,5 @@
 // Galvatron's strategy file (see plan.h).
-#include "plugins/galvatron/plan.h"
+#include "galvatron/plan.h"
 
 #include <fstream>
 #include <map>
@@ -9,7 +9,7 @@
 
 #include "core/common/check.h"
 
-namespace booster::plugins::galvatron {
+namespace booster::galvatron {
 
 using nlohmann::json;
 
@@ -262,4 +262,4 @@ std::string HybridPlan::summary(int world) const {
   return out;
 }
 
-}  // namespace booster::plugins::galvatron
+}  // namespace booster::galvatron
