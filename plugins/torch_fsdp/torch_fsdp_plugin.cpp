@@ -1,6 +1,8 @@
 // TorchFSDPPlugin (see torch_fsdp_plugin.h).
 #include "plugins/torch_fsdp/torch_fsdp_plugin.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -127,7 +129,43 @@ std::vector<std::string> fsdp_units(const nn::Module& root, const TorchFSDPOptio
                           : subtree_params(*m) >= opts.min_num_params;
     if (take) units.push_back(path), wrapped.insert(path);
   }
+  if (opts.auto_wrap_policy == "transformer") {  // a class in a config file is a typo more often than not
+    std::set<std::string> types;
+    for (auto& [path, m] : root.named_modules()) types.insert(m->type_name());
+    for (auto& c : classes) {
+      if (types.count(c)) continue;
+      std::string have;
+      for (auto& t : types) have += (have.empty() ? "" : ", ") + t;
+      BOOSTER_THROW(ValueError, "TorchFSDPPlugin: transformer_layer_cls '", c, "' matches no module of the ",
+                    root.type_name(), "; its module types are: ", have);
+    }
+  }
   return units;
+}
+
+std::vector<int64_t> fsdp_unit_params(const nn::Module& root, const std::vector<std::string>& units) {
+  std::vector<int64_t> n(units.size(), 0);
+  for (auto& [name, p] : root.named_parameters()) {
+    size_t best = 0;  // the innermost unit above the parameter
+    for (size_t u = 1; u < units.size(); ++u)
+      if (name.rfind(units[u] + ".", 0) == 0 && units[u].size() > units[best].size()) best = u;
+    n[best] += p.numel();
+  }
+  return n;
+}
+
+std::string describe_fsdp_units(const std::vector<std::string>& units, const std::vector<int64_t>& params,
+                                const TorchFSDPOptions& opts) {
+  const auto [lo, hi] = std::minmax_element(params.begin(), params.end());
+  auto where = [&](auto it) { return units[size_t(it - params.begin())].empty() ? std::string("the root")
+                                                                                  : "'" + units[size_t(it - params.begin())] + "'"; };
+  std::ostringstream s;
+  s << "TorchFSDPPlugin: " << units.size() << " unit(s) (auto_wrap_policy '" << opts.auto_wrap_policy << "'): largest "
+    << *hi << " parameters (" << where(hi) << "), smallest " << *lo << " (" << where(lo) << ")";
+  if (opts.auto_wrap_policy == "size_based" && units.size() == 1)
+    s << "; size_based with min_num_params " << opts.min_num_params << " wraps no module below the root: every step "
+      << "gathers the whole model as one flat parameter (lower min_num_params to cut it into units)";
+  return s.str();
 }
 
 TorchFSDPPlugin::TorchFSDPPlugin(TorchFSDPOptions opts) : opts_(std::move(opts)) {
@@ -155,6 +193,11 @@ void TorchFSDPPlugin::configure_no_shard(BoostedObjects& o) {
 void TorchFSDPPlugin::configure_sharded(BoostedObjects& o) {
   auto module = o.model->module();
   const std::vector<std::string> units = fsdp_units(*module, opts_);
+  if (dist::world_rank() == 0) {
+    const std::string what = describe_fsdp_units(units, fsdp_unit_params(*module, units), opts_);
+    if (opts_.auto_wrap_policy == "size_based" && units.size() == 1) spdlog::warn("{}", what);
+    else spdlog::info("{}", what);
+  }
   auto engine = zero::apply_zero(o, dist::ProcessGroup::world(), opts_.zero_options());
   // One bucket (a flat parameter) a unit: a parameter belongs to the innermost unit above
   // it; the units in reverse forward order, the order backward finishes them.

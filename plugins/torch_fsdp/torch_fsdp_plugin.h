@@ -49,8 +49,16 @@ struct TorchFSDPOptions {
 };
 
 /// The FSDP units of `root` under a policy: module paths ("" the root, always a unit), in
-/// the order a forward reaches them.
+/// the order a forward reaches them. A transformer_layer_cls name that matches no module is
+/// a ValueError naming it and the module types the model has (stricter than PyTorch, which
+/// ignores an unused class: in a config file it is a typo more often than not).
 std::vector<std::string> fsdp_units(const nn::Module& root, const TorchFSDPOptions& opts);
+/// Parameters of each unit (those whose innermost unit it is).
+std::vector<int64_t> fsdp_unit_params(const nn::Module& root, const std::vector<std::string>& units);
+/// The line boost logs: the unit count, the largest and smallest units in parameters, and,
+/// when size_based wraps nothing below the root, that every step gathers the whole model.
+std::string describe_fsdp_units(const std::vector<std::string>& units, const std::vector<int64_t>& params,
+                                const TorchFSDPOptions& opts);
 
 class TorchFSDPPlugin : public Plugin {
  public:

@@ -69,6 +69,48 @@ TEST(TorchFSDP, AutoWrapPoliciesCutTheModelIntoUnits) {
   EXPECT_EQ(plugins::fsdp_units(*model, o), (std::vector<std::string>{"", "vit", "classifier"}));
 }
 
+// A transformer_layer_cls that names no module is refused, naming it and the module types
+// there are (it used to make the whole model one unit, silently); a size_based policy that
+// wraps nothing but the root says so, with the unit count and sizes boost logs.
+TEST(TorchFSDP, AWrapPolicyThatMatchesNothingIsNamed) {
+  auto model = vit();
+  plugins::TorchFSDPOptions o;
+  o.auto_wrap_policy = "transformer";
+  o.transformer_layer_cls = "ViTLayer, NoSuchLayer";
+  try {
+    plugins::fsdp_units(*model, o);
+    FAIL() << "NoSuchLayer was taken";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("transformer_layer_cls 'NoSuchLayer' matches no module of the ViTForImageClassification"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("ViTLayer"), std::string::npos) << m;
+    EXPECT_NE(m.find("Linear"), std::string::npos) << m;
+  }
+  o.transformer_layer_cls = "ViTLayer";
+  auto units = plugins::fsdp_units(*model, o);
+  auto params = plugins::fsdp_unit_params(*model, units);
+  int64_t total = 0, layer0 = 0;
+  for (auto& [n, p] : model->named_parameters()) {
+    total += p.numel();
+    if (n.rfind("vit.encoder.layer.0.", 0) == 0) layer0 += p.numel();
+  }
+  ASSERT_EQ(params.size(), 4u);
+  EXPECT_EQ(params[1], layer0);
+  EXPECT_EQ(params[0] + 3 * layer0, total);
+  const std::string line = plugins::describe_fsdp_units(units, params, o);
+  EXPECT_NE(line.find("4 unit(s) (auto_wrap_policy 'transformer'): largest " + std::to_string(std::max(params[0], layer0))),
+            std::string::npos) << line;
+  o.auto_wrap_policy = "size_based";
+  o.min_num_params = total + 1;  // nothing but the whole model is that large
+  units = plugins::fsdp_units(*model, o);
+  ASSERT_EQ(units.size(), 1u);
+  const std::string one = plugins::describe_fsdp_units(units, plugins::fsdp_unit_params(*model, units), o);
+  EXPECT_NE(one.find("1 unit(s)"), std::string::npos) << one;
+  EXPECT_NE(one.find("wraps no module below the root"), std::string::npos) << one;
+  EXPECT_NE(one.find("largest " + std::to_string(total)), std::string::npos) << one;
+}
+
 // Each unit is one bucket (a flat parameter), in the order backward finishes them; under
 // FULL_SHARD no unit is whole between steps, and during forward at most the root, the
 // unit running and the one prefetched are.
