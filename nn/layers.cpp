@@ -54,10 +54,10 @@ std::shared_ptr<Module> Conv2d::fresh() const {
   return std::make_shared<Conv2d>(in_, out_, kernel_, stride_, padding_, has_bias_);
 }
 
-LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine)
-    : n_(normalized_shape), eps_(eps), affine_(elementwise_affine) {
+LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affine, bool bias)
+    : n_(normalized_shape), eps_(eps), affine_(elementwise_affine), has_bias_(bias) {
   weight = register_parameter("weight", elementwise_affine ? Tensor::ones({normalized_shape}) : Tensor());
-  bias = register_parameter("bias", elementwise_affine ? Tensor::zeros({normalized_shape}) : Tensor());
+  this->bias = register_parameter("bias", elementwise_affine && bias ? Tensor::zeros({normalized_shape}) : Tensor());
 }
 
 LayerNorm::LayerNorm(Tensor w, Tensor b, double eps)
@@ -72,10 +72,11 @@ LayerNorm::LayerNorm(Tensor w, Tensor b, double eps)
 Tensor LayerNorm::normalize(const Tensor& x, const Tensor& w, const Tensor& b) const {
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == n_, "LayerNorm(", n_, "): input ", shape_str(x.shape()),
                   " does not end in ", n_);
+  if (affine_ && !has_bias_) return mul(layer_norm(x, Tensor(), Tensor(), eps_), w);
   return layer_norm(x, affine_ ? w : Tensor(), affine_ ? b : Tensor(), eps_);
 }
 
-std::shared_ptr<Module> LayerNorm::fresh() const { return std::make_shared<LayerNorm>(n_, eps_, affine_); }
+std::shared_ptr<Module> LayerNorm::fresh() const { return std::make_shared<LayerNorm>(n_, eps_, affine_, has_bias_); }
 
 Dropout::Dropout(double p) : p_(p) { BOOSTER_CHECK(p >= 0 && p <= 1, "Dropout: p must be in [0, 1], got ", p); }
 

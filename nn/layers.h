@@ -64,10 +64,11 @@ class Conv2d : public UnaryModule {
   bool has_bias_;
 };
 
-/// Layer norm over the last dim; weight (ones) and bias (zeros) [normalized_shape].
+/// Layer norm over the last dim; weight (ones) and bias (zeros) [normalized_shape]; with
+/// bias = false (PyTorch's LayerNorm(bias=False), nanoGPT's) the weight only.
 class LayerNorm : public UnaryModule {
  public:
-  explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true);
+  explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
   /// A LayerNorm around existing weight and bias handles ([n] each, or both undefined).
   LayerNorm(Tensor weight, Tensor bias, double eps);
   std::string type_name() const override { return "LayerNorm"; }
@@ -81,7 +82,7 @@ class LayerNorm : public UnaryModule {
   std::shared_ptr<Module> fresh() const override;
   int64_t n_;
   double eps_;
-  bool affine_;
+  bool affine_, has_bias_ = true;
 };
 
 /// Dropout with probability p in training mode; identity in eval mode.

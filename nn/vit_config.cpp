@@ -7,6 +7,7 @@
 
 #include "core/common/check.h"
 #include "core/common/file_util.h"
+#include "nn/json_config.h"
 
 namespace booster::nn {
 
@@ -35,43 +36,26 @@ void ViTConfig::validate() const {
                 "ViTConfig: hidden_act '", hidden_act, "' is not supported (gelu, gelu_new, gelu_pytorch_tanh)");
 }
 
-namespace {
-template <typename T>
-void read(const json& j, const char* key, T& out, const std::string& where) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  try {
-    out = j[key].get<T>();
-  } catch (const json::exception& e) {
-    BOOSTER_THROW(ValueError, where, ": key '", key, "' has the wrong type (", j[key].type_name(), "): ", e.what());
-  }
-}
-}  // namespace
 
 ViTConfig ViTConfig::from_json_string(const std::string& text, const std::string& where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    BOOSTER_THROW(IOError, where, ": not valid JSON: ", e.what());
-  }
-  BOOSTER_CHECK_T(IOError, j.is_object(), where, ": expected a JSON object");
+  const json j = parse_config_json(text, where);
   ViTConfig c;
-  read(j, "hidden_size", c.hidden_size, where);
-  read(j, "num_hidden_layers", c.num_hidden_layers, where);
-  read(j, "num_attention_heads", c.num_attention_heads, where);
-  read(j, "intermediate_size", c.intermediate_size, where);
-  read(j, "hidden_act", c.hidden_act, where);
-  read(j, "hidden_dropout_prob", c.hidden_dropout_prob, where);
-  read(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, where);
-  read(j, "initializer_range", c.initializer_range, where);
-  read(j, "layer_norm_eps", c.layer_norm_eps, where);
-  read(j, "image_size", c.image_size, where);
-  read(j, "patch_size", c.patch_size, where);
-  read(j, "num_channels", c.num_channels, where);
-  read(j, "qkv_bias", c.qkv_bias, where);
-  read(j, "encoder_stride", c.encoder_stride, where);
-  read(j, "architectures", c.architectures, where);
-  read(j, "model_type", c.model_type, where);
+  read_config_key(j, "hidden_size", c.hidden_size, where);
+  read_config_key(j, "num_hidden_layers", c.num_hidden_layers, where);
+  read_config_key(j, "num_attention_heads", c.num_attention_heads, where);
+  read_config_key(j, "intermediate_size", c.intermediate_size, where);
+  read_config_key(j, "hidden_act", c.hidden_act, where);
+  read_config_key(j, "hidden_dropout_prob", c.hidden_dropout_prob, where);
+  read_config_key(j, "attention_probs_dropout_prob", c.attention_probs_dropout_prob, where);
+  read_config_key(j, "initializer_range", c.initializer_range, where);
+  read_config_key(j, "layer_norm_eps", c.layer_norm_eps, where);
+  read_config_key(j, "image_size", c.image_size, where);
+  read_config_key(j, "patch_size", c.patch_size, where);
+  read_config_key(j, "num_channels", c.num_channels, where);
+  read_config_key(j, "qkv_bias", c.qkv_bias, where);
+  read_config_key(j, "encoder_stride", c.encoder_stride, where);
+  read_config_key(j, "architectures", c.architectures, where);
+  read_config_key(j, "model_type", c.model_type, where);
   if (j.contains("id2label") && j["id2label"].is_object()) {
     for (auto& [k, v] : j["id2label"].items()) {
       BOOSTER_CHECK(v.is_string(), where, ": id2label['", k, "'] must be a string");
@@ -83,7 +67,7 @@ ViTConfig ViTConfig::from_json_string(const std::string& text, const std::string
     }
     c.num_labels = int64_t(c.id2label.size());
   }
-  read(j, "num_labels", c.num_labels, where);  // HF: explicit num_labels wins
+  read_config_key(j, "num_labels", c.num_labels, where);  // HF: explicit num_labels wins
   c.validate();
   return c;
 }

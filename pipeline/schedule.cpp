@@ -334,6 +334,9 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
 
 void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
                         OptimizerWrapper* optimizer) {
+  // Every rank asks the model for every slot's modules first: a model that cannot be split
+  // this way refuses on every rank alike, before any stage waits on another.
+  for (int slot = 0; slot < stages.num_slots(); ++slot) pm.stage_modules(stages.slot_spec(pm.num_pipeline_layers(), slot));
   std::vector<std::string> held;
   for (int c = 0; c < stages.num_model_chunks(); ++c)
     for (auto& path : pm.stage_modules(stages.stage_spec(pm.num_pipeline_layers(), c))) held.push_back(path + ".");

@@ -96,7 +96,8 @@ class InterleavedSchedule : public PipelineSchedule {
 
 /// Keeps what this stage holds (the layers of its model chunks and, on the first / last
 /// stage, the input / output modules): every other parameter and buffer is released
-/// (undefined, so it leaves named_parameters() and state_dict()) and leaves the optimizer.
+/// (undefined, so it leaves named_parameters() and state_dict()) and leaves the optimizer. A
+/// model that refuses one of the slots (stage_modules throws) refuses on every rank.
 void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
                         OptimizerWrapper* optimizer);
 

@@ -46,8 +46,13 @@ std::vector<int64_t> PipelineStageManager::distribute_layers(int64_t n) const {
 
 nn::StageSpec PipelineStageManager::stage_spec(int64_t n, int chunk) const {
   BOOSTER_CHECK(chunk >= 0 && chunk < chunks_, "PipelineStageManager: chunk ", chunk, " out of [0, ", chunks_, ")");
+  return slot_spec(n, stage() + chunk * num_stages());
+}
+
+nn::StageSpec PipelineStageManager::slot_spec(int64_t n, int slot_in) const {
+  BOOSTER_CHECK(slot_in >= 0 && slot_in < num_slots(), "PipelineStageManager: slot ", slot_in, " out of [0, ", num_slots(), ")");
   const auto per = distribute_layers(n);
-  const size_t slot = size_t(stage() + chunk * num_stages());
+  const size_t slot = size_t(slot_in);
   nn::StageSpec s;
   s.layer_begin = std::accumulate(per.begin(), per.begin() + std::ptrdiff_t(slot), int64_t(0));
   s.layer_end = s.layer_begin + per[slot];

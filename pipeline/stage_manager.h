@@ -38,6 +38,10 @@ class PipelineStageManager {
   /// This stage's chunk of a model of n layers: its layer range and whether it holds the
   /// model's input / output layers.
   nn::StageSpec stage_spec(int64_t n, int chunk = 0) const;
+  /// Slot `slot`'s share (stage slot % S, chunk slot / S) of a model of n layers.
+  nn::StageSpec slot_spec(int64_t n, int slot) const;
+  /// Slots: stages x model chunks.
+  int num_slots() const { return num_stages() * chunks_; }
 
  private:
   const dist::ProcessGroup& pp_;

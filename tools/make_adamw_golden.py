@@ -35,10 +35,12 @@ def gradient(shape, gen):
 
 
 def save(path, tensors, metadata):
+    """A safetensors file of F32 and I64 tensors (the golden files' writer, shared)."""
     header, blobs, offset = {"__metadata__": metadata}, [], 0
     for name, t in tensors.items():
         data = t.contiguous().numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        dtype = {torch.float32: "F32", torch.int64: "I64"}[t.dtype]
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     h = json.dumps(header, separators=(",", ":")).encode()

@@ -35,6 +35,14 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0.0,
                                     std::optional<double> scale = std::nullopt);
 
+/// Causal self-attention over [B, h, T, d] views (scaled_dot_product_attention with
+/// is_causal=True): query i attends to keys 0..i. Only the causal half is computed and no
+/// [T, T] matrix is kept for backward (an online softmax; one log-sum-exp a query). The
+/// result is a [B, h, T, d] view of [B, T, h, d] memory. With dropout_p > 0 the
+/// probabilities go through dropout on the composite path (masked scores, softmax, dropout).
+Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0.0,
+                        std::optional<double> scale = std::nullopt);
+
 // ---- convolution (conv_ops.cpp) ----
 /// x: [B, C, H, W], w: [O, C, kh, kw], b: [O] (optional) -> [B, O, H', W'].
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::pair<int64_t, int64_t> stride,

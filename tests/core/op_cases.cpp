@@ -89,6 +89,15 @@ std::vector<OpCase> op_cases() {
   c.push_back({"sum_long_rows", {{2, 600}}, [](auto& x) { return sum(x[0], {1}); }, {}});
   c.push_back({"mean_all", {{3, 4}}, [](auto& x) { return mean(x[0]); }, {}});
   c.push_back({"mean_last", {{3, 4, 5}}, [](auto& x) { return mean(x[0], {-1}); }, {}});
+  // Causal attention on [B, h, T, d] (2 heads, 5 tokens): every query its keys 0..i.
+  c.push_back({"causal_attention", {{2, 2, 5, 3}, {2, 2, 5, 3}, {2, 2, 5, 3}},
+               [](auto& x) { return causal_attention(x[0], x[1], x[2]); }});
+  // The same on the layout heads split from [B, T, h, d] memory (a permuted view).
+  c.push_back({"causal_attention_head_views", {{1, 4, 2, 3}, {1, 4, 2, 3}, {1, 4, 2, 3}}, [](auto& x) {
+                 return causal_attention(x[0].permute({0, 2, 1, 3}), x[1].permute({0, 2, 1, 3}), x[2].permute({0, 2, 1, 3}));
+               }});
+  c.push_back({"causal_attention_long", {{1, 1, 33, 8}, {1, 1, 33, 8}, {1, 1, 33, 8}},
+               [](auto& x) { return causal_attention(x[0], x[1], x[2]); }});
   // Repeated ids: their rows' gradients add up.
   c.push_back({"embedding", {{5, 3}}, [](auto& x) { return embedding(x[0], Tensor::from_ints({4, 0, 2, 4, 1, 4}, {2, 3})); }});
   c.push_back({"cross_entropy", {{6, 5}}, [](auto& x) {

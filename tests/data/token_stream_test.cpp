@@ -12,16 +12,17 @@
 #include "core/common/file_util.h"
 #include "data/dataloader.h"
 #include "data/token_stream.h"
+#include "tests/support/fixtures.h"
 
 using namespace booster;
+using testkit::error_of;
 using namespace booster::data;
 namespace fs = std::filesystem;
 
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("booster_tokens_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
+  const fs::path d = testkit::temp_path("tokens_" + name);
   fs::create_directories(d);
   return d;
 }
@@ -32,15 +33,6 @@ std::vector<int64_t> iota_tokens(int64_t n, int64_t mult = 7, int64_t mod = 1000
   return t;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 

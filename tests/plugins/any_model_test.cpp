@@ -1,7 +1,8 @@
 // Models that are not a ViT, through the same Trainer under every plugin: an MLP written as
 // an nn::MapModule (forward on the batch's named tensors) on Fashion-MNIST's images, and a
 // tiny token model (an nn::Sequential of Embedding, Linear, GELU, Linear reading
-// "input_ids" and returning "logits") on a token stream of tinyshakespeare's characters.
+// "input_ids" and returning "logits") and a tiny GPT-2 (its head tied to its embeddings) on a
+// token stream of tinyshakespeare's characters.
 // Each plugin's run of K steps on per-replica batches must give one process's weights and
 // losses on the global batches, as the conformance suite asks of the ViT. Runs under
 // mpirun -np 1, 2 and 4.
@@ -16,6 +17,7 @@
 #include "core/kernels/ops.h"
 #include "data/idx.h"
 #include "data/token_stream.h"
+#include "nn/gpt2.h"
 #include "nn/layers.h"
 #include "optim/sgd.h"
 #include "plugins/registry.h"
@@ -47,6 +49,12 @@ class ImageMLP : public nn::MapModule {
 };
 
 constexpr int64_t kVocab = 65, kBlock = 8;  // tinyshakespeare's 65 characters
+
+std::shared_ptr<nn::GPT2LMHeadModel> gpt2_tiny() {
+  manual_seed(9);
+  nn::GPT2Config c = nn::GPT2Config::preset("gpt2-tiny");  // vocabulary 65, 2 blocks of 32, tied head
+  return std::make_shared<nn::GPT2LMHeadModel>(c);
+}
 
 std::shared_ptr<nn::Sequential> token_model() {
   return std::make_shared<nn::Sequential>(
@@ -202,6 +210,26 @@ TEST_P(AnyModel, ATokenModelOnATokenStreamTrainsAsOneProcess) {
   const Trained want = train(nullptr, model(), token_ce(), dataset, n * b, 3);
   EXPECT_GT(want.losses.front(), std::log(double(kVocab)) * 0.8);  // from about ln 65 at the start
   expect_same_training(train(plugin, model(), token_ce(), dataset, b, 3), want, c.name);
+}
+
+// GPT-2 (tiny) on the same stream: its tied head keeps it to one pipeline stage, refused
+// by name where a plugin would split it.
+TEST_P(AnyModel, GPT2OnATokenStreamTrainsAsOneProcess) {
+  const Case& c = GetParam();
+  auto plugin = plugin_of(c);
+  const int n = plugin->dp_size();
+  auto dataset = shakespeare_windows();
+  if (c.name == "hybrid_parallel_pp2") {
+    try {
+      train(plugin, gpt2_tiny(), token_ce(), dataset, 2, 3);
+      FAIL() << "pp 2 split a tied GPT-2";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("tie_word_embeddings = false"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  const Trained want = train(nullptr, gpt2_tiny(), token_ce(), dataset, n * 2, 3);
+  expect_same_training(train(plugin, gpt2_tiny(), token_ce(), dataset, 2, 3), want, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plugins, AnyModel, ::testing::ValuesIn(kCases),

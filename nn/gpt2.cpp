@@ -1,0 +1,165 @@
+// GPT-2 (see gpt2.h).
+#include "nn/gpt2.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+
+namespace booster::nn {
+
+Conv1D::Conv1D(int64_t nf, int64_t nx, bool bias) : nf_(nf), nx_(nx), has_bias_(bias) {
+  BOOSTER_CHECK(nf > 0 && nx > 0, "Conv1D: features must be positive, got ", nx, " -> ", nf);
+  Tensor w = Tensor::empty({nx, nf});
+  Tensor b = bias ? Tensor::zeros({nf}) : Tensor();
+  init::normal_(w, 0.0, 0.02);
+  weight = register_parameter("weight", w);
+  this->bias = register_parameter("bias", b);
+}
+
+// x: [..., nx] -> [..., nf]
+Tensor Conv1D::forward(const Tensor& x) {
+  BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == nx_, "Conv1D(", nx_, " -> ", nf_, "): input ",
+                  shape_str(x.shape()), " does not end in ", nx_);
+  Shape out = x.shape();
+  out.back() = nf_;
+  Tensor y = matmul(x.reshape({-1, nx_}), weight).view(out);
+  return bias.defined() ? add(y, bias.get()) : y;
+}
+
+GPT2Attention::GPT2Attention(const GPT2Config& c) : num_heads(c.n_head), head_dim(c.n_embd / c.n_head), c_(c) {
+  c_attn = register_module<UnaryModule>("c_attn", std::make_shared<Conv1D>(3 * c.n_embd, c.n_embd, c.bias));
+  c_proj = register_module<UnaryModule>("c_proj", std::make_shared<Conv1D>(c.n_embd, c.n_embd, c.bias));
+  attn_dropout = register_module<UnaryModule>("attn_dropout", std::make_shared<Dropout>(c.attn_pdrop));
+  resid_dropout = register_module<UnaryModule>("resid_dropout", std::make_shared<Dropout>(c.resid_pdrop));
+  register_attribute("num_heads", &num_heads);
+  register_attribute("head_dim", &head_dim);
+}
+
+Tensor GPT2Attention::forward(const Tensor& hidden) {
+  const int64_t b = hidden.size(0), t = hidden.size(1), h = num_heads, d = head_dim;
+  Tensor qkv = c_attn(hidden);  // [B, T, 3 h d]
+  BOOSTER_CHECK_T(ShapeError, qkv.size(-1) == 3 * h * d, "GPT2Attention: c_attn gives ", qkv.size(-1),
+                  " features, not 3 x num_heads ", h, " x head_dim ", d,
+                  "; a policy that shards c_attn must set num_heads per rank");
+  auto heads = [&](int64_t i) { return qkv.narrow(-1, i * h * d, h * d).view({b, t, h, d}).permute({0, 2, 1, 3}); };
+  // Attention dropout with the attn_dropout module's probability (the composite path).
+  auto* stock = dynamic_cast<Dropout*>(attn_dropout.get());
+  const double p = is_training() && stock ? stock->p() : 0.0;
+  Tensor ctx = causal_attention(heads(0), heads(1), heads(2), p).permute({0, 2, 1, 3});  // [B, T, h, d]
+  return resid_dropout(c_proj(ctx.reshape({b, t, h * d})));
+}
+
+GPT2MLP::GPT2MLP(const GPT2Config& c) : c_(c) {
+  c_fc = register_module<UnaryModule>("c_fc", std::make_shared<Conv1D>(c.inner(), c.n_embd, c.bias));
+  act = register_module<UnaryModule>("act", std::make_shared<GELU>(c.activation_function == "gelu" ? "none" : "tanh"));
+  c_proj = register_module<UnaryModule>("c_proj", std::make_shared<Conv1D>(c.n_embd, c.inner(), c.bias));
+  dropout = register_module<UnaryModule>("dropout", std::make_shared<Dropout>(c.resid_pdrop));
+}
+
+GPT2Block::GPT2Block(const GPT2Config& c) : c_(c) {
+  ln_1 = register_module<UnaryModule>("ln_1", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, c.bias));
+  attn = register_module<UnaryModule>("attn", std::make_shared<GPT2Attention>(c));
+  ln_2 = register_module<UnaryModule>("ln_2", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, c.bias));
+  mlp = register_module<UnaryModule>("mlp", std::make_shared<GPT2MLP>(c));
+}
+
+Tensor GPT2Block::forward(const Tensor& hidden) {
+  Tensor x = add(hidden, attn(ln_1(hidden)));
+  return add(x, mlp(ln_2(x)));
+}
+
+GPT2Model::GPT2Model(const GPT2Config& c) : c_(c) {
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd));
+  drop = register_module<UnaryModule>("drop", std::make_shared<Dropout>(c.embd_pdrop));
+  auto list = std::make_shared<ModuleList<UnaryModule>>();
+  for (int64_t i = 0; i < c.n_layer; ++i) list->push_back(std::make_shared<GPT2Block>(c));
+  h = register_module("h", list);
+  ln_f = register_module<UnaryModule>("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, c.bias));
+}
+
+// input_ids: [B, T] -> [B, T, E]
+Tensor GPT2Model::embed(const Tensor& input_ids) {
+  BOOSTER_CHECK_T(ShapeError, input_ids.dim() == 2, "GPT2Model: input_ids must be [batch, sequence], got ",
+                  shape_str(input_ids.shape()));
+  const int64_t t = input_ids.size(1);
+  BOOSTER_CHECK_T(ShapeError, t <= c_.n_positions, "GPT2Model: a sequence of ", t, " tokens is past n_positions ",
+                  c_.n_positions);
+  Tensor pos = Tensor::arange(t).view({1, t});
+  return drop(add(wte(input_ids), wpe(pos)));
+}
+
+Tensor GPT2Model::blocks(const Tensor& hidden, int64_t begin, int64_t end) {
+  BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(h->size()), "GPT2Model: blocks [", begin, ", ", end,
+                ") of ", h->size());
+  Tensor x = hidden;
+  for (int64_t i = begin; i < end; ++i) x = h->at(size_t(i))(x);
+  return x;
+}
+
+GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : c_(c) {
+  c.validate();
+  transformer = register_module("transformer", std::make_shared<GPT2Model>(c));
+  if (!c.tie_word_embeddings)
+    register_module<UnaryModule>("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
+  gpt2_init_weights(*this, c);
+}
+
+Tensor GPT2LMHeadModel::head(const Tensor& hidden) {
+  // Tied: the embedding table as the head's weight, inside a forward of the wte module, so
+  // whatever hooks it (ZeRO-3 gathering its shard, FSDP's unit) sees this use too.
+  Embedding& wte = *transformer->wte;
+  if (c_.tie_word_embeddings) return wte.call_forward([&] { return linear(hidden, wte.weight); });  // [B, T, E] x [V, E]^T
+  return (*std::static_pointer_cast<UnaryModule>(get("lm_head")))(hidden);
+}
+
+CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& labels) {
+  CausalLMOutput out{head(transformer(input_ids)), Tensor()};
+  if (labels.defined()) {  // transformers' shift: position t predicts labels[t + 1]
+    const int64_t t = out.logits.size(1), v = out.logits.size(2);
+    BOOSTER_CHECK_T(ShapeError, labels.shape() == input_ids.shape(), "GPT2LMHeadModel: labels ",
+                    shape_str(labels.shape()), " must be shaped as input_ids ", shape_str(input_ids.shape()));
+    out.loss = cross_entropy(out.logits.narrow(1, 0, t - 1).reshape({-1, v}), labels.narrow(1, 1, t - 1).reshape({-1}));
+  }
+  return out;
+}
+
+std::vector<std::string> GPT2LMHeadModel::stage_modules(const StageSpec& s) const {
+  // A last stage without the first would need the token embeddings the first stage holds.
+  BOOSTER_CHECK(!c_.tie_word_embeddings || !s.last || s.first, "GPT2LMHeadModel: the head is tied to the token ",
+                "embeddings (tie_word_embeddings), which runs as one pipeline stage only; untie them ",
+                "(tie_word_embeddings = false) to split the model into stages");
+  std::vector<std::string> out;
+  if (s.first) out.insert(out.end(), {"transformer.wte", "transformer.wpe", "transformer.drop"});
+  for (int64_t i = s.layer_begin; i < s.layer_end; ++i) out.push_back("transformer.h." + std::to_string(i));
+  if (s.last) {
+    out.push_back("transformer.ln_f");
+    if (!c_.tie_word_embeddings) out.push_back("lm_head");
+  }
+  return out;
+}
+
+// first: {"input_ids"} -> ...; others: {"hidden_states" [B, T, E]}; last -> {"logits" [B, T, V]}
+TensorMap GPT2LMHeadModel::stage_forward(const TensorMap& inputs, const StageSpec& s) {
+  GPT2Model& m = *transformer;
+  Tensor x = s.first ? m.embed(need(inputs, "input_ids", "GPT-2 stage")) : need(inputs, "hidden_states", "GPT-2 stage");
+  x = m.blocks(x, s.layer_begin, s.layer_end);
+  if (!s.last) return {{"hidden_states", x}};
+  return {{"logits", head(m.ln_f(x))}};
+}
+
+void gpt2_init_weights(Module& root, const GPT2Config& c) {
+  if (SkipInitGuard::active()) return;
+  const double proj_std = c.initializer_range / std::sqrt(2.0 * double(std::max<int64_t>(c.n_layer, 1)));
+  for (auto& [name, m] : root.named_modules()) {
+    const bool proj = name.size() >= 6 && name.compare(name.size() - 6, 6, "c_proj") == 0;
+    const bool dense = dynamic_cast<Conv1D*>(m.get()) || dynamic_cast<Linear*>(m.get()) || dynamic_cast<Embedding*>(m.get());
+    for (auto& [pn, p] : m->named_parameters(false)) {
+      Tensor t = p;
+      if (dense) pn == "weight" ? init::normal_(t, 0.0, proj ? proj_std : c.initializer_range) : init::zeros_(t);
+      else if (dynamic_cast<LayerNorm*>(m.get())) pn == "weight" ? init::ones_(t) : init::zeros_(t);
+    }
+  }
+}
+
+}  // namespace booster::nn

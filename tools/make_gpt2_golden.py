@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Writes tests/nn/golden/gpt2_tiny/: a PyTorch GPT-2 written from the architecture (not
+transformers): learned positions, pre-norm blocks, causal attention with 1/sqrt(d) scaling,
+GELU-tanh, Conv1D weights [in, out], the head tied to the token embeddings, and
+transformers' shifted loss (position t predicts labels[t + 1]). Dropout 0, fp32.
+
+Files, in the layout of ../shared/golden's ViT cases:
+  config.json           transformers' GPT2Config keys
+  model.safetensors     the initial parameters under transformers' names (no lm_head.weight: tied)
+  input.safetensors     input_ids I64 [B, T] (labels = input_ids)
+  expected.safetensors  logits [B, T, V], loss [1], grad.<name> for every parameter,
+                        train_losses [steps] and after_adamw.<name> after `steps` AdamW steps
+Usage: python3 tools/make_gpt2_golden.py [OUT_DIR]
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_adamw_golden import save  # noqa: E402  (one safetensors writer for the goldens)
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/nn/golden/gpt2_tiny"
+CONFIG = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 65, "n_positions": 64,
+          "n_ctx": 64, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_inner": None, "activation_function": "gelu_new",
+          "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "layer_norm_epsilon": 1e-5,
+          "initializer_range": 0.02, "scale_attn_weights": True, "tie_word_embeddings": True,
+          "bos_token_id": 50256, "eos_token_id": 50256}
+B, T, STEPS = 3, 16, 4
+ADAMW = {"lr": 3e-3, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1}
+
+
+def init_params(gen):
+    e, v, p, inner = CONFIG["n_embd"], CONFIG["vocab_size"], CONFIG["n_positions"], 4 * CONFIG["n_embd"]
+
+    def normal(*shape, std=0.02):
+        return torch.randn(*shape, generator=gen) * std
+
+    w = {"transformer.wte.weight": normal(v, e), "transformer.wpe.weight": normal(p, e)}
+    for layer in range(CONFIG["n_layer"]):
+        h = f"transformer.h.{layer}."
+        for ln in ("ln_1", "ln_2"):  # non-trivial norms, so their gradients show
+            w[h + ln + ".weight"] = 1 + normal(e, std=0.1)
+            w[h + ln + ".bias"] = normal(e, std=0.1)
+        for name, (i, o) in {"attn.c_attn": (e, 3 * e), "attn.c_proj": (e, e), "mlp.c_fc": (e, inner),
+                             "mlp.c_proj": (inner, e)}.items():
+            w[h + name + ".weight"] = normal(i, o)
+            w[h + name + ".bias"] = normal(o, std=0.01)
+    w["transformer.ln_f.weight"] = 1 + normal(e, std=0.1)
+    w["transformer.ln_f.bias"] = normal(e, std=0.1)
+    return {k: t.float().requires_grad_() for k, t in w.items()}
+
+
+def forward(w, ids):
+    e, nh = CONFIG["n_embd"], CONFIG["n_head"]
+    b, t = ids.shape
+    d = e // nh
+    ln = lambda x, p: torch.nn.functional.layer_norm(x, (e,), w[p + ".weight"], w[p + ".bias"], 1e-5)  # noqa: E731
+    conv1d = lambda x, p: x @ w[p + ".weight"] + w[p + ".bias"]  # noqa: E731
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][torch.arange(t)]
+    mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+    for layer in range(CONFIG["n_layer"]):
+        h = f"transformer.h.{layer}."
+        q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(e, dim=-1)
+        heads = lambda z: z.view(b, t, nh, d).transpose(1, 2)  # noqa: E731
+        att = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(d) + mask, dim=-1)
+        y = (att @ heads(v)).transpose(1, 2).reshape(b, t, e)
+        x = x + conv1d(y, h + "attn.c_proj")
+        m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d(m, h + "mlp.c_proj")
+    logits = ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].t()
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+    return logits, loss
+
+
+def main():
+    gen = torch.Generator().manual_seed(20261128)
+    os.makedirs(OUT, exist_ok=True)
+    w = init_params(gen)
+    ids = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
+    save(os.path.join(OUT, "model.safetensors"), {k: t.detach() for k, t in w.items()}, {"format": "pt"})
+    save(os.path.join(OUT, "input.safetensors"), {"input_ids": ids}, {"format": "pt"})
+    logits, loss = forward(w, ids)
+    loss.backward()
+    expected = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
+    expected.update({"grad." + k: t.grad.clone() for k, t in w.items()})
+    opt = torch.optim.AdamW(list(w.values()), foreach=False, **ADAMW)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        _, step_loss = forward(w, ids)
+        losses.append(step_loss.item())
+        step_loss.backward()
+        opt.step()
+    expected["train_losses"] = torch.tensor(losses)
+    expected.update({"after_adamw." + k: t.detach().clone() for k, t in w.items()})
+    meta = {"torch": torch.__version__, "steps": str(STEPS), "adamw": json.dumps(ADAMW)}
+    save(os.path.join(OUT, "expected.safetensors"), expected, meta)
+    with open(os.path.join(OUT, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+        f.write("\n")
+    print(f"wrote {OUT}: loss {loss.item():.6f}, {len(expected)} expected tensors, torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()
