@@ -107,4 +107,15 @@ Tensor checkpoint(UnaryModule& m, const Tensor& x) {
   return out;
 }
 
+Tensor run_layers(const ModuleList<UnaryModule>& layers, const Tensor& x, int64_t begin, int64_t end, bool enabled,
+                  double ratio, bool training, const char* who) {
+  BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(layers.size()), who, ": layers [", begin, ", ", end, ") of ",
+                layers.size());
+  BOOSTER_CHECK(ratio >= 0 && ratio <= 1, who, ": gradient_checkpointing_ratio must be in [0, 1], got ", ratio);
+  const int64_t ckpt = enabled && training ? int64_t(ratio * double(end - begin) + 1e-9) : 0;
+  Tensor h = x;
+  for (int64_t i = begin; i < end; ++i) h = i - begin < ckpt ? checkpoint(*layers.at(size_t(i)), h) : layers.at(size_t(i))(h);
+  return h;
+}
+
 }  // namespace booster::nn

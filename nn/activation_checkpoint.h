@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor/random.h"
+#include "nn/layers.h"
 #include "nn/module.h"
 
 namespace booster::nn {
@@ -26,5 +27,11 @@ class RandomModule {
 /// parameter's own accumulator, so data-parallel and ZeRO hooks see them as usual). Without
 /// grad mode it is plain m(x).
 Tensor checkpoint(UnaryModule& m, const Tensor& x);
+
+/// Hugging Face's gradient checkpointing of a stack of layers: layers [begin, end) on x, the
+/// first `ratio` share of them checkpointed while `training` when `enabled`. `who` names the
+/// stack in errors.
+Tensor run_layers(const ModuleList<UnaryModule>& layers, const Tensor& x, int64_t begin, int64_t end, bool enabled,
+                  double ratio, bool training, const char* who);
 
 }  // namespace booster::nn

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "nn/activation_checkpoint.h"
 #include "nn/init.h"
 
 namespace booster::nn {
@@ -35,18 +36,30 @@ GPT2Attention::GPT2Attention(const GPT2Config& c) : num_heads(c.n_head), head_di
   register_attribute("head_dim", &head_dim);
 }
 
-Tensor GPT2Attention::forward(const Tensor& hidden) {
+Tensor GPT2Attention::forward(const Tensor& hidden) { return attend(hidden, nullptr, nullptr); }
+
+Tensor GPT2Attention::forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values) {
+  return call_forward([&] { return attend(hidden, &keys, &values); });
+}
+
+Tensor GPT2Attention::attend(const Tensor& hidden, Tensor* keys, Tensor* values) {
   const int64_t b = hidden.size(0), t = hidden.size(1), h = num_heads, d = head_dim;
   Tensor qkv = c_attn(hidden);  // [B, T, 3 h d]
   BOOSTER_CHECK_T(ShapeError, qkv.size(-1) == 3 * h * d, "GPT2Attention: c_attn gives ", qkv.size(-1),
                   " features, not 3 x num_heads ", h, " x head_dim ", d,
                   "; a policy that shards c_attn must set num_heads per rank");
   auto heads = [&](int64_t i) { return qkv.narrow(-1, i * h * d, h * d).view({b, t, h, d}).permute({0, 2, 1, 3}); };
-  // Attention dropout with the attn_dropout module's probability (the composite path).
-  auto* stock = dynamic_cast<Dropout*>(attn_dropout.get());
-  const double p = is_training() && stock ? stock->p() : 0.0;
-  Tensor ctx = causal_attention(heads(0), heads(1), heads(2), p).permute({0, 2, 1, 3});  // [B, T, h, d]
-  return resid_dropout(c_proj(ctx.reshape({b, t, h * d})));
+  Tensor ctx;
+  if (keys) {
+    auto [k, v] = extend_cache(*keys, *values, heads(1), heads(2));
+    ctx = cached_attention(heads(0), k, v, 1.0 / std::sqrt(double(d)));
+  } else {
+    // Attention dropout with the attn_dropout module's probability (the composite path).
+    auto* stock = dynamic_cast<Dropout*>(attn_dropout.get());
+    const double p = is_training() && stock ? stock->p() : 0.0;
+    ctx = causal_attention(heads(0), heads(1), heads(2), p);
+  }
+  return resid_dropout(c_proj(ctx.permute({0, 2, 1, 3}).reshape({b, t, h * d})));  // [B, T, h, d] -> [B, T, E]
 }
 
 GPT2MLP::GPT2MLP(const GPT2Config& c) : c_(c) {
@@ -68,6 +81,15 @@ Tensor GPT2Block::forward(const Tensor& hidden) {
   return add(x, mlp(ln_2(x)));
 }
 
+Tensor GPT2Block::forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values) {
+  return call_forward([&] {
+    auto* a = dynamic_cast<GPT2Attention*>(attn.get());
+    BOOSTER_CHECK(a, "GPT2Block: generating with a cache needs a GPT2Attention, this block's attn is ", attn->type_name());
+    Tensor x = add(hidden, a->forward_cached(ln_1(hidden), keys, values));
+    return add(x, mlp(ln_2(x)));
+  });
+}
+
 GPT2Model::GPT2Model(const GPT2Config& c) : c_(c) {
   wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
   wpe = register_module("wpe", std::make_shared<Embedding>(c.n_positions, c.n_embd));
@@ -76,25 +98,25 @@ GPT2Model::GPT2Model(const GPT2Config& c) : c_(c) {
   for (int64_t i = 0; i < c.n_layer; ++i) list->push_back(std::make_shared<GPT2Block>(c));
   h = register_module("h", list);
   ln_f = register_module<UnaryModule>("ln_f", std::make_shared<LayerNorm>(c.n_embd, c.layer_norm_epsilon, true, c.bias));
+  register_attribute("gradient_checkpointing", &gradient_checkpointing);
+  register_attribute("gradient_checkpointing_ratio", &gradient_checkpointing_ratio);
 }
 
 // input_ids: [B, T] -> [B, T, E]
-Tensor GPT2Model::embed(const Tensor& input_ids) {
+Tensor GPT2Model::embed(const Tensor& input_ids, int64_t past) {
   BOOSTER_CHECK_T(ShapeError, input_ids.dim() == 2, "GPT2Model: input_ids must be [batch, sequence], got ",
                   shape_str(input_ids.shape()));
   const int64_t t = input_ids.size(1);
-  BOOSTER_CHECK_T(ShapeError, t <= c_.n_positions, "GPT2Model: a sequence of ", t, " tokens is past n_positions ",
-                  c_.n_positions);
-  Tensor pos = Tensor::arange(t).view({1, t});
+  BOOSTER_CHECK_T(ShapeError, past + t <= c_.n_positions, "GPT2Model: a sequence of ", past + t,
+                  " tokens is past n_positions ", c_.n_positions);
+  std::vector<int64_t> positions(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) positions[size_t(i)] = past + i;
+  Tensor pos = Tensor::from_ints(positions, {1, t});
   return drop(add(wte(input_ids), wpe(pos)));
 }
 
 Tensor GPT2Model::blocks(const Tensor& hidden, int64_t begin, int64_t end) {
-  BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(h->size()), "GPT2Model: blocks [", begin, ", ", end,
-                ") of ", h->size());
-  Tensor x = hidden;
-  for (int64_t i = begin; i < end; ++i) x = h->at(size_t(i))(x);
-  return x;
+  return run_layers(*h, hidden, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(), "GPT2Model");
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : c_(c) {
@@ -115,13 +137,23 @@ Tensor GPT2LMHeadModel::head(const Tensor& hidden) {
 
 CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& labels) {
   CausalLMOutput out{head(transformer(input_ids)), Tensor()};
-  if (labels.defined()) {  // transformers' shift: position t predicts labels[t + 1]
-    const int64_t t = out.logits.size(1), v = out.logits.size(2);
-    BOOSTER_CHECK_T(ShapeError, labels.shape() == input_ids.shape(), "GPT2LMHeadModel: labels ",
-                    shape_str(labels.shape()), " must be shaped as input_ids ", shape_str(input_ids.shape()));
-    out.loss = cross_entropy(out.logits.narrow(1, 0, t - 1).reshape({-1, v}), labels.narrow(1, 1, t - 1).reshape({-1}));
-  }
+  if (labels.defined()) out.loss = causal_lm_loss(out.logits, labels, input_ids, "GPT2LMHeadModel");
   return out;
+}
+
+Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, KVCache& cache) {
+  GPT2Model& m = *transformer;
+  return head(m.ln_f(forward_layers_cached<GPT2Block>(*m.h, m.embed(input_ids, cache.length()), cache, "transformer.h")));
+}
+
+void GPT2LMHeadModel::gradient_checkpointing_enable(double ratio) {
+  BOOSTER_CHECK(ratio >= 0 && ratio <= 1, "gradient_checkpointing_enable: ratio must be in [0, 1], got ", ratio);
+  transformer->gradient_checkpointing = true;
+  transformer->gradient_checkpointing_ratio = ratio;
+}
+
+Tensor GPT2LMHeadModel::generate(const Tensor& input_ids, const GenerateOptions& o) {
+  return generate_in_eval(*this, *this, input_ids, o);
 }
 
 std::vector<std::string> GPT2LMHeadModel::stage_modules(const StageSpec& s) const {

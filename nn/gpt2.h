@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "nn/causal_lm.h"
 #include "nn/gpt2_config.h"
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -36,11 +37,14 @@ class GPT2Attention : public UnaryModule {
   explicit GPT2Attention(const GPT2Config& c);
   std::string type_name() const override { return "GPT2Attention"; }
   Tensor forward(const Tensor& hidden) override;  // [B, T, E] -> [B, T, E]
+  /// The new tokens' hidden states after the cached ones; keys and values grow by them.
+  Tensor forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values);
   Slot<UnaryModule> c_attn, c_proj, attn_dropout, resid_dropout;
   int64_t num_heads, head_dim;  // attributes a tensor-parallel policy divides
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<GPT2Attention>(c_); }
+  Tensor attend(const Tensor& hidden, Tensor* keys, Tensor* values);  // keys: the cached path
   GPT2Config c_;
 };
 
@@ -63,6 +67,7 @@ class GPT2Block : public UnaryModule {
   explicit GPT2Block(const GPT2Config& c);
   std::string type_name() const override { return "GPT2Block"; }
   Tensor forward(const Tensor& hidden) override;
+  Tensor forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values);
   Slot<UnaryModule> ln_1, attn, ln_2, mlp;
 
  protected:
@@ -76,36 +81,28 @@ class GPT2Model : public UnaryModule {
   explicit GPT2Model(const GPT2Config& c);
   std::string type_name() const override { return "GPT2Model"; }
   Tensor forward(const Tensor& input_ids) override { return ln_f(blocks(embed(input_ids), 0, int64_t(h->size()))); }
-  /// Token plus position embeddings and dropout; ids past the vocabulary or a sequence past
-  /// n_positions are errors naming them.
-  Tensor embed(const Tensor& input_ids);
+  /// Token plus position embeddings (positions from `past`) and dropout; ids past the
+  /// vocabulary or a sequence past n_positions are errors naming them.
+  Tensor embed(const Tensor& input_ids, int64_t past = 0);
   /// Blocks [begin, end) (a pipeline stage's share).
   Tensor blocks(const Tensor& hidden, int64_t begin, int64_t end);
   Slot<Embedding> wte, wpe;
   Slot<UnaryModule> drop;
   Slot<ModuleList<UnaryModule>> h;
   Slot<UnaryModule> ln_f;
+  bool gradient_checkpointing = false;       // attributes (gradient_checkpointing_enable)
+  double gradient_checkpointing_ratio = 1.0;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<GPT2Model>(c_); }
   GPT2Config c_;
 };
 
-/// Output of a causal language model.
-struct CausalLMOutput {
-  Tensor logits;  // [B, T, vocab_size]
-  Tensor loss;    // [] mean over the shifted labels that count; undefined without labels
-};
-inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>& f) {
-  if (o.logits.defined()) f(o.logits);
-  if (o.loss.defined()) f(o.loss);
-}
-
 /// GPT2Model and the language-model head. As a pipeline the stages divide the blocks: the
 /// first runs the embeddings (reading "input_ids"), the last ln_f and the head (returning
 /// "logits"); a head tied to the embeddings runs as one stage only (the tie across stages
 /// is the language-model parallel issue's).
-class GPT2LMHeadModel : public Module, public PipelineModule {
+class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
  public:
   explicit GPT2LMHeadModel(const GPT2Config& c);
   std::string type_name() const override { return "GPT2LMHeadModel"; }
@@ -118,6 +115,17 @@ class GPT2LMHeadModel : public Module, public PipelineModule {
   /// hidden [B, T, E] -> logits [B, T, V] (the tied embedding matrix, or lm_head).
   Tensor head(const Tensor& hidden);
   const GPT2Config& config() const { return c_; }
+
+  /// Logits of input_ids after the cache's tokens (every block a GPT2Block; see causal_lm.h).
+  Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override;
+  int64_t max_positions() const override { return c_.n_positions; }
+  /// nn::generate in eval mode (the mode is restored).
+  Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
+  /// Hugging Face's gradient_checkpointing_enable(): the blocks run checkpointed while
+  /// training (ratio: the share of each stage's blocks, the first ones).
+  void gradient_checkpointing_enable(double ratio = 1.0);
+  void gradient_checkpointing_disable() { transformer->gradient_checkpointing = false; }
+  bool is_gradient_checkpointing() const { return transformer->gradient_checkpointing; }
 
   int64_t num_pipeline_layers() const override { return c_.n_layer; }
   std::vector<std::string> stage_modules(const StageSpec& s) const override;

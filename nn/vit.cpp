@@ -183,17 +183,8 @@ ViTEncoder::ViTEncoder(const ViTConfig& c, std::shared_ptr<ModuleList<UnaryModul
 Tensor ViTEncoder::forward(const Tensor& hidden) { return forward_layers(hidden, 0, int64_t(layer->size())); }
 
 Tensor ViTEncoder::forward_layers(const Tensor& hidden, int64_t begin, int64_t end) {
-  BOOSTER_CHECK(0 <= begin && begin <= end && end <= int64_t(layer->size()), "ViTEncoder: layers [", begin, ", ", end,
-                ") of ", layer->size());
-  BOOSTER_CHECK(gradient_checkpointing_ratio >= 0 && gradient_checkpointing_ratio <= 1,
-                "ViTEncoder: gradient_checkpointing_ratio must be in [0, 1], got ", gradient_checkpointing_ratio);
-  const int64_t ckpt = gradient_checkpointing && is_training()
-                           ? int64_t(gradient_checkpointing_ratio * double(end - begin) + 1e-9)
-                           : 0;
-  Tensor h = hidden;
-  for (int64_t i = begin; i < end; ++i)
-    h = i - begin < ckpt ? checkpoint(*layer->at(size_t(i)), h) : layer->at(size_t(i))(h);
-  return h;
+  return run_layers(*layer, hidden, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(),
+                    "ViTEncoder");
 }
 
 ViTModel::ViTModel(const ViTConfig& c) : c_(c) {

@@ -1,7 +1,9 @@
-// export_hf: writes a Hugging Face model folder (config.json, model.safetensors,
-// preprocessor_config.json) from a vit_train checkpoint folder (step-N, or a run's
-// checkpoints/ folder: its newest complete step, as vit_predict and --eval-only take it), so
-// the model loads in transformers or back here with model.pretrained / vit_from_pretrained.
+// export_hf: writes a Hugging Face model folder (config.json, model.safetensors, and
+// preprocessor_config.json or vocab.json when the run saved one) from a vit_train or
+// lm_train checkpoint folder (step-N, or a run's checkpoints/ folder: its newest complete
+// step, as vit_predict and --eval-only take it), so the model loads in transformers or back
+// here with vit_from_pretrained, gpt2_from_pretrained or llama_from_pretrained. The model
+// is the one config.json's model_type names (vit, gpt2, llama).
 // Usage: export_hf <step folder | checkpoints folder> <output folder> [--max-shard-mb N]
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -9,13 +11,41 @@
 #include "booster/checkpoint/tensor_store.h"
 #include "booster/trainer/run_checkpoint.h"
 #include "core/autograd/grad_mode.h"
+#include "core/common/file_util.h"
 #include "nn/pretrained.h"
+#include <nlohmann/json.hpp>
 
 using namespace booster;
 namespace fs = std::filesystem;
 
+namespace {
+
+// The checkpoint's model (config.json's kind) loaded and written as transformers' folder.
+template <typename M, typename C>
+size_t export_model(const fs::path& d, const std::string& out, size_t max_shard_bytes) {
+  const C cfg = C::from_json_file((d / "config.json").string());
+  nn::SkipInitGuard skip;
+  M model(cfg);
+  const bool shard = fs::is_directory(d / "model");
+  auto loaded = ckpt::load_tensors((d / (shard ? "model" : "model.ckpt")).string(), "model");
+  {
+    NoGradGuard ng;
+    model.load_state_dict(loaded.tensors, /*strict=*/true);
+  }
+  nn::save_pretrained(model, out, max_shard_bytes);
+  return loaded.tensors.size();
+}
+
+std::string model_type(const fs::path& config) {
+  const auto j = nlohmann::json::parse(read_text_file(config.string()), nullptr, false);
+  BOOSTER_CHECK_T(IOError, j.is_object(), config.string(), ": not a JSON object");
+  return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "vit";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"Export a booster-cpp ViT checkpoint to Hugging Face layout"};
+  CLI::App app{"Export a booster-cpp ViT, GPT-2 or LLaMA checkpoint to Hugging Face layout"};
   std::string step_dir, out;
   int64_t max_shard_mb = 0;
   app.add_option("checkpoint", step_dir, "a step folder holding config.json and model (or model.ckpt), or a run's "
@@ -29,20 +59,16 @@ int main(int argc, char** argv) {
                     step_dir, "' (a step-N folder with progress.ckpt, a folder of them, or a folder with config.json)");
     if (newest) verify_run_checkpoint(*newest);
     const fs::path d(newest ? *newest : step_dir);
-    nn::ViTConfig cfg = nn::ViTConfig::from_json_file((d / "config.json").string());
-    nn::SkipInitGuard skip;
-    nn::ViTForImageClassification model(cfg);
-    const bool shard = fs::is_directory(d / "model");
-    auto loaded = ckpt::load_tensors((d / (shard ? "model" : "model.ckpt")).string(), "model");
-    {
-      NoGradGuard ng;
-      model.load_state_dict(loaded.tensors, /*strict=*/true);
-    }
-    nn::save_pretrained(model, out, size_t(max_shard_mb) << 20);
-    if (fs::exists(d / "preprocessor_config.json"))
-      fs::copy_file(d / "preprocessor_config.json", fs::path(out) / "preprocessor_config.json",
-                    fs::copy_options::overwrite_existing);
-    std::printf("exported %zu tensors to %s\n", loaded.tensors.size(), out.c_str());
+    const std::string type = model_type(d / "config.json");
+    const size_t bytes = size_t(max_shard_mb) << 20;
+    size_t n = 0;
+    if (type == "vit") n = export_model<nn::ViTForImageClassification, nn::ViTConfig>(d, out, bytes);
+    else if (type == "gpt2") n = export_model<nn::GPT2LMHeadModel, nn::GPT2Config>(d, out, bytes);
+    else if (type == "llama") n = export_model<nn::LlamaForCausalLM, nn::LlamaConfig>(d, out, bytes);
+    else BOOSTER_THROW(ValueError, (d / "config.json").string(), ": model_type '", type, "' is not one export_hf writes (vit, gpt2, llama)");
+    for (const char* side : {"preprocessor_config.json", "vocab.json"})
+      if (fs::exists(d / side)) fs::copy_file(d / side, fs::path(out) / side, fs::copy_options::overwrite_existing);
+    std::printf("exported %zu tensors of a %s model to %s\n", n, type.c_str(), out.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "export_hf: %s\n", e.what());

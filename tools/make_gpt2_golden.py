@@ -12,7 +12,6 @@ Files, in the layout of ../shared/golden's ViT cases:
                         train_losses [steps] and after_adamw.<name> after `steps` AdamW steps
 Usage: python3 tools/make_gpt2_golden.py [OUT_DIR]
 """
-import json
 import math
 import os
 import sys
@@ -20,7 +19,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_adamw_golden import save  # noqa: E402  (one safetensors writer for the goldens)
+from causal_lm_golden import write_golden  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/nn/golden/gpt2_tiny"
 CONFIG = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 65, "n_positions": 64,
@@ -76,32 +75,7 @@ def forward(w, ids):
 
 
 def main():
-    gen = torch.Generator().manual_seed(20261128)
-    os.makedirs(OUT, exist_ok=True)
-    w = init_params(gen)
-    ids = torch.randint(0, CONFIG["vocab_size"], (B, T), generator=gen)
-    save(os.path.join(OUT, "model.safetensors"), {k: t.detach() for k, t in w.items()}, {"format": "pt"})
-    save(os.path.join(OUT, "input.safetensors"), {"input_ids": ids}, {"format": "pt"})
-    logits, loss = forward(w, ids)
-    loss.backward()
-    expected = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
-    expected.update({"grad." + k: t.grad.clone() for k, t in w.items()})
-    opt = torch.optim.AdamW(list(w.values()), foreach=False, **ADAMW)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        _, step_loss = forward(w, ids)
-        losses.append(step_loss.item())
-        step_loss.backward()
-        opt.step()
-    expected["train_losses"] = torch.tensor(losses)
-    expected.update({"after_adamw." + k: t.detach().clone() for k, t in w.items()})
-    meta = {"torch": torch.__version__, "steps": str(STEPS), "adamw": json.dumps(ADAMW)}
-    save(os.path.join(OUT, "expected.safetensors"), expected, meta)
-    with open(os.path.join(OUT, "config.json"), "w") as f:
-        json.dump(CONFIG, f, indent=2)
-        f.write("\n")
-    print(f"wrote {OUT}: loss {loss.item():.6f}, {len(expected)} expected tensors, torch {torch.__version__}")
+    write_golden(OUT, CONFIG, init_params, forward, ADAMW, B, T, STEPS)
 
 
 if __name__ == "__main__":

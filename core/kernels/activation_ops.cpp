@@ -1,6 +1,8 @@
 // GELU: the exact form with its derivative in one AVX-512 pass where the CPU has it
 // (gelu_avx512.h), else on oneDNN's eltwise primitives (erf or tanh form); and dropout with
-// a counter-based mask (the same mask for any thread count).
+// a counter-based mask (the same mask for any thread count); SiLU (LLaMA's MLP).
+#include <cmath>
+
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
@@ -135,5 +137,35 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
+
+// x: any shape -> x * sigmoid(x), in f32 (a loop the compiler vectorizes)
+Tensor silu(const Tensor& x) {
+  ProfileScope prof_("silu");
+  kernels::check_floating("silu", x);
+  const DType dt = x.dtype();
+  const Tensor xs = kernels::f32_contig(x.detach());
+  Tensor y = Tensor::empty(x.shape());
+  const float* xp = xs.data<float>();
+  float* yp = y.data<float>();
+  parallel_for(xs.numel(), 4096, [&](int64_t b, int64_t e) {
+#pragma omp simd
+    for (int64_t i = b; i < e; ++i) yp[i] = xp[i] / (1.f + std::exp(-xp[i]));
+  });
+  return autograd::record("silu", {x}, y.to(dt), [xs, dt](const std::vector<Tensor>& g) {
+    // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+    const Tensor go = kernels::f32_contig(g[0]);
+    Tensor dx = Tensor::empty(xs.shape());
+    const float *xp = xs.data<float>(), *gp = go.data<float>();
+    float* dp = dx.data<float>();
+    parallel_for(xs.numel(), 4096, [&](int64_t b, int64_t e) {
+#pragma omp simd
+      for (int64_t i = b; i < e; ++i) {
+        const float s = 1.f / (1.f + std::exp(-xp[i]));
+        dp[i] = gp[i] * s * (1.f + xp[i] * (1.f - s));
+      }
+    });
+    return std::vector<Tensor>{dx.to(dt)};
+  });
+}
 
 }  // namespace booster

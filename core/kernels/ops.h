@@ -43,6 +43,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0.0,
                         std::optional<double> scale = std::nullopt);
 
+/// Rotary position embedding of x [B, T, heads, d] at positions past .. past + T - 1
+/// (transformers' LLaMA): frequency i = theta^(-2i / d) rotates the pair (x_i, x_{i + d/2}),
+/// x cos + rotate_half(x) sin.
+Tensor rotary_embedding(const Tensor& x, int64_t past, double theta);
+
 // ---- convolution (conv_ops.cpp) ----
 /// x: [B, C, H, W], w: [O, C, kh, kw], b: [O] (optional) -> [B, O, H', W'].
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::pair<int64_t, int64_t> stride,
@@ -53,10 +58,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, std::pair<int64
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
 /// Softmax over the last dim.
 Tensor softmax(const Tensor& x);
+/// x / sqrt(mean(x^2 over the last dim) + eps) * w, w: [C] (LLaMA's RMSNorm; f32 inside).
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
 
 // ---- activations (activation_ops.cpp) ----
 /// GELU; approximate "none" (exact erf) or "tanh".
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
+/// x * sigmoid(x) (SiLU, swish; LLaMA's hidden_act "silu").
+Tensor silu(const Tensor& x);
 /// Zeroes each element with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
 /// Dropout drawing from the default generator.

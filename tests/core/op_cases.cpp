@@ -62,6 +62,9 @@ std::vector<OpCase> op_cases() {
   c.push_back({"layer_norm", {{3, 4, 16}, {16}, {16}},
                [](auto& x) { return layer_norm(x[0], x[1], x[2], 1e-5); }, {}});
   c.push_back({"layer_norm_no_affine", {{6, 10}}, [](auto& x) { return layer_norm(x[0], {}, {}, 1e-5); }, {}});
+  c.push_back({"rms_norm", {{3, 4, 16}, {16}}, [](auto& x) { return rms_norm(x[0], x[1], 1e-6); }, {}});
+  c.push_back({"rotary_embedding", {{2, 3, 2, 8}}, [](auto& x) { return rotary_embedding(x[0], 5, 100.0); }, {}});
+  c.push_back({"silu", {{4, 33}}, [](auto& x) { return silu(x[0]); }, {}});
   c.push_back({"softmax", {{3, 4, 9}}, [](auto& x) { return softmax(x[0]); }, {}});
   c.push_back({"gelu_erf", {{4, 33}}, [](auto& x) { return gelu(x[0]); }, {}});
   c.push_back({"gelu_tanh", {{4, 33}}, [](auto& x) { return gelu(x[0], "tanh"); }, {}});

@@ -5,6 +5,7 @@
 
 #include "core/autograd/grad_mode.h"
 #include "nn/activation_checkpoint.h"
+#include "nn/llama.h"
 #include "nn/vit.h"
 #include "tests/support/fixtures.h"
 
@@ -100,4 +101,33 @@ TEST(GradientCheckpointing, KeepsOneInputPerLayerInsteadOfItsActivations) {
   EXPECT_LE(ckpt, (L + 6) * layer_input) << "checkpointed " << ckpt << " plain " << plain;
   std::printf("activations kept by the forward: plain %zu B, checkpointed %zu B (%zu layers, one input %zu B)\n", plain,
               ckpt, size_t(L), layer_input);
+}
+
+// GPT-2 (with its dropouts) and LLaMA: the same loss and gradients with their blocks
+// checkpointed.
+TEST(GradientCheckpointing, LanguageModelsSameLossAndGradients) {
+  auto check = [](auto plain) {
+    auto ckpt = std::dynamic_pointer_cast<typename decltype(plain)::element_type>(plain->clone());
+    ckpt->gradient_checkpointing_enable();
+    ASSERT_TRUE(ckpt->is_gradient_checkpointing());
+    const Tensor ids = Tensor::from_ints({5, 9, 2, 61, 7, 3, 30, 1, 4, 8, 12, 40}, {2, 6});
+    auto grads = [&](auto& m) {
+      m.zero_grad();
+      manual_seed(17);
+      Tensor loss = m(ids, ids).loss;
+      loss.backward();
+      std::vector<float> g{float(loss.item())};
+      for (auto& [n, p] : m.named_parameters())
+        for (float v : p.grad().to_vector()) g.push_back(v);
+      return g;
+    };
+    const auto a = grads(*plain), b = grads(*ckpt);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(b[i], a[i], 1e-6) << i;
+  };
+  manual_seed(4);
+  GPT2Config g = GPT2Config::preset("gpt2-tiny");
+  g.resid_pdrop = g.embd_pdrop = g.attn_pdrop = 0.1;
+  check(std::make_shared<GPT2LMHeadModel>(g));
+  check(std::make_shared<LlamaForCausalLM>(LlamaConfig::preset("llama-tiny")));
 }

@@ -102,9 +102,7 @@ TEST(GPT2, CausalAndStagesMatchTheWholeModel) {
   std::vector<int64_t> a{1, 5, 9, 3, 7, 2, 8, 4}, b = a;
   b[5] = 60;
   const auto la = m(ids(a, 1, 8)).logits.to_vector(), lb = m(ids(b, 1, 8)).logits.to_vector();
-  for (size_t i = 0; i < la.size(); ++i) {
-    if (i < size_t(5 * 65)) EXPECT_EQ(la[i], lb[i]) << "position " << i / 65 << " saw a later token";
-  }
+  for (size_t i = 0; i < size_t(5 * 65); ++i) EXPECT_EQ(la[i], lb[i]) << "position " << i / 65 << " saw a later token";
   EXPECT_NE(la[5 * 65], lb[5 * 65]);
   auto out = m(ids(a, 1, 8), ids(a, 1, 8));
   EXPECT_NEAR(out.loss.item(), std::log(65.0), 0.5);

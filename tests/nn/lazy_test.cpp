@@ -140,3 +140,25 @@ TEST(LazyInit, PretrainedFolderBecomesTheSourceAndMaterializesAsEager) {
   for (size_t i = 0; i < e.size(); ++i) expect_bitwise_equal(l[i].second, e[i].second, e[i].first);
   std::filesystem::remove_all(dir);
 }
+
+// GPT-2 and LLaMA under LazyInit: nothing allocated, materialized with the eager values.
+TEST(LazyInit, LanguageModelsMaterializeAsEager) {
+  auto check = [](auto make) {
+    manual_seed(6);
+    auto eager = make();
+    manual_seed(6);
+    const size_t before = host_tier().bytes_in_use();
+    decltype(eager) lazy;
+    {
+      LazyInit scope;
+      lazy = make();
+    }
+    EXPECT_EQ(host_tier().bytes_in_use(), before);
+    materialize(*lazy);
+    auto e = eager->state_dict(), l = lazy->state_dict();
+    ASSERT_EQ(e.size(), l.size());
+    for (size_t i = 0; i < e.size(); ++i) expect_bitwise_equal(l[i].second, e[i].second, e[i].first);
+  };
+  check([] { return std::make_shared<GPT2LMHeadModel>(GPT2Config::preset("gpt2-tiny")); });
+  check([] { return std::make_shared<LlamaForCausalLM>(LlamaConfig::preset("llama-tiny")); });
+}

@@ -18,6 +18,7 @@
 #include "data/idx.h"
 #include "data/token_stream.h"
 #include "nn/gpt2.h"
+#include "nn/llama.h"
 #include "nn/layers.h"
 #include "optim/sgd.h"
 #include "plugins/registry.h"
@@ -54,6 +55,11 @@ std::shared_ptr<nn::GPT2LMHeadModel> gpt2_tiny() {
   manual_seed(9);
   nn::GPT2Config c = nn::GPT2Config::preset("gpt2-tiny");  // vocabulary 65, 2 blocks of 32, tied head
   return std::make_shared<nn::GPT2LMHeadModel>(c);
+}
+
+std::shared_ptr<nn::LlamaForCausalLM> llama_tiny() {
+  manual_seed(10);
+  return std::make_shared<nn::LlamaForCausalLM>(nn::LlamaConfig::preset("llama-tiny"));  // untied, 4 heads on 2 kv heads
 }
 
 std::shared_ptr<nn::Sequential> token_model() {
@@ -230,6 +236,16 @@ TEST_P(AnyModel, GPT2OnATokenStreamTrainsAsOneProcess) {
   }
   const Trained want = train(nullptr, gpt2_tiny(), token_ce(), dataset, n * 2, 3);
   expect_same_training(train(plugin, gpt2_tiny(), token_ce(), dataset, 2, 3), want, c.name);
+}
+
+// LLaMA (tiny, head untied): every plugin, the two-stage pipeline included, trains it as
+// one process does.
+TEST_P(AnyModel, LlamaOnATokenStreamTrainsAsOneProcess) {
+  const Case& c = GetParam();
+  auto plugin = plugin_of(c);
+  auto dataset = shakespeare_windows();
+  const Trained want = train(nullptr, llama_tiny(), token_ce(), dataset, plugin->dp_size() * 2, 3);
+  expect_same_training(train(plugin, llama_tiny(), token_ce(), dataset, 2, 3), want, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plugins, AnyModel, ::testing::ValuesIn(kCases),

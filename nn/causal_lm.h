@@ -1,0 +1,92 @@
+// What causal language models (GPT-2, LLaMA) share: their output and transformers' shifted
+// loss, a key/value cache so each generated token costs one position's work, and
+// transformers' generate() sampling (temperature, top_k; greedy at temperature 0), with
+// nanoGPT's crop of the context to the model's positions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/common/check.h"
+#include "core/tensor/tensor.h"
+#include "nn/layers.h"
+
+namespace booster::nn {
+
+/// Output of a causal language model.
+struct CausalLMOutput {
+  Tensor logits;  // [B, T, vocab_size]
+  Tensor loss;    // [] mean over the shifted labels that count; undefined without labels
+};
+inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>& f) {
+  if (o.logits.defined()) f(o.logits);
+  if (o.loss.defined()) f(o.loss);
+}
+
+/// transformers' shifted loss: position t predicts labels[t + 1] (-100 ignored); labels
+/// shaped as input_ids [B, T] (`model` names the model in errors).
+Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids, const char* model);
+
+/// transformers' past_key_values: each layer's keys and values so far, [B, kv heads, L, d].
+struct KVCache {
+  std::vector<Tensor> keys, values;
+  /// Tokens cached (0 when empty).
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+  /// Layer i's entries (the cache grows to n layers on first use).
+  Tensor& key(size_t i, size_t n);
+  Tensor& value(size_t i, size_t n);
+};
+
+/// Appends k and v ([B, h, t, d] views) to a layer's cache and returns the layer's whole
+/// keys and values; with an empty cache these are k and v themselves.
+std::pair<Tensor, Tensor> extend_cache(Tensor& keys, Tensor& values, const Tensor& k, const Tensor& v);
+
+/// Attention of t new queries q [B, h, t, d] over the cached keys and values [B, h, L, d]
+/// whose last t are the queries' own: causal_attention when nothing came before them (L = t),
+/// unmasked attention for one query after a cache; several queries after a cache are refused.
+Tensor cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, double scale);
+
+/// x through every layer of `layers` (each a Layer with forward_cached(x, keys, values)),
+/// each with its entry of the cache; `path` names the list in errors ("transformer.h").
+template <typename Layer>
+Tensor forward_layers_cached(const ModuleList<UnaryModule>& layers, Tensor x, KVCache& cache, const char* path) {
+  const size_t n = layers.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto* layer = dynamic_cast<Layer*>(layers.at(i).get());
+    BOOSTER_CHECK(layer, "generating with a cache needs the model's own layers, ", path, ".", i, " is ",
+                  layers.at(i)->type_name());
+    x = layer->forward_cached(x, cache.key(i, n), cache.value(i, n));
+  }
+  return x;
+}
+
+/// A model generate() can drive.
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  /// Logits [B, t, V] of input_ids [B, t] that follow the cache's tokens; the cache is
+  /// extended by them. Positions start at cache.length().
+  virtual Tensor forward_cached(const Tensor& input_ids, KVCache& cache) = 0;
+  /// Most positions a forward takes (n_positions, max_position_embeddings).
+  virtual int64_t max_positions() const = 0;
+};
+
+/// transformers' generate() arguments (sampling on, as nanoGPT's generate).
+struct GenerateOptions {
+  int64_t max_new_tokens = 100;
+  double temperature = 1.0;  // logits divided by it; 0: the most likely token (greedy)
+  int64_t top_k = 0;         // keep the k most likely tokens (0: all)
+  uint64_t seed = 1337;      // the draws' generator
+  bool use_cache = true;     // false: every token recomputes the whole context (the reference)
+};
+
+/// input_ids [B, T] i64 -> [B, T + max_new_tokens]: each new token drawn from the last
+/// position's logits. A context longer than max_positions() is cropped to its last
+/// max_positions() tokens (nanoGPT's generate), which recomputes the cache. Runs without
+/// gradients; the caller puts the model in eval mode (the models' generate() members do).
+Tensor generate(CausalLM& model, const Tensor& input_ids, const GenerateOptions& o = {});
+/// generate with `module` (the model itself) in eval mode, its mode restored after.
+Tensor generate_in_eval(Module& module, CausalLM& model, const Tensor& input_ids, const GenerateOptions& o);
+
+}  // namespace booster::nn
