@@ -34,6 +34,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
 
@@ -64,12 +65,15 @@ namespace {
 // 2^(a log2 e) with a rounded 2^n 0.194-0.201 ms; this form: core_bench BM_Attention bf16
 // forward 3.35-3.40 -> 3.29-3.34 ms against that one (3 runs alternated).
 //
+// softmax_row returns the row's log2-sum-exp, max + log2(sum) (in the scores' log2 units),
+// which the causal attention keeps for its backward.
+//
 // softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
 // for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n
 // up to the padding.
 #define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                                   \
   template <typename Out>                                                                                              \
-  TARGET void softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                                    \
+  TARGET float softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                                   \
     constexpr int kDeg = std::is_same_v<Out, bf16_t> ? 4 : 5;                                                          \
     const int64_t full = n / 16 * 16;                                                                                  \
     const __mmask16 tail = avx512::lanes(n - full);                                                                    \
@@ -90,7 +94,8 @@ namespace {
       _mm512_storeu_ps(s + full, e);                                                                                   \
       sum = _mm512_add_ps(sum, e);                                                                                     \
     }                                                                                                                  \
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));                                               \
+    const float total = _mm512_reduce_add_ps(sum);                                                                     \
+    const __m512 inv = _mm512_set1_ps(1.0f / total);                                                                   \
     for (int64_t j = 0; j < full; j += 16) {                                                                           \
       const __m512 pv = _mm512_mul_ps(_mm512_loadu_ps(s + j), inv);                                                    \
       avx512::store16_native(padded + j, pv);                                                                          \
@@ -102,6 +107,7 @@ namespace {
       if (spill) avx512::store16_native(dst + full, pv);                                                               \
       else avx512::store16_native(dst + full, tail, pv);                                                               \
     }                                                                                                                  \
+    return _mm512_cvtss_f32(mx) + std::log2(total);                                                                                 \
   }                                                                                                                    \
   template <typename T, typename Out>                                                                                  \
   TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out) {                        \
@@ -305,6 +311,76 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   });
 }
 
+// Causal attention (query i sees keys 0..i), f32: the forward takes a block of rows' scores
+// against only the keys the block's last row sees, softmaxes each row over its own keys and
+// keeps the row's log2-sum-exp; the backward recomputes a head's probabilities from those
+// (p = 2^(s - lse): no [T, T] matrix outlives the op) and runs backward_f32's products on
+// them, the masked part zero.
+
+// p[j] = 2^(s[j] - lse) for j < n, 0 for n <= j < np (np a multiple of 16).
+BOOSTER_AVX512 void exp2_shifted_row(float* s, int64_t n, int64_t np, float lse) {
+  const __m512 l = _mm512_set1_ps(lse), zero = _mm512_setzero_ps();
+  for (int64_t j = 0; j < np; j += 16) {
+    const __mmask16 live = j + 16 <= n ? __mmask16(0xFFFF) : j < n ? avx512::lanes(n - j) : __mmask16(0);
+    const __m512 t = _mm512_min_ps(_mm512_sub_ps(_mm512_loadu_ps(s + j), l), zero);
+    _mm512_storeu_ps(s + j, _mm512_maskz_mov_ps(live, avx512::exp2_nonpositive<5>(t)));
+  }
+}
+
+void causal_forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float* lse, float alpha) {
+  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), d = q.size(3), dv = v.size(3);
+  const int64_t np = round16(t), rb = std::min(kRowBlock, t);
+  const Heads<float> Q(q), K(k), V(v), O(out);
+  for_each_head(B, H, Carver::bytes({rb * np * 4, d * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
+    Carver c{scratch};
+    float* s = c.take<float>(rb * np);  // a block of rows' scores, then probabilities
+    float* kt = c.take<float>(d * np);  // k^T
+    float* l = lse + (b * H + h) * t;
+    tiles::pack_transposed(K.at(b, h), t, d, K.st, kt, np);
+    for (int64_t r0 = 0; r0 < t; r0 += rb) {
+      const int64_t rows = std::min(rb, t - r0), keys = r0 + rows, kn = round16(keys);
+      tiles::gemm(rows, kn, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha * avx512::kLog2e);
+      for (int64_t i = 0; i < rows; ++i) {
+        float* si = s + i * np;
+        const int64_t n = r0 + i + 1;
+        l[r0 + i] = rows_f32::softmax_row(si, n, si, si, false);
+        std::fill(si + round16(n), si + kn, 0.0f);  // the keys after row i, up to the block's
+      }
+      tiles::gemm(rows, dv, keys, s, np, 1, V.at(b, h), V.st, O.at(b, h) + r0 * O.st, O.st, 1.0f);
+    }
+  });
+}
+
+void causal_backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const float* lse, const Tensor& dout,
+                         const Tensor& dq, const Tensor& dk, const Tensor& dv, float alpha) {
+  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), d = q.size(3), dvs = v.size(3);
+  const int64_t np = round16(t);
+  const Heads<float> Q(q), K(k), V(v), dO(dout), dQ(dq), dK(dk), dV(dv);
+  const int64_t bytes = Carver::bytes({t * np * 4, t * np * 4, t * np * 4, dvs * np * 4, d * np * 4});
+  for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
+    Carver c{scratch};
+    float* p = c.take<float>(t * np);     // the probabilities, recomputed
+    float* ds = c.take<float>(t * np);    // dP, then alpha dS
+    float* pt = c.take<float>(t * np);    // P^T
+    float* vt = c.take<float>(dvs * np);  // v^T
+    float* kt = c.take<float>(d * np);    // k^T
+    const float* l = lse + (b * H + h) * t;
+    tiles::pack_transposed(K.at(b, h), t, d, K.st, kt, np);
+    tiles::gemm(t, np, d, Q.at(b, h), Q.st, 1, kt, np, p, np, alpha * avx512::kLog2e);
+    for (int64_t i = 0; i < t; ++i) exp2_shifted_row(p + i * np, i + 1, np, l[i]);
+    if (dv.defined()) {  // dV = P^T dO
+      tiles::pack_transposed(p, t, t, np, pt, np);
+      tiles::gemm(t, dvs, t, pt, np, 1, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
+    }
+    if (!dq.defined() && !dk.defined()) return;
+    tiles::pack_transposed(V.at(b, h), t, dvs, V.st, vt, np);
+    tiles::gemm(t, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);  // dP = dO V^T
+    for (int64_t i = 0; i < t; ++i) rows_f32::softmax_grad_row(ds + i * np, p + i * np, np, alpha, ds + i * np);
+    if (dq.defined()) tiles::gemm(t, d, t, ds, np, 1, K.at(b, h), K.st, dQ.at(b, h), dQ.st, 1.0f);
+    if (dk.defined()) tiles::gemm(t, d, t, ds, 1, np, Q.at(b, h), Q.st, dK.at(b, h), dK.st, 1.0f);
+  });
+}
+
 // bf16 pairs need even widths and strides (a pair never straddles rows) and 4-byte alignment.
 bool pairs_fit(const Tensor& t) {
   const auto& st = t.strides();
@@ -335,6 +411,22 @@ void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v
                                const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, double alpha) {
   if (q.dtype() == DType::f32) backward_f32(q, k, v, probs, dout, dq, dk, dv, float(alpha));
   else backward_bf16(q, k, v, probs, dout, dq, dk, dv, float(alpha));
+}
+
+bool causal_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return avx512::cpu_ok() && attention_avx512_operand_fits(q, DType::f32) &&
+         attention_avx512_operand_fits(k, DType::f32) && attention_avx512_operand_fits(v, DType::f32);
+}
+
+void causal_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, double alpha) {
+  causal_forward_f32(q, k, v, out, lse.data<float>(), float(alpha));
+}
+
+void causal_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                                      const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                      double alpha) {
+  causal_backward_f32(q, k, v, lse.data<float>(), dout, dq, dk, dv, float(alpha));
 }
 
 }  // namespace booster::kernels

@@ -25,4 +25,16 @@ void attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v,
 void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, double alpha);
 
+/// Causal attention (query i attends to keys 0..i), f32 on AVX-512: true when q, k, v (the
+/// same [B, h, T, d] shape) fit, checked at run time.
+bool causal_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
+/// Forward into out (a [B, h, T, dv] view, last stride 1) and lse (contiguous [B, h, T]:
+/// each query's log2-sum-exp of its scores in log2 units, all the backward keeps).
+void causal_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, double alpha);
+/// Backward from lse and dout (last stride 1): the probabilities recomputed a head at a time.
+void causal_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                                      const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                      double alpha);
+
 }  // namespace booster::kernels

@@ -1,16 +1,20 @@
 // Causal self-attention (a decoder's: token i attends to tokens 0..i), doing only the causal
-// work and keeping no [T, T] matrix: the forward runs an online softmax over each query's
-// keys 0..i and keeps one log-sum-exp a query; the backward recomputes each probability from
-// it (FlashAttention's algorithm, in rows). Heads run in parallel; each head's q, k and v are
-// read once into f32 rows (bf16 inputs are widened, the outputs rounded once). The reference
-// (the test oracle, and the path with attention dropout) is the composite of the score
-// product, a -inf mask above the diagonal, softmax, dropout and the context product.
+// work and keeping no [T, T] matrix: the forward keeps one log-sum-exp a query and the
+// backward recomputes each probability from it (FlashAttention's algorithm). On AVX-512 the
+// products run on the register tiles of the own attention kernels (attention_avx512.h: a
+// block of rows against only the keys it sees; bf16 widened to f32 around them, the results
+// rounded once); elsewhere an online softmax in rows, heads in parallel. The reference (the
+// test oracle, and the path with attention dropout) is the composite of the score product, a
+// -inf mask above the diagonal, softmax, dropout and the context product.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
+#include "core/kernels/attention_avx512.h"
+#include "core/kernels/avx512_cpu.h"
+#include "core/tensor/strided.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -48,6 +52,32 @@ Tensor causal_composite(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   return matmul(p, v);
 }
 
+// The AVX-512 path: f32 operands with their last stride 1 (bf16 or other layouts copied to
+// that), the outputs and gradients in the inputs' dtype.
+Tensor causal_avx512(const Tensor& q, const Tensor& k, const Tensor& v, double alpha) {
+  const DType dt = q.dtype();
+  auto f32 = [](const Tensor& x) {
+    return kernels::attention_avx512_operand_fits(x, DType::f32) ? x.detach() : x.detach().to(DType::f32).contiguous();
+  };
+  const Tensor qd = f32(q), kd = f32(k), vd = f32(v);
+  const int64_t nb = q.size(0), nh = q.size(1), t = q.size(2), d = q.size(3);
+  Tensor out = Tensor::empty({nb, t, nh, d}).permute({0, 2, 1, 3});  // heads merge by a view
+  Tensor lse = Tensor::empty({nb, nh, t});
+  kernels::causal_attention_forward_avx512(qd, kd, vd, out, lse, alpha);
+  const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
+  return autograd::record("causal_attention", {q, k, v}, out.to(dt), [qd, kd, vd, lse, alpha, dt, gq, gk, gv](const std::vector<Tensor>& g) {
+    Tensor gout = g[0].detach();
+    if (!kernels::attention_avx512_operand_fits(gout, DType::f32)) gout = gout.to(DType::f32).contiguous();
+    // Laid out as q, k and v are (split from one stacked projection, their gradients are the
+    // pieces of one again, which its backward reads in place).
+    std::vector<Tensor> grads = empty_same_layouts({gq ? qd : Tensor(), gk ? kd : Tensor(), gv ? vd : Tensor()}, DType::f32);
+    kernels::causal_attention_backward_avx512(qd, kd, vd, lse, gout, grads[0], grads[1], grads[2], alpha);
+    for (auto& x : grads)
+      if (x.defined() && dt != DType::f32) x = x.to(dt);
+    return grads;
+  });
+}
+
 }  // namespace
 
 // q, k, v: [B, h, T, d] -> [B, h, T, d]
@@ -61,6 +91,7 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   BOOSTER_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "causal_attention: dropout_p ", dropout_p, " outside [0, 1)");
   const double alpha = scale_.value_or(1.0 / std::sqrt(double(q.size(-1))));
   if (dropout_p > 0.0 || kernels::use_reference()) return causal_composite(q, k, v, dropout_p, alpha);
+  if (kernels::avx512::cpu_ok() && (q.dtype() == DType::f32 || q.dtype() == DType::bf16)) return causal_avx512(q, k, v, alpha);
   const int64_t nb = q.size(0), nh = q.size(1), t = q.size(2), d = q.size(3);
   Tensor qd = q.detach(), kd = k.detach(), vd = v.detach();
   Tensor out = Tensor::empty({nb, t, nh, d}, q.dtype()).permute({0, 2, 1, 3});  // heads merge by a view
