@@ -110,7 +110,8 @@ TokenStream::TokenStream(const std::string& path, TokenStreamOptions opts)
   BOOSTER_CHECK_T(IOError, file_->size() > opts_.block_size, "TokenStream '", path, "' holds ", file_->size(),
                   " tokens, too few for one window of block_size ", opts_.block_size, " + 1");
   windows_ = size_t((file_->size() - 1) / opts_.block_size);
-  if (opts_.limit > 0) windows_ = std::min(windows_, opts_.limit);
+  // Random windows are draws: an epoch may ask for more than the file's consecutive ones.
+  if (opts_.limit > 0) windows_ = opts_.random_windows ? opts_.limit : std::min(windows_, opts_.limit);
 }
 
 Example TokenStream::get(size_t index, Generator& g) const {

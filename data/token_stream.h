@@ -58,7 +58,8 @@ struct TokenStreamOptions {
   int64_t block_size = 256;     // tokens a window gives the model (nanoGPT's block_size)
   bool random_windows = true;   // training: random starts; false: consecutive windows
   std::string dtype = "uint16"; // a headerless file's width (data.dtype)
-  size_t limit = 0;             // at most this many windows an epoch (0: every window of the file)
+  size_t limit = 0;             // windows an epoch (0: the file's consecutive windows); consecutive
+                                // windows stop at the file's, random ones are draws and may be more
 };
 
 /// Windows of a token file: {"input_ids": [block_size] i64, "labels": [block_size] i64}.

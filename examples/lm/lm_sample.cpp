@@ -1,0 +1,65 @@
+// lm_sample: text from an lm_train checkpoint (nanoGPT's sample.py), or from a Hugging Face
+// folder export_hf wrote of one. The config.json says the model (GPT-2 or LLaMA) and
+// vocab.json the characters; a checkpoint's weights load from any layout the run saved (one
+// file or shards). Generation uses the key/value cache; the context is cropped to the
+// model's positions as nanoGPT's is.
+// Usage: lm_sample --checkpoint runs/shakespeare_char/checkpoints | --model HF_DIR  --start "ROMEO:" --max_new_tokens 500
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "booster/booster.h"
+#include "booster/trainer/run_checkpoint.h"
+#include "core/common/file_util.h"
+#include "lm_setup.h"
+
+using namespace booster;
+namespace fs = std::filesystem;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Sample text from a trained character-level language model (lm_train's checkpoints)"};
+  std::string checkpoint, model_dir, start = "\n";
+  nn::GenerateOptions o;
+  o.max_new_tokens = 500, o.temperature = 0.8, o.top_k = 200;
+  int num_samples = 1;
+  auto* c = app.add_option("--checkpoint", checkpoint, "an lm_train checkpoint folder (step-N or its parent)");
+  app.add_option("--model", model_dir, "a Hugging Face folder with vocab.json (export_hf of a checkpoint)")->excludes(c);
+  app.add_option("--start", start, "the text the samples continue");
+  app.add_option("--max_new_tokens", o.max_new_tokens, "characters a sample adds");
+  app.add_option("--temperature", o.temperature, "1: the model's distribution; lower: surer; 0: the likeliest");
+  app.add_option("--top_k", o.top_k, "draw among the k likeliest characters (0: all)");
+  app.add_option("--seed", o.seed, "the draws' seed");
+  app.add_option("--num_samples", num_samples, "samples to print");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    examples::LmModel model;
+    fs::path dir;
+    if (!checkpoint.empty()) {
+      const auto step = latest_checkpoint(checkpoint);
+      BOOSTER_CHECK_T(IOError, step.has_value(), "no complete checkpoint under '", checkpoint, "'");
+      verify_run_checkpoint(*step);
+      dir = *step;
+      model = examples::lm_model_from_config_file((dir / "config.json").string());
+      Booster booster;
+      auto b = booster.boost(model.module);
+      const bool shard = fs::is_directory(dir / "model");
+      booster.load_model(*b.model, (dir / (shard ? "model" : "model.ckpt")).string());
+    } else {
+      BOOSTER_CHECK(!model_dir.empty(), "give --checkpoint or --model");
+      dir = model_dir;
+      model = examples::lm_model_from_pretrained(model_dir);
+    }
+    const data::CharVocab vocab = examples::load_vocab((dir / "vocab.json").string());
+    std::vector<int64_t> ids;
+    for (unsigned char ch : start) ids.push_back(vocab.encode(ch));
+    BOOSTER_CHECK(!ids.empty(), "--start must hold at least one character");
+    for (int s = 0; s < num_samples; ++s, ++o.seed) {
+      const auto out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
+      std::printf("%s\n---------------\n", vocab.decode(out.to_int_vector()).c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lm_sample: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,274 @@
+// lm_train's objects from its config (see lm_setup.h). Defaults are nanoGPT's
+// shakespeare_char CPU recipe (its README): 4 layers, 4 heads, 128 wide, block 64, batch 12
+// (here per rank: 6 on each of 2), 2,000 iterations, lr 1e-3 cosine to 1e-4 after 100
+// warm-up iterations, AdamW betas (0.9, 0.99), weight decay 0.1, clipping at 1, no dropout.
+#include "lm_setup.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/autograd/grad_mode.h"
+#include "core/common/file_util.h"
+#include "core/kernels/ops.h"
+#include "data/sampler.h"
+#include "nn/lazy.h"
+#include "nn/pretrained.h"
+#include "optim/adam.h"
+
+namespace booster::examples {
+
+namespace fs = std::filesystem;
+
+ConfigSchema lm_train_schema() {
+  using T = ConfigType;
+  ConfigSchema s;
+  s.add("model.preset", T::string, "shakespeare-char",
+        "a GPT-2 preset (gpt2, gpt2-tiny, shakespeare-char, ...) or a LLaMA one (llama-tiny, shakespeare-char-llama, ...)")
+      .add("model.n_layer", T::integer, 0, "GPT-2: 0 the preset's")
+      .add("model.n_head", T::integer, 0, "GPT-2: 0 the preset's")
+      .add("model.n_embd", T::integer, 0, "GPT-2: 0 the preset's")
+      .add("model.hidden_size", T::integer, 0, "LLaMA: 0 the preset's")
+      .add("model.intermediate_size", T::integer, 0, "LLaMA: 0 the preset's")
+      .add("model.num_hidden_layers", T::integer, 0, "LLaMA: 0 the preset's")
+      .add("model.num_attention_heads", T::integer, 0, "LLaMA: 0 the preset's")
+      .add("model.num_key_value_heads", T::integer, 0, "LLaMA: 0 the preset's")
+      .add("model.rope_theta", T::floating, 0.0, "LLaMA: 0 the preset's")
+      .add("model.dropout", T::floating, 0.0, "nanoGPT's dropout (GPT-2: resid, embd and attn; LLaMA: attention_dropout)")
+      .add("model.bias", T::boolean, false, "biases in the linears and norms (nanoGPT's bias; LLaMA: attention_bias, mlp_bias)")
+      .add("model.lazy_init", T::boolean, false, "record the parameters and materialize at boost, only what a rank keeps")
+      .add("model.gradient_checkpointing", T::boolean, false, "recompute each block's forward in backward")
+      .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's blocks checkpointed")
+      .add("data.text", T::string, BOOSTER_SHARED_DIR "/data/tinyshakespeare/input.txt", "the text, tokenized by characters")
+      .add("data.cache_dir", T::string, "runs/cache/shakespeare_char", "where train.bin, val.bin and meta.json go")
+      .add("data.val_fraction", T::floating, 0.1, "the last share of the text that validates")
+      .add("train.batch_size", T::integer, 6, "windows per data-parallel rank and iteration")
+      .add("train.block_size", T::integer, 64, "tokens a window (the model's n_positions)")
+      .add("train.max_iters", T::integer, 2000)
+      .add("train.eval_interval", T::integer, 250, "iterations between evaluations (divides max_iters)")
+      .add("train.eval_iters", T::integer, 20, "batches an evaluation scores")
+      .add("train.final_eval_iters", T::integer, 0, "batches the final model is scored on after training (0: none)")
+      .add("train.lr", T::floating, 1e-3)
+      .add("train.lr_scaling", T::string, "none", "none (lr as given, nanoGPT's) or dp (lr times the data-parallel size)")
+      .add("train.min_lr", T::floating, 1e-4)
+      .add("train.warmup_iters", T::integer, 100)
+      .add("train.lr_decay_iters", T::integer, 2000)
+      .add("train.weight_decay", T::floating, 0.1)
+      .add("train.beta1", T::floating, 0.9)
+      .add("train.beta2", T::floating, 0.99)
+      .add("train.grad_clip", T::floating, 1.0, "0: no clipping")
+      .add("train.seed", T::integer, 1337)
+      .add("train.log_interval", T::integer, 50)
+      .add("checkpoint.every_iters", T::integer, 0, "0: a checkpoint at the end only")
+      .add("checkpoint.keep_last", T::integer, 2)
+      .add("run.output_dir", T::string, "runs")
+      .add("run.name", T::string, "shakespeare_char")
+      .add("log.level", T::string, "info")
+      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16 or fp16")
+      .add("sample.start", T::string, "\n")
+      .add("sample.max_new_tokens", T::integer, 300)
+      .add("sample.temperature", T::floating, 0.8)
+      .add("sample.top_k", T::integer, 200)
+      .add("sample.seed", T::integer, 1337)
+      .open_table("plugin");
+  s.range("model.gradient_checkpointing_ratio", 0.0, 1.0);
+  for (const char* k : {"train.batch_size", "train.block_size", "train.max_iters", "train.eval_interval", "train.eval_iters",
+                        "train.lr_decay_iters", "sample.top_k"})
+    s.range(k, 1);
+  for (const char* k : {"train.warmup_iters", "train.final_eval_iters", "train.log_interval", "checkpoint.every_iters", "sample.max_new_tokens"})
+    s.range(k, 0);
+  return s;
+}
+
+namespace {
+
+bool is_llama(const std::string& preset) {
+  const auto names = nn::LlamaConfig::preset_names();
+  return std::find(names.begin(), names.end(), preset) != names.end();
+}
+
+// A width key of the other family set: an error naming it.
+void refuse_keys(const Config& cfg, const std::vector<const char*>& keys, const std::string& preset) {
+  for (const char* k : keys)
+    BOOSTER_CHECK(cfg.get_float(k) == 0, "model.", std::string(k).substr(6), " is not a key of ", preset, "'s family (",
+                  is_llama(preset) ? "LLaMA: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+                                     "num_key_value_heads, rope_theta"
+                                   : "GPT-2: n_layer, n_head, n_embd",
+                  ")");
+}
+
+template <typename T>
+void override_if(const Config& cfg, const char* key, T& field) {
+  if (cfg.get_float(key) > 0) field = T(cfg.get_float(key));
+}
+
+template <typename M, typename C>
+LmModel wrap(const C& c, const char* family) {
+  auto m = std::make_shared<M>(c);
+  return {m, m.get(), family, c.to_json_string()};
+}
+
+// [model]'s lazy initialization and gradient checkpointing on a model of family M.
+template <typename M, typename C>
+LmModel build(const Config& cfg, const C& c, const char* family) {
+  LmModel out;
+  if (cfg.get_bool("model.lazy_init")) {
+    nn::LazyInit lazy;  // materialized by boost, each rank only what it keeps
+    out = wrap<M>(c, family);
+  } else {
+    out = wrap<M>(c, family);
+  }
+  if (cfg.get_bool("model.gradient_checkpointing"))
+    static_cast<M&>(*out.module).gradient_checkpointing_enable(cfg.get_float("model.gradient_checkpointing_ratio"));
+  return out;
+}
+
+}  // namespace
+
+LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
+  const std::string preset = cfg.get_string("model.preset");
+  const double drop = cfg.get_float("model.dropout");
+  if (is_llama(preset)) {
+    refuse_keys(cfg, {"model.n_layer", "model.n_head", "model.n_embd"}, preset);
+    nn::LlamaConfig c = nn::LlamaConfig::preset(preset);
+    override_if(cfg, "model.hidden_size", c.hidden_size);
+    override_if(cfg, "model.intermediate_size", c.intermediate_size);
+    override_if(cfg, "model.num_hidden_layers", c.num_hidden_layers);
+    override_if(cfg, "model.num_attention_heads", c.num_attention_heads);
+    override_if(cfg, "model.num_key_value_heads", c.num_key_value_heads);
+    override_if(cfg, "model.rope_theta", c.rope_theta);
+    c.attention_dropout = drop;
+    c.attention_bias = c.mlp_bias = cfg.get_bool("model.bias");
+    c.vocab_size = vocab, c.max_position_embeddings = block;
+    c.validate();
+    return build<nn::LlamaForCausalLM>(cfg, c, "llama");
+  }
+  refuse_keys(cfg, {"model.hidden_size", "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads",
+                    "model.num_key_value_heads", "model.rope_theta"},
+              preset);
+  nn::GPT2Config c = nn::GPT2Config::preset(preset);
+  override_if(cfg, "model.n_layer", c.n_layer);
+  override_if(cfg, "model.n_head", c.n_head);
+  override_if(cfg, "model.n_embd", c.n_embd);
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = drop;
+  c.bias = cfg.get_bool("model.bias");
+  c.vocab_size = vocab, c.n_positions = block;
+  c.validate();
+  return build<nn::GPT2LMHeadModel>(cfg, c, "gpt2");
+}
+
+namespace {
+
+// config.json's model_type, which must be a family lm_train makes.
+std::string lm_family(const std::string& text, const std::string& path) {
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  const std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"] : "";
+  BOOSTER_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
+                "' is not a language model lm_train makes (gpt2, llama)");
+  return type;
+}
+
+template <typename M>
+LmModel wrap_model(std::shared_ptr<M> m, const char* family) {
+  return {m, m.get(), family, m->config().to_json_string()};
+}
+
+}  // namespace
+
+LmModel lm_model_from_config_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  if (lm_family(text, path) == "llama") return wrap<nn::LlamaForCausalLM>(nn::LlamaConfig::from_json_string(text, path), "llama");
+  return wrap<nn::GPT2LMHeadModel>(nn::GPT2Config::from_json_string(text, path), "gpt2");
+}
+
+LmModel lm_model_from_pretrained(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (lm_family(read_text_file(path), path) == "llama") return wrap_model(nn::llama_from_pretrained(dir), "llama");
+  return wrap_model(nn::gpt2_from_pretrained(dir), "gpt2");
+}
+
+namespace {
+
+std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config& cfg, size_t count) {
+  data::TokenStreamOptions o;
+  o.block_size = cfg.get_int("train.block_size");
+  o.random_windows = true;  // nanoGPT's get_batch, for training and for estimate_loss
+  o.limit = count;
+  return std::make_shared<data::TokenStream>(bin, o);
+}
+
+}  // namespace
+
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
+  const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
+  BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
+  LmRun r;
+  const data::TextCache cache =
+      data::tokenize_text_cached(cfg.get_string("data.text"), cfg.get_string("data.cache_dir"), cfg.get_float("data.val_fraction"));
+  r.vocab = cache.vocab;
+  r.model = make_lm_model(cfg, int64_t(cache.vocab.chars.size()), cfg.get_int("train.block_size"));
+  for (auto& p : r.model.module->parameters()) r.parameters += p.numel();
+  const std::string scaling = cfg.get_string("train.lr_scaling");
+  BOOSTER_CHECK(scaling == "none" || scaling == "dp", "train.lr_scaling = '", scaling, "': expected \"none\" or \"dp\"");
+  optim::AdamOptions ao;
+  ao.lr = cfg.get_float("train.lr") * (scaling == "dp" ? dp : 1);
+  ao.beta1 = cfg.get_float("train.beta1"), ao.beta2 = cfg.get_float("train.beta2");
+  ao.weight_decay = cfg.get_float("train.weight_decay");
+  r.optimizer =
+      std::make_shared<optim::AdamW>(optim::param_groups_no_decay(r.model.module->named_parameters(), ao.weight_decay), ao);
+  r.scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(*r.optimizer, cfg.get_int("train.lr_decay_iters"),
+                                                                 cfg.get_int("train.warmup_iters"), cfg.get_float("train.min_lr"));
+  const int64_t b = cfg.get_int("train.batch_size");
+  data::DataLoaderOptions lo;
+  lo.batch_size = b;
+  lo.drop_last = true;
+  lo.seed = uint64_t(cfg.get_int("train.seed"));
+  auto train = windows(cache.train_bin, cfg, size_t(every * b * dp));
+  r.train_loader = plugin ? plugin->prepare_dataloader(train, lo) : std::make_shared<data::DataLoader>(train, lo);
+  auto val = windows(cache.val_bin, cfg, size_t(cfg.get_int("train.eval_iters") * b * dp));
+  const int rank = plugin ? plugin->dp_rank() : 0;
+  r.val_loader = std::make_shared<data::DataLoader>(val, lo, std::make_shared<data::InferenceShardSampler>(val->size(), dp, rank));
+  if (const int64_t n = cfg.get_int("train.final_eval_iters"); n > 0) {
+    auto more = windows(cache.val_bin, cfg, size_t(n * b * dp));
+    r.final_val_loader =
+        std::make_shared<data::DataLoader>(more, lo, std::make_shared<data::InferenceShardSampler>(more->size(), dp, rank));
+  }
+  r.evaluations = iters / every;
+  const std::string vocab = nlohmann::json{{"itos", cache.vocab.chars}}.dump() + "\n";
+  r.side_files = [config = r.model.config_json, vocab](const std::string& step_dir) -> std::vector<std::string> {
+    write_file_atomic((fs::path(step_dir) / "config.json").string(), config);
+    write_file_atomic((fs::path(step_dir) / "vocab.json").string(), vocab);
+    return {"config.json", "vocab.json"};
+  };
+  return r;
+}
+
+data::CharVocab load_vocab(const std::string& path) {
+  const auto j = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  BOOSTER_CHECK_T(IOError, j.is_object() && j.contains("itos") && j["itos"].is_string() && !j["itos"].empty(), path,
+                  ": not a vocabulary (expected {\"itos\": \"<the characters>\"})");
+  return data::CharVocab{j["itos"].get<std::string>()};
+}
+
+Criterion token_cross_entropy() {
+  return [](const Tensor& logits, const Tensor& labels) {
+    return cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}));
+  };
+}
+
+std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg) {
+  std::vector<int64_t> ids;
+  for (unsigned char ch : cfg.get_string("sample.start")) ids.push_back(vocab.encode(ch));
+  BOOSTER_CHECK(!ids.empty(), "sample.start must hold at least one character");
+  nn::GenerateOptions o;
+  o.max_new_tokens = cfg.get_int("sample.max_new_tokens");
+  o.temperature = cfg.get_float("sample.temperature");
+  o.top_k = cfg.get_int("sample.top_k");
+  o.seed = uint64_t(cfg.get_int("sample.seed"));
+  const Tensor out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
+  const std::vector<int64_t> all = out.to_int_vector();
+  return vocab.decode(std::vector<int64_t>(all.begin() + int64_t(ids.size()), all.end()));
+}
+
+}  // namespace booster::examples

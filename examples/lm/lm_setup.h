@@ -1,0 +1,68 @@
+// What lm_train builds from its config: the schema of its keys (nanoGPT's names), the
+// character-level data, the model (a GPT-2 or LLaMA preset, widths under the model's own
+// config.json names), AdamW with nanoGPT's decay groups and its warm-up-cosine schedule,
+// the loss, and text sampled from the trained model.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "booster/plugin.h"
+#include "booster/trainer/run_checkpoint.h"
+#include "core/common/config.h"
+#include "data/token_stream.h"
+#include "nn/gpt2.h"
+#include "nn/llama.h"
+#include "optim/lr_scheduler.h"
+
+namespace booster::examples {
+
+/// Keys of [model], [data], [train], [checkpoint], [run], [log] and [booster]; [plugin] is
+/// checked by the plugin registry.
+ConfigSchema lm_train_schema();
+
+/// A language model and what lm_train and lm_sample need of it.
+struct LmModel {
+  std::shared_ptr<nn::Module> module;
+  nn::CausalLM* lm = nullptr;   // the same object, for generation
+  std::string family;           // "gpt2" or "llama"
+  std::string config_json;      // its config.json
+};
+/// The model of [model] for a vocabulary of `vocab` and windows of `block` tokens: the
+/// preset's family and shapes, a width key of the other family an error naming it.
+LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block);
+/// The model a checkpoint's config.json describes (GPT-2 or LLaMA, by model_type).
+LmModel lm_model_from_config_file(const std::string& path);
+/// The model of a Hugging Face folder (gpt2_from_pretrained or llama_from_pretrained).
+LmModel lm_model_from_pretrained(const std::string& dir);
+
+/// A run's objects before boost.
+struct LmRun {
+  LmModel model;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::LRScheduler> scheduler;
+  std::shared_ptr<data::DataLoader> train_loader, val_loader;
+  std::shared_ptr<data::DataLoader> final_val_loader;  // train.final_eval_iters batches (null when 0)
+  data::CharVocab vocab;
+  SideFiles side_files;      // config.json and the vocabulary in every checkpoint
+  int64_t evaluations = 0;   // max_iters / eval_interval: the Trainer's epochs
+  int64_t parameters = 0;
+};
+/// The run at data-parallel size dp: an "epoch" is eval_interval iterations of random
+/// training windows (each rank its own), the test loader eval_iters random batches of the
+/// validation text.
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin);
+
+/// The characters of an lm_train checkpoint's vocab.json ({"itos": "..."}); a damaged
+/// file is an error naming it.
+data::CharVocab load_vocab(const std::string& path);
+
+/// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped).
+Criterion token_cross_entropy();
+
+/// sample.max_new_tokens characters after sample.start, drawn at sample.temperature from
+/// the sample.top_k most likely (sample.seed); every rank draws the same (collective under
+/// ZeRO-3: call it on every rank).
+std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg);
+
+}  // namespace booster::examples
