@@ -10,6 +10,7 @@
 
 #include "core/common/check.h"
 #include "core/tensor/tensor.h"
+#include "nn/batch_split.h"
 #include "nn/layers.h"
 
 namespace booster::nn {
@@ -22,6 +23,16 @@ struct CausalLMOutput {
 inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>& f) {
   if (o.logits.defined()) f(o.logits);
   if (o.loss.defined()) f(o.loss);
+}
+
+/// How an output combines over split_batch's shares: the logits' rows joined, the loss the
+/// shares' means weighted by their rows (the token mean where every row counts the same
+/// tokens, as a token stream's windows do; rows with -100 labels weigh as any other).
+inline std::vector<BatchMerge> batch_merge(const CausalLMOutput& o) {
+  std::vector<BatchMerge> m;
+  if (o.logits.defined()) m.push_back(BatchMerge::concat);
+  if (o.loss.defined()) m.push_back(BatchMerge::mean);
+  return m;
 }
 
 /// transformers' shifted loss: position t predicts labels[t + 1] (-100 ignored); labels

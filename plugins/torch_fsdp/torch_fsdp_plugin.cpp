@@ -12,6 +12,7 @@
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
 #include "ddp/reducer.h"
+#include "nn/pipeline.h"
 #include "zero/model.h"
 
 namespace booster::plugins {
@@ -60,7 +61,8 @@ TorchFSDPOptions TorchFSDPOptions::from_config(const Config& cfg, const std::str
         .add("cpu_offload", &O::cpu_offload, "parameters, gradients, masters and optimizer states on local disk")
         .add("offload_dir", &O::offload_dir, "folder of the disk tier (\"\": default_offload_dir(), the run's)")
         .add("auto_wrap_policy", &O::auto_wrap_policy, "\"\" (None), transformer or size_based")
-        .add("transformer_layer_cls", &O::transformer_layer_cls, "transformer: unit module classes, comma-separated")
+        .add("transformer_layer_cls", &O::transformer_layer_cls,
+             "transformer: unit module classes, comma-separated (default: the model's pipeline layer types)")
         .add("min_num_params", &O::min_num_params, "size_based: parameters of a unit at least")
         .add("backward_prefetch", &O::backward_prefetch, "BACKWARD_PRE, BACKWARD_POST or \"\" (None)")
         .add("forward_prefetch", &O::forward_prefetch)
@@ -82,8 +84,6 @@ void TorchFSDPOptions::validate() const {
                 "NO_SHARD, got '", sharding_strategy, "' (HYBRID_SHARD is not implemented)");
   BOOSTER_CHECK(auto_wrap_policy.empty() || auto_wrap_policy == "transformer" || auto_wrap_policy == "size_based", who,
                 "auto_wrap_policy must be \"\" (None), transformer or size_based, got '", auto_wrap_policy, "'");
-  BOOSTER_CHECK(auto_wrap_policy != "transformer" || !split_names(transformer_layer_cls).empty(), who,
-                "auto_wrap_policy transformer needs transformer_layer_cls (module classes, e.g. \"ViTLayer\")");
   BOOSTER_CHECK(min_num_params > 0, who, "min_num_params must be positive, got ", min_num_params);
   BOOSTER_CHECK(backward_prefetch.empty() || backward_prefetch == "BACKWARD_PRE" || backward_prefetch == "BACKWARD_POST",
                 who, "backward_prefetch must be BACKWARD_PRE, BACKWARD_POST or \"\" (None), got '", backward_prefetch, "'");
@@ -114,10 +114,28 @@ zero::ZeroOptions TorchFSDPOptions::zero_options() const {
   return z;
 }
 
+namespace {
+
+// transformer_layer_cls, or where it is empty the types of the model's pipeline layers.
+std::vector<std::string> unit_classes(const nn::Module& root, const TorchFSDPOptions& opts) {
+  auto classes = split_names(opts.transformer_layer_cls);
+  if (!classes.empty() || opts.auto_wrap_policy != "transformer") return classes;
+  const auto* pm = dynamic_cast<const nn::PipelineModule*>(&root);
+  BOOSTER_CHECK(pm, "TorchFSDPPlugin: auto_wrap_policy transformer needs transformer_layer_cls (module classes, e.g. ",
+                "\"GPT2Block\") for a ", root.type_name(), ", which is not a PipelineModule whose layers name it");
+  for (auto& path : pm->stage_modules({0, pm->num_pipeline_layers(), false, false})) {
+    const std::string t = root.get(path)->type_name();
+    if (std::find(classes.begin(), classes.end(), t) == classes.end()) classes.push_back(t);
+  }
+  return classes;
+}
+
+}  // namespace
+
 std::vector<std::string> fsdp_units(const nn::Module& root, const TorchFSDPOptions& opts) {
   std::vector<std::string> units{""};
   if (opts.auto_wrap_policy.empty()) return units;
-  const auto classes = split_names(opts.transformer_layer_cls);
+  const auto classes = unit_classes(root, opts);
   std::set<std::string> wrapped;  // a unit's subtree is not split again by size
   for (auto& [path, m] : root.named_modules()) {
     if (path.empty()) continue;

@@ -27,7 +27,8 @@ struct TorchFSDPOptions {
   bool cpu_offload = false;                      // CPUOffload(offload_params=True): the disk tier here
   std::string offload_dir;                       // the disk tier's folder ("": default_offload_dir(), the run's)
   std::string auto_wrap_policy;                  // "" (None: the root is the one unit), "transformer" or "size_based"
-  std::string transformer_layer_cls = "ViTLayer";  // transformer: the unit classes (type names, comma-separated)
+  std::string transformer_layer_cls;  // transformer: the unit classes (type names, comma-separated; "": the types of
+                                      // a PipelineModule's layers: ViTLayer, GPT2Block, LlamaDecoderLayer, ...)
   int64_t min_num_params = 100000000;            // size_based: a subtree of at least this many becomes a unit
   std::string backward_prefetch = "BACKWARD_PRE";  // BACKWARD_PRE, BACKWARD_POST or "" (None)
   bool forward_prefetch = false;

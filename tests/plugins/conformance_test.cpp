@@ -1,8 +1,11 @@
 // The plugin conformance suite: every plugin configuration in kCases must pass. Adding a
-// plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4, and the grid cases at 8.
+// plugin means adding lines to kCases. Runs under mpirun -np 1, 2, 4, and the grid cases at 8,
+// on the tiny ViT, and on GPT-2 and LLaMA (conformance_model.h) where a case needs no
+// tensor-parallel policy.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +20,7 @@
 #include "booster/mixed_precision.h"
 #include "plugins/registry.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
-#include "tests/plugins/vit_cases.h"
+#include "tests/plugins/conformance_model.h"
 #include "tests/support/logical.h"
 
 using namespace booster;
@@ -127,8 +130,34 @@ const std::vector<PluginCase> kCases = {
     {"grid_3d", kGrid8 + "tp_mode = '3d'\n", 8, 1, false, 0, "", 4},
 };
 
+// The cases this binary's model runs: all for the ViT; for the language models one of each
+// plugin's kinds that needs no tensor-parallel policy (the engine's options are the ViT's to
+// test), without pipelines for GPT-2, whose head is tied.
+const std::vector<std::string> kLanguageModelCases = {
+    "no_plugin", "torch_ddp", "torch_ddp_split", "zero1", "zero2", "zero2_split", "zero2_offload", "pp2_1f1b",
+    "pp2_interleaved", "pp2_zero1", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_no_shard", "gemini",
+    "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint"};
+
+const std::vector<PluginCase>& conf_cases() {
+  static const std::vector<PluginCase> cases = [] {
+    std::vector<PluginCase> out;
+    for (const auto& c : kCases) {
+      const bool listed = std::find(kLanguageModelCases.begin(), kLanguageModelCases.end(), c.name) != kLanguageModelCases.end();
+      if (kConfTensorParallel || (listed && (kConfPipelines || c.pp == 1))) out.push_back(c);
+    }
+    return out;
+  }();
+  return cases;
+}
+
 // At 8 ranks (the grids' run) a checkpoint loads into the grids and one case of each other kind.
+// A language model's checkpoint loads into one case of each kind at any world size.
 bool loads_here(const PluginCase& c) {
+  if (!kConfTensorParallel) {
+    for (const char* n : {"no_plugin", "torch_ddp", "zero2_offload", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_ddp"})
+      if (c.name == n) return true;
+    return false;
+  }
   if (dist::world_size() < 8 || c.name.rfind("grid", 0) == 0) return true;
   for (const char* n : {"torch_ddp", "zero2", "tp2_pp2", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_mixed"})
     if (c.name == n) return true;
@@ -154,7 +183,7 @@ Booster booster_for(const PluginCase& c) { return Booster(make(c), "", c.split);
 // through execute_pipeline (with a pipeline, or when `via_pipeline` asks; return_outputs:
 // the logits on the last stage). Returns the loss where this rank has it (a pipeline's last
 // stage; undefined elsewhere).
-Tensor forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>& r, const Tensor& x, const Tensor& y,
+Tensor forward_backward(Booster& bo, BoostResult<ConfModel>& r, const Tensor& x, const Tensor& y,
                         double loss_scale = 1.0, Tensor* logits = nullptr, bool via_pipeline = false) {
   if (!via_pipeline && (!bo.plugin() || !bo.plugin()->support_pipeline())) {
     auto out = (*r.model)(x, y);
@@ -167,9 +196,9 @@ Tensor forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>&
     return loss.detach();
   }
   StageCriterion ce = [loss_scale](const TensorMap& out, const TensorMap& batch) {
-    return scale(cross_entropy(out.at("logits"), batch.at("labels")), loss_scale);
+    return scale(conf_loss(out.at("logits"), batch.at("labels")), loss_scale);
   };
-  PipelineResult res = bo.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), *r.model, ce, r.optimizer.get(), true, logits != nullptr);
+  PipelineResult res = bo.execute_pipeline(single_batch({{kConfInput, x}, {"labels", y}}), *r.model, ce, r.optimizer.get(), true, logits != nullptr);
   if (!res.loss.defined()) return Tensor();
   if (logits) *logits = res.outputs.at("logits");
   return res.loss;
@@ -181,7 +210,7 @@ Tensor forward_backward(Booster& bo, BoostResult<nn::ViTForImageClassification>&
 void expect_params_close(ModelWrapper& got, ModelWrapper& want, double tol, const std::string& what) {
   static const auto names = [] {
     std::vector<std::string> out;
-    for (auto& [n, p] : fresh_model()->named_parameters()) out.push_back(n);
+    for (auto& [n, p] : conf_model()->named_parameters()) out.push_back(n);
     return out;
   }();
   const ShardedState g = got.checkpoint_state(), w = want.checkpoint_state();
@@ -197,7 +226,7 @@ void expect_params_close(ModelWrapper& got, ModelWrapper& want, double tol, cons
   }
 }
 // The same with a plain (reference) model on the right.
-void expect_params_close(ModelWrapper& got, const std::shared_ptr<nn::ViTForImageClassification>& want, double tol,
+void expect_params_close(ModelWrapper& got, const std::shared_ptr<ConfModel>& want, double tol,
                          const std::string& what) {
   ModelWrapper plain(want);
   expect_params_close(got, plain, tol, what);
@@ -225,12 +254,12 @@ class Conformance : public ::testing::TestWithParam<PluginCase> {
 // and backward, or through execute_pipeline: one step path under every plugin).
 void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pipeline) {
   const int K = 4;
-  auto ref = fresh_model();
+  auto ref = conf_model();
   optim::SGD ref_opt(ref->named_parameters(), sgd());
   std::vector<double> ref_losses;
   std::vector<Tensor> ref_logits;
   for (int s = 0; s < K; ++s) {
-    auto [x, y] = global_batch(s, n * b);
+    auto [x, y] = conf_batch(s, n * b);
     ref_opt.zero_grad();
     auto out = (*ref)(x, y);
     Tensor loss = out.loss;
@@ -240,11 +269,11 @@ void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pip
     ref_opt.step();
   }
   Booster booster = booster_for(c);
-  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (c.toml.empty() ? 0 : 1));  // ranks differ
+  auto model = conf_model(42 + uint64_t(dist::world_rank()) * (c.toml.empty() ? 0 : 1));  // ranks differ
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
   auto boosted = booster.boost(model, opt);
   for (int s = 0; s < K; ++s) {
-    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
     boosted.optimizer->zero_grad();
     Tensor logits;
     auto loss = forward_backward(booster, boosted, x, y, 1.0, &logits, via_pipeline);
@@ -269,14 +298,14 @@ TEST_P(Conformance, TrainingParityThroughExecutePipeline) { training_parity(GetP
 TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
   if (!make(GetParam()) || !make(GetParam())->support_no_sync()) GTEST_SKIP() << "no no_sync";
   const int A = 3;
-  auto batch = global_batch(7, n * b * A);
-  auto ref = fresh_model();
+  auto batch = conf_batch(7, n * b * A);
+  auto ref = conf_model();
   optim::SGD ref_opt(ref->named_parameters(), sgd());
   (*ref)(batch.first, batch.second).loss.backward();
   ref_opt.step();
 
   Booster booster = booster_for(GetParam());
-  auto model = fresh_model();
+  auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
     auto [x, y] = my_slice(batch, b, m, A, tp);
@@ -298,14 +327,14 @@ TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
 TEST_P(Conformance, PlainBackwardsSynchronizeAndAccumulate) {
   if (GetParam().pp > 1) GTEST_SKIP() << "a pipeline stage has no whole forward";
   const int A = 2;
-  auto batch = global_batch(9, n * b * A);
-  auto ref = fresh_model();
+  auto batch = conf_batch(9, n * b * A);
+  auto ref = conf_model();
   optim::SGD ref_opt(ref->named_parameters(), sgd());
   (*ref)(batch.first, batch.second).loss.backward();
   ref_opt.step();
 
   Booster booster = booster_for(GetParam());
-  auto model = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
+  auto model = conf_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
     auto [x, y] = my_slice(batch, b, m, A, tp);
@@ -320,16 +349,16 @@ TEST_P(Conformance, PlainBackwardsSynchronizeAndAccumulate) {
 // under every layout (tensor-parallel ranks score the same rows; only a pipeline's last
 // stage holds outputs).
 TEST_P(Conformance, EvaluationCountsEachRowOnce) {
-  auto batch = global_batch(11, n * b);
-  auto ref = fresh_model();
+  auto batch = conf_batch(11, n * b);
+  auto ref = conf_model();
   NoGradGuard ng;
   const double want = (*ref)(batch.first, batch.second).loss.item();
   Booster booster = booster_for(GetParam());
-  auto model = fresh_model();
+  auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   auto [x, y] = my_slice(batch, b, 0, 1, tp);
-  StageCriterion ce = [](const TensorMap& out, const TensorMap& bt) { return cross_entropy(out.at("logits"), bt.at("labels")); };
-  PipelineResult res = booster.execute_pipeline(single_batch({{"pixel_values", x}, {"labels", y}}), *boosted.model, ce,
+  StageCriterion ce = [](const TensorMap& out, const TensorMap& bt) { return conf_loss(out.at("logits"), bt.at("labels")); };
+  PipelineResult res = booster.execute_pipeline(single_batch({{kConfInput, x}, {"labels", y}}), *boosted.model, ce,
                                                 nullptr, true, true);
   const bool held = res.loss.defined();
   const auto sums = booster.sum_over_replicas({double(b), held ? res.loss.item() * double(b) : 0.0}, held);
@@ -339,15 +368,15 @@ TEST_P(Conformance, EvaluationCountsEachRowOnce) {
 
 // 3. Clipping by the global norm equals the single-process clip.
 TEST_P(Conformance, ClipByGlobalNorm) {
-  auto batch = global_batch(3, n * b);
-  auto ref = fresh_model();
+  auto batch = conf_batch(3, n * b);
+  auto ref = conf_model();
   optim::SGD ref_opt(ref->named_parameters(), sgd());
   (*ref)(batch.first, batch.second).loss.backward();
   const double ref_norm = optim::clip_grad_norm(ref->parameters(), 0.05);
   ref_opt.step();
 
   Booster booster = booster_for(GetParam());
-  auto model = fresh_model();
+  auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   auto [x, y] = my_slice(batch, b, 0, 1, tp);
   forward_backward(booster, boosted, x, y);
@@ -371,7 +400,7 @@ TEST_P(Conformance, InvalidConfigurationsAreRefused) {
     }
   };
   expect_error([&] { Booster(make(c), "fp8"); }, "fp8");
-  auto model = fresh_model();
+  auto model = conf_model();
   Booster booster(make(c));
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   expect_error([&] { booster.execute_pipeline({}, *boosted.model, {}); }, "pipeline");
@@ -391,20 +420,20 @@ TEST_P(Conformance, InvalidConfigurationsAreRefused) {
 // take the first rank's recipes, as eager ranks take its weights), and trains the same.
 TEST_P(Conformance, LazyInitEqualsEager) {
   Booster eb = booster_for(GetParam());
-  auto eager = fresh_model();
+  auto eager = conf_model();
   auto er = eb.boost(eager, std::make_shared<optim::SGD>(eager->named_parameters(), sgd()));
   Booster lb = booster_for(GetParam());
-  std::shared_ptr<nn::ViTForImageClassification> lazy;
+  std::shared_ptr<ConfModel> lazy;
   {
     nn::LazyInit scope;
-    lazy = fresh_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));
+    lazy = conf_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));
   }
   ASSERT_TRUE(nn::is_lazy(*lazy));
   auto lr = lb.boost(lazy, std::make_shared<optim::SGD>(lazy->named_parameters(), sgd()));
   EXPECT_FALSE(nn::is_lazy(*lr.model->module()));
   expect_params_close(*lr.model, *er.model, 0, "lazy against eager, at boost");
   for (int s = 0; s < 2; ++s) {
-    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
     for (auto* r : {&er, &lr}) {
       r->optimizer->zero_grad();
       forward_backward(r == &er ? eb : lb, *r, x, y);
@@ -419,10 +448,7 @@ TEST_P(Conformance, LazyInitEqualsEager) {
 // default generator and from tensor parallelism's own streams).
 TEST_P(Conformance, GradientCheckpointingMatchesPlain) {
   auto build = [](bool ckpt) {
-    manual_seed(42);
-    nn::ViTConfig c = tiny_config();
-    c.hidden_dropout_prob = 0.1, c.attention_probs_dropout_prob = 0.1;
-    auto m = std::make_shared<nn::ViTForImageClassification>(c);
+    auto m = conf_model(42, 0.1);
     if (ckpt) m->gradient_checkpointing_enable();
     return m;
   };
@@ -431,7 +457,7 @@ TEST_P(Conformance, GradientCheckpointingMatchesPlain) {
   auto pr = pb.boost(pm, std::make_shared<optim::SGD>(pm->named_parameters(), sgd()));
   auto cr = cb.boost(cm, std::make_shared<optim::SGD>(cm->named_parameters(), sgd()));
   for (int s = 0; s < 2; ++s) {
-    auto [x, y] = my_slice(global_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
     double losses[2];
     for (int k = 0; k < 2; ++k) {
       Booster& bo = k ? cb : pb;
@@ -452,34 +478,35 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
   const int K1 = 2, K2 = 2;
   // The same global batches under any configuration: each of its replicas (tp_of ranks
   // each) takes its share of the world * b rows.
-  auto train = [&](Booster& bo, BoostResult<nn::ViTForImageClassification>& r, int from, int to, int tp_of) {
+  auto train = [&](Booster& bo, BoostResult<ConfModel>& r, int from, int to, int tp_of) {
     const int64_t rows = b * tp_of;
     for (int s = from; s < to; ++s) {
-      auto [x, y] = my_slice(global_batch(s, dist::world_size() * b), rows, 0, 1, tp_of);
+      auto [x, y] = my_slice(conf_batch(s, dist::world_size() * b), rows, 0, 1, tp_of);
       r.optimizer->zero_grad();
       forward_backward(bo, r, x, y);
       r.optimizer->step();
     }
   };
   Booster booster = booster_for(GetParam());
-  auto model = fresh_model();
+  auto model = conf_model();
   auto run = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   train(booster, run, 0, K1, tp);
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("booster_conf_" + GetParam().name + "_np" + std::to_string(dist::world_size()))).string();
+      (std::filesystem::temp_directory_path() / ("booster_conf_" + std::string(kConfName) + "_" + GetParam().name + "_np" +
+                                                 std::to_string(dist::world_size()))).string();
   for (bool shard : {true, false}) {
     const std::string m = dir + (shard ? "/model" : "/model.ckpt"), o = dir + (shard ? "/optim" : "/optim.ckpt");
     std::filesystem::create_directories(dir);
     booster.save_model(*run.model, m, shard);
     booster.save_optimizer(*run.optimizer, o, shard);
     // Load under every other configuration that can run at this world size.
-    for (const auto& other : kCases) {
+    for (const auto& other : conf_cases()) {
       // (A split case's checkpoint layout is its plugin's: loading into it is loading into that.)
       if ((other.toml.empty() && dist::world_size() > 1) || !runs_here(other) || other.split || !loads_here(other))
         continue;
       SCOPED_TRACE("loading into " + other.name + (shard ? " (sharded)" : " (one file)"));
       Booster ob(make(other));
-      auto m2 = fresh_model(7);
+      auto m2 = conf_model(7);
       auto r2 = ob.boost(m2, std::make_shared<optim::SGD>(m2->named_parameters(), sgd()));
       ob.load_model(*r2.model, m);
       ob.load_optimizer(*r2.optimizer, o);
@@ -489,7 +516,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
       // The reference continues under this configuration from the same checkpoint (a
       // boosted ZeRO-3 model has no parameters of its own to clone).
       Booster cb = booster_for(GetParam());
-      auto ref = fresh_model(9);
+      auto ref = conf_model(9);
       auto rr = cb.boost(ref, std::make_shared<optim::SGD>(ref->named_parameters(), sgd()));
       cb.load_model(*rr.model, m);
       cb.load_optimizer(*rr.optimizer, o);
@@ -499,7 +526,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Plugins, Conformance, ::testing::ValuesIn(kCases),
+INSTANTIATE_TEST_SUITE_P(Plugins, Conformance, ::testing::ValuesIn(conf_cases()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -7,6 +7,8 @@
 // Runs at np 1, 2 and 4.
 #include <gtest/gtest.h>
 
+#include "nn/gpt2.h"
+
 #include "booster/booster.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
@@ -67,6 +69,17 @@ TEST(TorchFSDP, AutoWrapPoliciesCutTheModelIntoUnits) {
   o.auto_wrap_policy = "size_based";
   o.min_num_params = 1;  // every top-level child is a unit, nothing below it
   EXPECT_EQ(plugins::fsdp_units(*model, o), (std::vector<std::string>{"", "vit", "classifier"}));
+  // Without transformer_layer_cls the units are a PipelineModule's layers, whatever their type.
+  o.auto_wrap_policy = "transformer";
+  nn::GPT2LMHeadModel gpt2(nn::GPT2Config::preset("gpt2-tiny"));
+  EXPECT_EQ(plugins::fsdp_units(gpt2, o), (std::vector<std::string>{"", "transformer.h.0", "transformer.h.1"}));
+  nn::Linear plain(4, 4);
+  try {
+    plugins::fsdp_units(plain, o);
+    FAIL() << "a model without layers got units";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs transformer_layer_cls"), std::string::npos) << e.what();
+  }
 }
 
 // A transformer_layer_cls that names no module is refused, naming it and the module types
