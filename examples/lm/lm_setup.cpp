@@ -43,6 +43,10 @@ ConfigSchema lm_train_schema() {
       .add("data.text", T::string, BOOSTER_SHARED_DIR "/data/tinyshakespeare/input.txt", "the text, tokenized by characters")
       .add("data.cache_dir", T::string, "runs/cache/shakespeare_char", "where train.bin, val.bin and meta.json go")
       .add("data.val_fraction", T::floating, 0.1, "the last share of the text that validates")
+      .add("data.train_bin", T::string, "", "a token file to train on instead of the text (nanoGPT's train.bin, llm.c's .bin)")
+      .add("data.val_bin", T::string, "", "its validation tokens (with data.train_bin)")
+      .add("data.dtype", T::string, "uint16", "a headerless token file's width: uint16 or uint32 (llm.c's header says its own)")
+      .add("model.vocab_size", T::integer, 0, "with token files: the vocabulary (0: the text's characters)")
       .add("train.batch_size", T::integer, 6, "windows per data-parallel rank and iteration")
       .add("train.block_size", T::integer, 64, "tokens a window (the model's n_positions)")
       .add("train.max_iters", T::integer, 2000)
@@ -193,6 +197,7 @@ namespace {
 std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config& cfg, size_t count) {
   data::TokenStreamOptions o;
   o.block_size = cfg.get_int("train.block_size");
+  o.dtype = cfg.get_string("data.dtype");
   o.random_windows = true;  // nanoGPT's get_batch, for training and for estimate_loss
   o.limit = count;
   return std::make_shared<data::TokenStream>(bin, o);
@@ -204,10 +209,22 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
   const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
   BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
   LmRun r;
-  const data::TextCache cache =
-      data::tokenize_text_cached(cfg.get_string("data.text"), cfg.get_string("data.cache_dir"), cfg.get_float("data.val_fraction"));
+  // The text tokenized by characters, or token files as they are (then the vocabulary is
+  // model.vocab_size, an id past it an error naming it at its forward).
+  data::TextCache cache;
+  int64_t vocab_size = cfg.get_int("model.vocab_size");
+  if (cfg.get_string("data.train_bin").empty()) {
+    cache = data::tokenize_text_cached(cfg.get_string("data.text"), cfg.get_string("data.cache_dir"), cfg.get_float("data.val_fraction"));
+    BOOSTER_CHECK(vocab_size == 0 || vocab_size == int64_t(cache.vocab.chars.size()), "model.vocab_size (", vocab_size,
+                  ") is for token files; the text's characters give ", cache.vocab.chars.size());
+    vocab_size = int64_t(cache.vocab.chars.size());
+  } else {
+    cache.train_bin = cfg.get_string("data.train_bin"), cache.val_bin = cfg.get_string("data.val_bin");
+    BOOSTER_CHECK(!cache.val_bin.empty(), "data.train_bin needs data.val_bin (the validation tokens)");
+    BOOSTER_CHECK(vocab_size > 0, "data.train_bin needs model.vocab_size (the token files carry no vocabulary)");
+  }
   r.vocab = cache.vocab;
-  r.model = make_lm_model(cfg, int64_t(cache.vocab.chars.size()), cfg.get_int("train.block_size"));
+  r.model = make_lm_model(cfg, vocab_size, cfg.get_int("train.block_size"));
   for (auto& p : r.model.module->parameters()) r.parameters += p.numel();
   const std::string scaling = cfg.get_string("train.lr_scaling");
   BOOSTER_CHECK(scaling == "none" || scaling == "dp", "train.lr_scaling = '", scaling, "': expected \"none\" or \"dp\"");
@@ -235,9 +252,10 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
         std::make_shared<data::DataLoader>(more, lo, std::make_shared<data::InferenceShardSampler>(more->size(), dp, rank));
   }
   r.evaluations = iters / every;
-  const std::string vocab = nlohmann::json{{"itos", cache.vocab.chars}}.dump() + "\n";
+  const std::string vocab = cache.vocab.chars.empty() ? "" : nlohmann::json{{"itos", cache.vocab.chars}}.dump() + "\n";
   r.side_files = [config = r.model.config_json, vocab](const std::string& step_dir) -> std::vector<std::string> {
     write_file_atomic((fs::path(step_dir) / "config.json").string(), config);
+    if (vocab.empty()) return {"config.json"};  // token files: no characters to name
     write_file_atomic((fs::path(step_dir) / "vocab.json").string(), vocab);
     return {"config.json", "vocab.json"};
   };
@@ -258,6 +276,7 @@ Criterion token_cross_entropy() {
 }
 
 std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg) {
+  if (vocab.chars.empty()) return "";  // token files: no characters to write with
   std::vector<int64_t> ids;
   for (unsigned char ch : cfg.get_string("sample.start")) ids.push_back(vocab.encode(ch));
   BOOSTER_CHECK(!ids.empty(), "sample.start must hold at least one character");

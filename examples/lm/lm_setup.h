@@ -60,7 +60,8 @@ data::CharVocab load_vocab(const std::string& path);
 /// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped).
 Criterion token_cross_entropy();
 
-/// sample.max_new_tokens characters after sample.start, drawn at sample.temperature from
+/// sample.max_new_tokens characters after sample.start ("" when the run trained on token
+/// files, which carry no characters), drawn at sample.temperature from
 /// the sample.top_k most likely (sample.seed); every rank draws the same (collective under
 /// ZeRO-3: call it on every rank).
 std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg);

@@ -33,6 +33,20 @@ cmp sample.log sample_hf.log || { echo "FAIL: the exported model writes other te
   --set train.eval_iters=10 --set data.cache_dir=cache > llama.log 2>&1 || { cat llama.log; exit 1; }
 lval=$(grep '"type":"eval"' runs/shakespeare_char_llama/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 awk -v v="$lval" 'BEGIN { exit !(v < 3.2) }' || { cat llama.log; echo "FAIL: LLaMA validation loss $lval after 100 iterations"; exit 1; }
+# nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
+  --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
+  --set train.warmup_iters=20 --set train.eval_iters=10 --set data.train_bin=cache/train.bin --set data.val_bin=cache/val.bin \
+  --set model.vocab_size=65 --set run.name=bin > bin.log 2>&1 || { cat bin.log; exit 1; }
+bval=$(grep '"type":"eval"' runs/bin/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+awk -v v="$bval" 'BEGIN { exit !(v < 3.2) }' || { cat bin.log; echo "FAIL: validation loss $bval on token files"; exit 1; }
+set +e
+"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
+  --set data.train_bin=cache/train.bin --set data.val_bin=cache/val.bin --set data.cache_dir=cache > bad3.log 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "data.train_bin needs model.vocab_size" bad3.log \
+  || { cat bad3.log; echo "FAIL: token files without a vocabulary size were taken"; exit 1; }
 set +e
 "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --set train.epochs=3 > bad.log 2>&1
