@@ -5,6 +5,7 @@
 # lm_sample continues a prompt from, also as the Hugging Face folder export_hf writes of it;
 # the LLaMA config learns too (ZeRO-2, lazy init, checkpointed layers); a key of the wrong table
 # or of the other model family is refused by name.
+# --resume from the middle of a run reproduces it exactly.
 # Usage: shakespeare_char_short.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -33,6 +34,16 @@ cmp sample.log sample_hf.log || { echo "FAIL: the exported model writes other te
   --set train.eval_iters=10 --set data.cache_dir=cache > llama.log 2>&1 || { cat llama.log; exit 1; }
 lval=$(grep '"type":"eval"' runs/shakespeare_char_llama/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 awk -v v="$lval" 'BEGIN { exit !(v < 3.2) }' || { cat llama.log; echo "FAIL: LLaMA validation loss $lval after 100 iterations"; exit 1; }
+# --resume from the middle gives the uninterrupted run's evaluation exactly.
+common=(--config "$src/examples/lm/configs/shakespeare_char.toml" --no-progress --set train.max_iters=100
+        --set train.eval_interval=50 --set train.lr_decay_iters=100 --set train.warmup_iters=20 --set train.eval_iters=5
+        --set data.cache_dir=cache --set checkpoint.every_iters=50 --set checkpoint.keep_last=3 --set run.name=resume)
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" "${common[@]}" > resume_a.log 2>&1 || { cat resume_a.log; exit 1; }
+want=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" "${common[@]}" --resume runs/resume/checkpoints/step-00000050 \
+  > resume_b.log 2>&1 || { cat resume_b.log; exit 1; }
+got=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+[ -n "$want" ] && [ "$want" = "$got" ] || { echo "FAIL: resumed run's step-100 validation loss $got, uninterrupted $want"; exit 1; }
 # nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
