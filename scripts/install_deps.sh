@@ -20,6 +20,7 @@ PACKAGES=(
   libxxhash-dev               # checkpoint checksums
   nlohmann-json3-dev          # safetensors headers, HF config.json
   libcli11-dev                # command lines
+  libpcre2-dev                # the byte-level BPE pre-tokenizer (Unicode letter and number classes)
   gnuplot-nox                 # the example's loss and accuracy curves (PNG)
   python3-protobuf python3-xxhash  # tools/read_checkpoint.py, the reference reader a ctest runs
 )
