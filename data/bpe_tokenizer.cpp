@@ -73,6 +73,27 @@ size_t invalid_utf8(const std::string& s) {
   return std::string::npos;
 }
 
+// bytes as UTF-8 with each invalid part (a lone continuation byte, a character cut short)
+// replaced by U+FFFD, as the ByteLevel decoder's errors="replace" does: generated text can
+// end a token inside a character.
+std::string replace_invalid_utf8(const std::string& bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t bad = invalid_utf8(bytes.substr(i, 4));
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (bad != 0) {  // the character at i is whole and valid
+      out.append(bytes, i, len), i += len;
+      continue;
+    }
+    out += "\xEF\xBF\xBD";
+    size_t skip = 1;  // the lead byte and the continuation bytes that followed it
+    while (len > 1 && skip < len && i + skip < bytes.size() && (static_cast<unsigned char>(bytes[i + skip]) >> 6) == 2) ++skip;
+    i += skip;
+  }
+  return out;
+}
+
 // The pieces of `text` by GPT-2's pattern.
 std::vector<std::string> pre_tokenize(const std::string& text) {
   struct Code {
@@ -169,7 +190,7 @@ std::string ByteLevelBPE::decode(const std::vector<int64_t>& ids) const {
       k += len;
     }
   }
-  return out;
+  return replace_invalid_utf8(out);
 }
 
 ByteLevelBPE ByteLevelBPE::train(const std::string& text, int64_t vocab_size) {

@@ -28,7 +28,9 @@ class ByteLevelBPE {
 
   /// Ids of `text` (valid UTF-8; invalid bytes are an error naming their offset).
   std::vector<int64_t> encode(const std::string& text) const;
-  /// The text of `ids` (an id past the vocabulary is an error naming it).
+  /// The text of `ids` (an id past the vocabulary is an error naming it); bytes that are not
+  /// whole UTF-8 characters (a sample can stop inside one) become U+FFFD, as Hugging Face's
+  /// ByteLevel decoder writes them.
   std::string decode(const std::vector<int64_t>& ids) const;
   int64_t vocab_size() const { return int64_t(tokens_.size()); }
   const std::vector<std::pair<std::string, std::string>>& merges() const { return merges_; }

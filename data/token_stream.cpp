@@ -1,6 +1,8 @@
 // Token files, the windowed token stream and the character-level text cache (see token_stream.h).
 #include "data/token_stream.h"
 
+#include "data/bpe_tokenizer.h"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -141,15 +143,17 @@ std::string CharVocab::decode(const std::vector<int64_t>& ids) const {
 
 namespace {
 
-// The cache's meta.json, when it was made from a text of this size and checksum.
-std::optional<CharVocab> read_meta(const std::filesystem::path& dir, size_t bytes, uint64_t sum, double val_fraction) {
+// The cache's meta.json, when it was made from a text of this size and checksum by this
+// tokenizer `recipe`.
+std::optional<CharVocab> read_meta(const std::filesystem::path& dir, size_t bytes, uint64_t sum, double val_fraction,
+                                   const std::string& recipe) {
   const auto meta = dir / "meta.json";
   if (!file_exists(meta.string()) || !file_exists((dir / "train.bin").string()) || !file_exists((dir / "val.bin").string()))
     return std::nullopt;
   try {
     auto j = nlohmann::json::parse(read_text_file(meta.string()));
     if (j.at("source_bytes").get<size_t>() != bytes || j.at("source_fnv1a").get<uint64_t>() != sum ||
-        j.at("val_fraction").get<double>() != val_fraction)
+        j.at("val_fraction").get<double>() != val_fraction || j.value("tokenizer", std::string("char")) != recipe)
       return std::nullopt;
     CharVocab v;
     for (int c : j.at("itos").get<std::vector<int>>()) v.chars += char(c);
@@ -179,37 +183,76 @@ class DirLock {
 
 }  // namespace
 
-TextCache tokenize_text_cached(const std::string& text_path, const std::string& cache_dir, double val_fraction) {
+namespace {
+
+// The text's tokens by characters (the vocabulary into cache.vocab) or by a byte-level BPE
+// (trained on the training split, or the one given; written to cache.tokenizer_json);
+// returns the ids and the index where validation starts.
+std::pair<std::vector<int64_t>, size_t> tokenize(const std::string& text, double val_fraction, const TextTokenizer& t,
+                                                 TextCache& out) {
+  auto split = size_t(double(text.size()) * (1.0 - val_fraction));
+  std::vector<int64_t> ids;
+  if (t.kind == "char") {
+    bool seen[256] = {};
+    for (unsigned char c : text) seen[c] = true;
+    for (int c = 0; c < 256; ++c)
+      if (seen[c]) out.vocab.chars += char(c);
+    ids.reserve(text.size());
+    for (unsigned char c : text) ids.push_back(out.vocab.encode(c));
+    out.vocab_size = int64_t(out.vocab.chars.size());
+    return {ids, split};
+  }
+  while (split > 0 && split < text.size() && (static_cast<unsigned char>(text[split]) & 0xC0) == 0x80) --split;  // a character's start
+  const ByteLevelBPE bpe = t.tokenizer_json.empty() ? ByteLevelBPE::train(text.substr(0, split), t.bpe_vocab_size)
+                                                    : ByteLevelBPE::from_tokenizer_json(t.tokenizer_json);
+  bpe.save(out.tokenizer_json);
+  ids = bpe.encode(text.substr(0, split));
+  const size_t n_train = ids.size();
+  const auto val = bpe.encode(text.substr(split));
+  ids.insert(ids.end(), val.begin(), val.end());
+  out.vocab_size = bpe.vocab_size();
+  return {ids, n_train};
+}
+
+}  // namespace
+
+TextCache tokenize_text_cached(const std::string& text_path, const std::string& cache_dir, double val_fraction,
+                               const TextTokenizer& tokenizer) {
   BOOSTER_CHECK(val_fraction >= 0 && val_fraction < 1, "tokenize_text_cached: val_fraction must be in [0, 1), got ",
                 val_fraction);
+  BOOSTER_CHECK(tokenizer.kind == "char" || tokenizer.kind == "bpe", "data.tokenizer '", tokenizer.kind,
+                "' is not one of char, bpe");
   const std::string text = read_text_file(text_path);
   BOOSTER_CHECK_T(IOError, text.size() >= 2, "text file '", text_path, "' holds ", text.size(), " bytes: nothing to train on");
   const uint64_t sum = fnv1a(text);
+  // What made the tokens: a cache of another tokenizer is made again.
+  const std::string recipe = tokenizer.kind == "char" ? "char"
+                             : tokenizer.tokenizer_json.empty()
+                                 ? "bpe trained to " + std::to_string(tokenizer.bpe_vocab_size)
+                                 : "bpe " + std::to_string(fnv1a(read_text_file(tokenizer.tokenizer_json)));
   const std::filesystem::path dir(cache_dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   BOOSTER_CHECK_T(IOError, std::filesystem::is_directory(dir), "data.cache_dir '", cache_dir,
                   "' cannot be made: ", ec.message(), " (the shared data folder is read-only: give a writable cache_dir)");
-  TextCache out{(dir / "train.bin").string(), (dir / "val.bin").string(), {}};
+  TextCache out{(dir / "train.bin").string(), (dir / "val.bin").string(), {}, "", 0};
+  if (tokenizer.kind == "bpe") out.tokenizer_json = (dir / "tokenizer.json").string();
   DirLock lock(dir);
-  if (auto v = read_meta(dir, text.size(), sum, val_fraction)) {
+  if (auto v = read_meta(dir, text.size(), sum, val_fraction, recipe)) {
     out.vocab = *v;
+    out.vocab_size = tokenizer.kind == "char" ? int64_t(v->chars.size())
+                                              : ByteLevelBPE::from_tokenizer_json(out.tokenizer_json).vocab_size();
     return out;
   }
-  bool seen[256] = {};
-  for (unsigned char c : text) seen[c] = true;
-  for (int c = 0; c < 256; ++c)
-    if (seen[c]) out.vocab.chars += char(c);
-  std::vector<int64_t> ids;
-  ids.reserve(text.size());
-  for (unsigned char c : text) ids.push_back(out.vocab.encode(c));
-  const auto n_train = size_t(double(ids.size()) * (1.0 - val_fraction));
+  const auto [ids, n_train] = tokenize(text, val_fraction, tokenizer, out);
+  BOOSTER_CHECK(out.vocab_size <= 65536, "tokenize_text_cached: ", out.vocab_size,
+                " tokens do not fit nanoGPT's uint16 token files");
   write_nanogpt_tokens(out.train_bin, std::vector<int64_t>(ids.begin(), ids.begin() + int64_t(n_train)));
   write_nanogpt_tokens(out.val_bin, std::vector<int64_t>(ids.begin() + int64_t(n_train), ids.end()));
   std::vector<int> itos;
   for (char c : out.vocab.chars) itos.push_back(int(static_cast<unsigned char>(c)));
-  nlohmann::json meta{{"vocab_size", itos.size()}, {"itos", itos}, {"source", text_path}, {"source_bytes", text.size()},
-                      {"source_fnv1a", sum}, {"val_fraction", val_fraction}, {"dtype", "uint16"}};
+  nlohmann::json meta{{"vocab_size", out.vocab_size}, {"itos", itos}, {"source", text_path}, {"source_bytes", text.size()},
+                      {"source_fnv1a", sum}, {"val_fraction", val_fraction}, {"dtype", "uint16"}, {"tokenizer", recipe}};
   write_file_atomic((dir / "meta.json").string(), meta.dump(1) + "\n");  // last: the cache is whole once it is there
   return out;
 }

@@ -86,18 +86,31 @@ struct CharVocab {
   std::string decode(const std::vector<int64_t>& ids) const;
 };
 
-/// What tokenize_text_cached made: the two token files and the vocabulary.
+/// How tokenize_text_cached tokenizes: by characters (nanoGPT's shakespeare_char) or by
+/// GPT-2's byte-level BPE (nanoGPT's shakespeare): a tokenizer.json given (GPT-2's own), or
+/// one trained on the training split with bpe_vocab_size tokens.
+struct TextTokenizer {
+  std::string kind = "char";    // "char" or "bpe"
+  int64_t bpe_vocab_size = 512;  // bpe without tokenizer_json: tokens to train
+  std::string tokenizer_json;    // bpe: a tokenizer.json to use
+};
+
+/// What tokenize_text_cached made: the two token files and the vocabulary (chars, or the
+/// cache's tokenizer.json for BPE).
 struct TextCache {
   std::string train_bin, val_bin;
   CharVocab vocab;
+  std::string tokenizer_json;  // bpe: the cache's copy
+  int64_t vocab_size = 0;
 };
 
-/// Tokenizes `text_path` by characters into `cache_dir` once (train.bin: the first
-/// 1 - val_fraction of the text, val.bin: the rest, nanoGPT's split; uint16 headerless;
-/// meta.json: the vocabulary and the source's size and checksum). A cache made from another
-/// text is made again. Processes building at once take turns on a lock file in the folder:
-/// one builds, the others wait and read what it wrote (no collective, so a builder that
-/// dies leaves no one waiting).
-TextCache tokenize_text_cached(const std::string& text_path, const std::string& cache_dir, double val_fraction = 0.1);
+/// Tokenizes `text_path` into `cache_dir` once (train.bin: the first 1 - val_fraction of the
+/// text, val.bin: the rest, nanoGPT's split; uint16 headerless, uint32 past 65,536 tokens;
+/// meta.json: the vocabulary, the tokenizer and the source's size and checksum). A cache made
+/// from another text or tokenizer is made again. Processes building at once take turns on a
+/// lock file in the folder: one builds, the others wait and read what it wrote (no
+/// collective, so a builder that dies leaves no one waiting).
+TextCache tokenize_text_cached(const std::string& text_path, const std::string& cache_dir, double val_fraction = 0.1,
+                               const TextTokenizer& tokenizer = {});
 
 }  // namespace booster::data

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     else if (type == "gpt2") n = export_model<nn::GPT2LMHeadModel, nn::GPT2Config>(d, out, bytes);
     else if (type == "llama") n = export_model<nn::LlamaForCausalLM, nn::LlamaConfig>(d, out, bytes);
     else BOOSTER_THROW(ValueError, (d / "config.json").string(), ": model_type '", type, "' is not one export_hf writes (vit, gpt2, llama)");
-    for (const char* side : {"preprocessor_config.json", "vocab.json"})
+    for (const char* side : {"preprocessor_config.json", "vocab.json", "tokenizer.json"})
       if (fs::exists(d / side)) fs::copy_file(d / side, fs::path(out) / side, fs::copy_options::overwrite_existing);
     std::printf("exported %zu tensors of a %s model to %s\n", n, type.c_str(), out.c_str());
     return 0;

@@ -1,6 +1,6 @@
 // lm_sample: text from an lm_train checkpoint (nanoGPT's sample.py), or from a Hugging Face
 // folder export_hf wrote of one. The config.json says the model (GPT-2 or LLaMA) and
-// vocab.json the characters; a checkpoint's weights load from any layout the run saved (one
+// tokenizer.json (BPE) or vocab.json (characters) the text; a checkpoint's weights load from any layout the run saved (one
 // file or shards). Generation uses the key/value cache; the context is cropped to the
 // model's positions as nanoGPT's is.
 // Usage: lm_sample --checkpoint runs/shakespeare_char/checkpoints | --model HF_DIR  --start "ROMEO:" --max_new_tokens 500
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   o.max_new_tokens = 500, o.temperature = 0.8, o.top_k = 200;
   int num_samples = 1;
   auto* c = app.add_option("--checkpoint", checkpoint, "an lm_train checkpoint folder (step-N or its parent)");
-  app.add_option("--model", model_dir, "a Hugging Face folder with vocab.json (export_hf of a checkpoint)")->excludes(c);
+  app.add_option("--model", model_dir, "a Hugging Face folder with tokenizer.json or vocab.json (export_hf of a checkpoint)")->excludes(c);
   app.add_option("--start", start, "the text the samples continue");
   app.add_option("--max_new_tokens", o.max_new_tokens, "characters a sample adds");
   app.add_option("--temperature", o.temperature, "1: the model's distribution; lower: surer; 0: the likeliest");
@@ -49,13 +49,12 @@ int main(int argc, char** argv) {
       dir = model_dir;
       model = examples::lm_model_from_pretrained(model_dir);
     }
-    const data::CharVocab vocab = examples::load_vocab((dir / "vocab.json").string());
-    std::vector<int64_t> ids;
-    for (unsigned char ch : start) ids.push_back(vocab.encode(ch));
+    const examples::TextCodec codec = examples::load_codec(dir.string());
+    const std::vector<int64_t> ids = codec.encode(start);
     BOOSTER_CHECK(!ids.empty(), "--start must hold at least one character");
     for (int s = 0; s < num_samples; ++s, ++o.seed) {
       const auto out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
-      std::printf("%s\n---------------\n", vocab.decode(out.to_int_vector()).c_str());
+      std::printf("%s\n---------------\n", codec.decode(out.to_int_vector()).c_str());
     }
     return 0;
   } catch (const std::exception& e) {

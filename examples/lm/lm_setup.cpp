@@ -43,6 +43,9 @@ ConfigSchema lm_train_schema() {
       .add("data.text", T::string, BOOSTER_SHARED_DIR "/data/tinyshakespeare/input.txt", "the text, tokenized by characters")
       .add("data.cache_dir", T::string, "runs/cache/shakespeare_char", "where train.bin, val.bin and meta.json go")
       .add("data.val_fraction", T::floating, 0.1, "the last share of the text that validates")
+      .add("data.tokenizer", T::string, "char", "char (nanoGPT's shakespeare_char) or bpe (GPT-2's byte-level BPE)")
+      .add("data.bpe_vocab_size", T::integer, 512, "bpe: tokens to train on the training split (with no tokenizer_json)")
+      .add("data.tokenizer_json", T::string, "", "bpe: a Hugging Face tokenizer.json to use (GPT-2's) instead of training")
       .add("data.train_bin", T::string, "", "a token file to train on instead of the text (nanoGPT's train.bin, llm.c's .bin)")
       .add("data.val_bin", T::string, "", "its validation tokens (with data.train_bin)")
       .add("data.dtype", T::string, "uint16", "a headerless token file's width: uint16 or uint32 (llm.c's header says its own)")
@@ -214,16 +217,21 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
   data::TextCache cache;
   int64_t vocab_size = cfg.get_int("model.vocab_size");
   if (cfg.get_string("data.train_bin").empty()) {
-    cache = data::tokenize_text_cached(cfg.get_string("data.text"), cfg.get_string("data.cache_dir"), cfg.get_float("data.val_fraction"));
-    BOOSTER_CHECK(vocab_size == 0 || vocab_size == int64_t(cache.vocab.chars.size()), "model.vocab_size (", vocab_size,
-                  ") is for token files; the text's characters give ", cache.vocab.chars.size());
-    vocab_size = int64_t(cache.vocab.chars.size());
+    const data::TextTokenizer tok{cfg.get_string("data.tokenizer"), cfg.get_int("data.bpe_vocab_size"),
+                                  cfg.get_string("data.tokenizer_json")};
+    cache = data::tokenize_text_cached(cfg.get_string("data.text"), cfg.get_string("data.cache_dir"),
+                                       cfg.get_float("data.val_fraction"), tok);
+    BOOSTER_CHECK(vocab_size == 0 || vocab_size == cache.vocab_size, "model.vocab_size (", vocab_size,
+                  ") is for token files; the text's tokenizer gives ", cache.vocab_size);
+    vocab_size = cache.vocab_size;
   } else {
     cache.train_bin = cfg.get_string("data.train_bin"), cache.val_bin = cfg.get_string("data.val_bin");
     BOOSTER_CHECK(!cache.val_bin.empty(), "data.train_bin needs data.val_bin (the validation tokens)");
     BOOSTER_CHECK(vocab_size > 0, "data.train_bin needs model.vocab_size (the token files carry no vocabulary)");
   }
-  r.vocab = cache.vocab;
+  r.codec.chars = cache.vocab;
+  if (!cache.tokenizer_json.empty())
+    r.codec.bpe = std::make_shared<data::ByteLevelBPE>(data::ByteLevelBPE::from_tokenizer_json(cache.tokenizer_json));
   r.model = make_lm_model(cfg, vocab_size, cfg.get_int("train.block_size"));
   for (auto& p : r.model.module->parameters()) r.parameters += p.numel();
   const std::string scaling = cfg.get_string("train.lr_scaling");
@@ -252,21 +260,43 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
         std::make_shared<data::DataLoader>(more, lo, std::make_shared<data::InferenceShardSampler>(more->size(), dp, rank));
   }
   r.evaluations = iters / every;
-  const std::string vocab = cache.vocab.chars.empty() ? "" : nlohmann::json{{"itos", cache.vocab.chars}}.dump() + "\n";
-  r.side_files = [config = r.model.config_json, vocab](const std::string& step_dir) -> std::vector<std::string> {
+  // The vocabulary beside config.json in every checkpoint: vocab.json (characters) or
+  // tokenizer.json (BPE); none for token files.
+  const std::string vocab = !cache.vocab.chars.empty() ? nlohmann::json{{"itos", cache.vocab.chars}}.dump() + "\n"
+                            : r.codec.bpe                ? r.codec.bpe->to_json_string()
+                                                         : "";
+  const std::string vocab_file = r.codec.bpe ? "tokenizer.json" : "vocab.json";
+  r.side_files = [config = r.model.config_json, vocab, vocab_file](const std::string& step_dir) -> std::vector<std::string> {
     write_file_atomic((fs::path(step_dir) / "config.json").string(), config);
-    if (vocab.empty()) return {"config.json"};  // token files: no characters to name
-    write_file_atomic((fs::path(step_dir) / "vocab.json").string(), vocab);
-    return {"config.json", "vocab.json"};
+    if (vocab.empty()) return {"config.json"};  // token files: no vocabulary to name
+    write_file_atomic((fs::path(step_dir) / vocab_file).string(), vocab);
+    return {"config.json", vocab_file};
   };
   return r;
 }
 
-data::CharVocab load_vocab(const std::string& path) {
-  const auto j = nlohmann::json::parse(read_text_file(path), nullptr, false);
-  BOOSTER_CHECK_T(IOError, j.is_object() && j.contains("itos") && j["itos"].is_string() && !j["itos"].empty(), path,
+std::vector<int64_t> TextCodec::encode(const std::string& text) const {
+  if (bpe) return bpe->encode(text);
+  std::vector<int64_t> ids;
+  for (unsigned char ch : text) ids.push_back(chars.encode(ch));
+  return ids;
+}
+
+std::string TextCodec::decode(const std::vector<int64_t>& ids) const { return bpe ? bpe->decode(ids) : chars.decode(ids); }
+
+TextCodec load_codec(const std::string& dir) {
+  TextCodec c;
+  const fs::path tok = fs::path(dir) / "tokenizer.json", voc = fs::path(dir) / "vocab.json";
+  if (fs::exists(tok)) {
+    c.bpe = std::make_shared<data::ByteLevelBPE>(data::ByteLevelBPE::from_tokenizer_json(tok.string()));
+    return c;
+  }
+  BOOSTER_CHECK_T(IOError, fs::exists(voc), dir, " holds neither tokenizer.json nor vocab.json (a run on token files has no text)");
+  const auto j = nlohmann::json::parse(read_text_file(voc.string()), nullptr, false);
+  BOOSTER_CHECK_T(IOError, j.is_object() && j.contains("itos") && j["itos"].is_string() && !j["itos"].empty(), voc.string(),
                   ": not a vocabulary (expected {\"itos\": \"<the characters>\"})");
-  return data::CharVocab{j["itos"].get<std::string>()};
+  c.chars = data::CharVocab{j["itos"].get<std::string>()};
+  return c;
 }
 
 Criterion token_cross_entropy() {
@@ -275,10 +305,9 @@ Criterion token_cross_entropy() {
   };
 }
 
-std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg) {
-  if (vocab.chars.empty()) return "";  // token files: no characters to write with
-  std::vector<int64_t> ids;
-  for (unsigned char ch : cfg.get_string("sample.start")) ids.push_back(vocab.encode(ch));
+std::string sample_text(LmModel& model, const TextCodec& codec, const Config& cfg) {
+  if (codec.empty()) return "";  // token files: no text to write with
+  const std::vector<int64_t> ids = codec.encode(cfg.get_string("sample.start"));
   BOOSTER_CHECK(!ids.empty(), "sample.start must hold at least one character");
   nn::GenerateOptions o;
   o.max_new_tokens = cfg.get_int("sample.max_new_tokens");
@@ -287,7 +316,7 @@ std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Conf
   o.seed = uint64_t(cfg.get_int("sample.seed"));
   const Tensor out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
   const std::vector<int64_t> all = out.to_int_vector();
-  return vocab.decode(std::vector<int64_t>(all.begin() + int64_t(ids.size()), all.end()));
+  return codec.decode(std::vector<int64_t>(all.begin() + int64_t(ids.size()), all.end()));
 }
 
 }  // namespace booster::examples

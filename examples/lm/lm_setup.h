@@ -10,6 +10,7 @@
 #include "booster/plugin.h"
 #include "booster/trainer/run_checkpoint.h"
 #include "core/common/config.h"
+#include "data/bpe_tokenizer.h"
 #include "data/token_stream.h"
 #include "nn/gpt2.h"
 #include "nn/llama.h"
@@ -36,6 +37,19 @@ LmModel lm_model_from_config_file(const std::string& path);
 /// The model of a Hugging Face folder (gpt2_from_pretrained or llama_from_pretrained).
 LmModel lm_model_from_pretrained(const std::string& dir);
 
+/// Text to ids and back: the run's characters (vocab.json) or its byte-level BPE
+/// (tokenizer.json); empty when the run trained on token files.
+struct TextCodec {
+  data::CharVocab chars;
+  std::shared_ptr<data::ByteLevelBPE> bpe;
+  bool empty() const { return !bpe && chars.chars.empty(); }
+  std::vector<int64_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+};
+/// The codec of a checkpoint or Hugging Face folder: its tokenizer.json, else its vocab.json
+/// (neither: an error naming the folder).
+TextCodec load_codec(const std::string& dir);
+
 /// A run's objects before boost.
 struct LmRun {
   LmModel model;
@@ -43,7 +57,7 @@ struct LmRun {
   std::shared_ptr<optim::LRScheduler> scheduler;
   std::shared_ptr<data::DataLoader> train_loader, val_loader;
   std::shared_ptr<data::DataLoader> final_val_loader;  // train.final_eval_iters batches (null when 0)
-  data::CharVocab vocab;
+  TextCodec codec;           // the text's characters or BPE (empty for token files)
   SideFiles side_files;      // config.json and the vocabulary in every checkpoint
   int64_t evaluations = 0;   // max_iters / eval_interval: the Trainer's epochs
   int64_t parameters = 0;
@@ -53,9 +67,6 @@ struct LmRun {
 /// validation text.
 LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin);
 
-/// The characters of an lm_train checkpoint's vocab.json ({"itos": "..."}); a damaged
-/// file is an error naming it.
-data::CharVocab load_vocab(const std::string& path);
 
 /// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped).
 Criterion token_cross_entropy();
@@ -64,6 +75,6 @@ Criterion token_cross_entropy();
 /// files, which carry no characters), drawn at sample.temperature from
 /// the sample.top_k most likely (sample.seed); every rank draws the same (collective under
 /// ZeRO-3: call it on every rank).
-std::string sample_text(LmModel& model, const data::CharVocab& vocab, const Config& cfg);
+std::string sample_text(LmModel& model, const TextCodec& codec, const Config& cfg);
 
 }  // namespace booster::examples

@@ -105,7 +105,7 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
     trainer.evaluate(*run.final_val_loader, {std::make_shared<LossHook>()});
     final_val = trainer.metric(Mode::test, "Loss").accumulated_value();
   }
-  const std::string sample = examples::sample_text(run.model, run.vocab, cfg);
+  const std::string sample = examples::sample_text(run.model, run.codec, cfg);
   if (master) {
     const double ms = records->median_step_ms();
     std::printf("best val loss %.4f, %.1f ms/iter (median)", trainer.records()["best_val_loss"], ms);

@@ -82,6 +82,9 @@ TEST(ByteLevelBPE, AnyUtf8RoundTripsExactly) {
   }
   EXPECT_NE(error_of([&] { bpe.encode("ok \xff bad"); }).find("not valid UTF-8 at byte 3"), std::string::npos);
   EXPECT_NE(error_of([&] { bpe.decode({1, 512}); }).find("id 512 at position 1"), std::string::npos);
+  // A character cut short (the first two bytes of 日, E6 97 A5) and a lone continuation byte
+  // decode to U+FFFD each, the rest as it is.
+  EXPECT_EQ(bpe.decode({0xE6, 0x97, 'a', 0xA5, 'b'}), "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD" "b");
 }
 
 TEST(ByteLevelBPE, OtherTokenizersAreNamed) {

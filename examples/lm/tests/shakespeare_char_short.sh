@@ -44,6 +44,17 @@ want=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | sed 
   > resume_b.log 2>&1 || { cat resume_b.log; exit 1; }
 got=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 [ -n "$want" ] && [ "$want" = "$got" ] || { echo "FAIL: resumed run's step-100 validation loss $got, uninterrupted $want"; exit 1; }
+# GPT-2's byte-level BPE trained on the training split (300 tokens): it learns, and lm_sample
+# writes from its checkpoint with the tokenizer.json saved there.
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
+  --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
+  --set train.warmup_iters=20 --set train.eval_iters=10 --set data.bpe_vocab_size=300 --set data.cache_dir=cache_bpe \
+  > bpe.log 2>&1 || { cat bpe.log; exit 1; }
+pval=$(grep '"type":"eval"' runs/shakespeare_bpe/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+awk -v v="$pval" 'BEGIN { exit !(v < 4.5) }' || { cat bpe.log; echo "FAIL: BPE validation loss $pval (ln 300 = 5.70)"; exit 1; }
+"$build/examples/lm/lm_sample" --checkpoint runs/shakespeare_bpe/checkpoints --start "JULIET:" --max_new_tokens 20 \
+  > sample_bpe.log 2>&1 || { cat sample_bpe.log; exit 1; }
+[ "$(head -c 7 sample_bpe.log)" = "JULIET:" ] || { cat sample_bpe.log; echo "FAIL: no BPE sample"; exit 1; }
 # nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
@@ -71,4 +82,4 @@ code=$?
 set -e
 [ "$code" -ne 0 ] && grep -q "model.n_embd is not a key of shakespeare-char-llama" bad2.log \
   || { cat bad2.log; echo "FAIL: a GPT-2 key was taken for a LLaMA"; exit 1; }
-echo "PASS: validation loss $val after 200 iterations (GPT-2), $lval after 100 (LLaMA)"
+echo "PASS: validation loss $val after 200 iterations (GPT-2), $lval after 100 (LLaMA), $pval per BPE token after 100"
