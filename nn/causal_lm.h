@@ -81,6 +81,8 @@ class CausalLM {
   virtual Tensor forward_cached(const Tensor& input_ids, KVCache& cache) = 0;
   /// Most positions a forward takes (n_positions, max_position_embeddings).
   virtual int64_t max_positions() const = 0;
+  /// Tokens the model knows (its config's vocab_size).
+  virtual int64_t vocab_size() const = 0;
 };
 
 /// transformers' generate() arguments (sampling on, as nanoGPT's generate).

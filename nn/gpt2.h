@@ -119,6 +119,7 @@ class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
   /// Logits of input_ids after the cache's tokens (every block a GPT2Block; see causal_lm.h).
   Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override;
   int64_t max_positions() const override { return c_.n_positions; }
+  int64_t vocab_size() const override { return c_.vocab_size; }
   /// nn::generate in eval mode (the mode is restored).
   Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
   /// Hugging Face's gradient_checkpointing_enable(): the blocks run checkpointed while

@@ -37,6 +37,8 @@ ConfigSchema lm_train_schema() {
       .add("model.rope_theta", T::floating, 0.0, "LLaMA: 0 the preset's")
       .add("model.dropout", T::floating, 0.0, "nanoGPT's dropout (GPT-2: resid, embd and attn; LLaMA: attention_dropout)")
       .add("model.bias", T::boolean, false, "biases in the linears and norms (nanoGPT's bias; LLaMA: attention_bias, mlp_bias)")
+      .add("model.pretrained", T::string, "",
+           "a Hugging Face folder (GPT-2 or LLaMA) to start from: its config.json rules, the width keys are refused")
       .add("model.lazy_init", T::boolean, false, "record the parameters and materialize at boost, only what a rank keeps")
       .add("model.gradient_checkpointing", T::boolean, false, "recompute each block's forward in backward")
       .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's blocks checkpointed")
@@ -133,7 +135,45 @@ LmModel build(const Config& cfg, const C& c, const char* family) {
 
 }  // namespace
 
+namespace {
+
+// A Hugging Face folder as the run's model: its config.json decides the shapes and dropouts
+// (as from_pretrained does); the keys that would change them are refused, and the text's
+// vocabulary and the windows must fit it.
+LmModel pretrained_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
+  const std::string dir = cfg.get_string("model.pretrained");
+  for (const char* k : {"model.n_layer", "model.n_head", "model.n_embd", "model.hidden_size", "model.intermediate_size",
+                        "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads",
+                        "model.rope_theta", "model.dropout"})
+    BOOSTER_CHECK(cfg.get_float(k) == 0, k, " cannot change the pretrained model of ", dir, " (its config.json decides)");
+  BOOSTER_CHECK(!cfg.get_bool("model.bias"), "model.bias cannot change the pretrained model of ", dir,
+                " (its config.json decides)");
+  LmModel m;
+  if (cfg.get_bool("model.lazy_init")) {
+    nn::LazyInit lazy;  // the folder's tensors become the sources, read at boost
+    m = lm_model_from_pretrained(dir);
+  } else {
+    m = lm_model_from_pretrained(dir);
+  }
+  BOOSTER_CHECK(m.lm->vocab_size() == vocab, dir, " knows ", m.lm->vocab_size(), " tokens, the text's tokenizer ", vocab,
+                " (give its tokenizer: data.tokenizer = \"bpe\", data.tokenizer_json = <its tokenizer.json>)");
+  BOOSTER_CHECK(block <= m.lm->max_positions(), "train.block_size ", block, " is past the ", m.lm->max_positions(),
+                " positions of ", dir);
+  return m;
+}
+
+}  // namespace
+
 LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
+  if (!cfg.get_string("model.pretrained").empty()) {
+    LmModel m = pretrained_lm_model(cfg, vocab, block);
+    if (cfg.get_bool("model.gradient_checkpointing")) {
+      const double ratio = cfg.get_float("model.gradient_checkpointing_ratio");
+      if (auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get())) g->gradient_checkpointing_enable(ratio);
+      else static_cast<nn::LlamaForCausalLM&>(*m.module).gradient_checkpointing_enable(ratio);
+    }
+    return m;
+  }
   const std::string preset = cfg.get_string("model.preset");
   const double drop = cfg.get_float("model.dropout");
   if (is_llama(preset)) {

@@ -55,6 +55,23 @@ awk -v v="$pval" 'BEGIN { exit !(v < 4.5) }' || { cat bpe.log; echo "FAIL: BPE v
 "$build/examples/lm/lm_sample" --checkpoint runs/shakespeare_bpe/checkpoints --start "JULIET:" --max_new_tokens 20 \
   > sample_bpe.log 2>&1 || { cat sample_bpe.log; exit 1; }
 [ "$(head -c 7 sample_bpe.log)" = "JULIET:" ] || { cat sample_bpe.log; echo "FAIL: no BPE sample"; exit 1; }
+# Fine-tuning from the Hugging Face folder export_hf writes of it (its tokenizer.json given):
+# 20 more iterations start where it was, far below a new model's loss; the folder with
+# another tokenizer is refused naming both vocabularies.
+"$build/tools/export_hf" runs/shakespeare_bpe/checkpoints hf_bpe > export_bpe.log 2>&1 || { cat export_bpe.log; exit 1; }
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
+  --no-progress --set train.max_iters=20 --set train.eval_interval=20 --set train.lr_decay_iters=20 --set train.warmup_iters=5 \
+  --set train.eval_iters=10 --set model.pretrained=hf_bpe --set data.tokenizer_json=hf_bpe/tokenizer.json \
+  --set data.cache_dir=cache_ft --set run.name=finetune > ft.log 2>&1 || { cat ft.log; exit 1; }
+fval=$(grep '"type":"eval"' runs/finetune/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+awk -v v="$fval" 'BEGIN { exit !(v < 4.0) }' || { cat ft.log; echo "FAIL: fine-tuned validation loss $fval"; exit 1; }
+set +e
+"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
+  --set model.pretrained=hf_bpe --set data.cache_dir=cache > bad4.log 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "knows 300 tokens, the text's tokenizer 65" bad4.log \
+  || { cat bad4.log; echo "FAIL: a pretrained model of another vocabulary was taken"; exit 1; }
 # nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
@@ -82,4 +99,4 @@ code=$?
 set -e
 [ "$code" -ne 0 ] && grep -q "model.n_embd is not a key of shakespeare-char-llama" bad2.log \
   || { cat bad2.log; echo "FAIL: a GPT-2 key was taken for a LLaMA"; exit 1; }
-echo "PASS: validation loss $val after 200 iterations (GPT-2), $lval after 100 (LLaMA), $pval per BPE token after 100"
+echo "PASS: validation loss $val after 200 iterations (GPT-2), $lval after 100 (LLaMA), $pval per BPE token after 100, $fval fine-tuned 20 more"
