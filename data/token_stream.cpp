@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -143,9 +144,9 @@ std::string CharVocab::decode(const std::vector<int64_t>& ids) const {
 
 namespace {
 
-// The cache's meta.json, when it was made from a text of this size and checksum by this
-// tokenizer `recipe`.
-std::optional<CharVocab> read_meta(const std::filesystem::path& dir, size_t bytes, uint64_t sum, double val_fraction,
+// The cache's vocabulary (characters, and its size) from its meta.json, when it was made from
+// a text of this size and checksum by this tokenizer `recipe`.
+std::optional<std::pair<CharVocab, int64_t>> read_meta(const std::filesystem::path& dir, size_t bytes, uint64_t sum, double val_fraction,
                                    const std::string& recipe) {
   const auto meta = dir / "meta.json";
   if (!file_exists(meta.string()) || !file_exists((dir / "train.bin").string()) || !file_exists((dir / "val.bin").string()))
@@ -157,7 +158,7 @@ std::optional<CharVocab> read_meta(const std::filesystem::path& dir, size_t byte
       return std::nullopt;
     CharVocab v;
     for (int c : j.at("itos").get<std::vector<int>>()) v.chars += char(c);
-    return v;
+    return std::make_pair(v, j.at("vocab_size").get<int64_t>());
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a damaged meta.json is made again
   }
@@ -238,10 +239,9 @@ TextCache tokenize_text_cached(const std::string& text_path, const std::string& 
   TextCache out{(dir / "train.bin").string(), (dir / "val.bin").string(), {}, "", 0};
   if (tokenizer.kind == "bpe") out.tokenizer_json = (dir / "tokenizer.json").string();
   DirLock lock(dir);
-  if (auto v = read_meta(dir, text.size(), sum, val_fraction, recipe)) {
-    out.vocab = *v;
-    out.vocab_size = tokenizer.kind == "char" ? int64_t(v->chars.size())
-                                              : ByteLevelBPE::from_tokenizer_json(out.tokenizer_json).vocab_size();
+  auto v = read_meta(dir, text.size(), sum, val_fraction, recipe);
+  if (v && (tokenizer.kind == "char" || file_exists(out.tokenizer_json))) {
+    std::tie(out.vocab, out.vocab_size) = *v;
     return out;
   }
   const auto [ids, n_train] = tokenize(text, val_fraction, tokenizer, out);

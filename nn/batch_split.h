@@ -41,6 +41,15 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
 /// Shares a batch of `rows` splits into over `threads` threads: one a thread, at most one a row.
 int batch_shares(int64_t rows, int threads);
 
+/// How a model output of logits and a loss combines (ViT's, the causal LMs'): the logits'
+/// rows joined, the loss the shares' means weighted by their rows; undefined ones left out.
+inline std::vector<BatchMerge> logits_loss_merge(const Tensor& logits, const Tensor& loss) {
+  std::vector<BatchMerge> m;
+  if (logits.defined()) m.push_back(BatchMerge::concat);
+  if (loss.defined()) m.push_back(BatchMerge::mean);
+  return m;
+}
+
 /// How a Tensor output combines: its rows joined.
 inline std::vector<BatchMerge> batch_merge(const Tensor& t) {
   return t.defined() ? std::vector<BatchMerge>{BatchMerge::concat} : std::vector<BatchMerge>{};

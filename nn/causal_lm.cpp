@@ -51,6 +51,11 @@ Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& 
   return cross_entropy(logits.narrow(1, 0, t - 1).reshape({-1, v}), labels.narrow(1, 1, t - 1).reshape({-1}));
 }
 
+Tensor lm_head_logits(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden) {
+  if (tied) return embeddings.call_forward([&] { return linear(hidden, embeddings.weight); });  // [B, T, E] x [V, E]^T
+  return (*std::static_pointer_cast<UnaryModule>(root.get("lm_head")))(hidden);
+}
+
 Tensor& KVCache::key(size_t i, size_t n) { return entry(keys, i, n); }
 Tensor& KVCache::value(size_t i, size_t n) { return entry(values, i, n); }
 

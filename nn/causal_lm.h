@@ -28,12 +28,7 @@ inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>&
 /// How an output combines over split_batch's shares: the logits' rows joined, the loss the
 /// shares' means weighted by their rows (the token mean where every row counts the same
 /// tokens, as a token stream's windows do; rows with -100 labels weigh as any other).
-inline std::vector<BatchMerge> batch_merge(const CausalLMOutput& o) {
-  std::vector<BatchMerge> m;
-  if (o.logits.defined()) m.push_back(BatchMerge::concat);
-  if (o.loss.defined()) m.push_back(BatchMerge::mean);
-  return m;
-}
+inline std::vector<BatchMerge> batch_merge(const CausalLMOutput& o) { return logits_loss_merge(o.logits, o.loss); }
 
 /// transformers' shifted loss: position t predicts labels[t + 1] (-100 ignored); labels
 /// shaped as input_ids [B, T] (`model` names the model in errors).
@@ -57,6 +52,11 @@ std::pair<Tensor, Tensor> extend_cache(Tensor& keys, Tensor& values, const Tenso
 /// whose last t are the queries' own: causal_attention when nothing came before them (L = t),
 /// unmasked attention for one query after a cache; several queries after a cache are refused.
 Tensor cached_attention(const Tensor& q, const Tensor& keys, const Tensor& values, double scale);
+
+/// A causal LM's head on hidden [B, T, E] -> logits [B, T, V]: tied, the token embedding
+/// table as its weight, inside a forward of that module (so whatever hooks it, ZeRO-3
+/// gathering its shard or FSDP's unit, sees this use too); else root's "lm_head" module.
+Tensor lm_head_logits(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden);
 
 /// x through every layer of `layers` (each a Layer with forward_cached(x, keys, values)),
 /// each with its entry of the cache; `path` names the list in errors ("transformer.h").
@@ -83,6 +83,9 @@ class CausalLM {
   virtual int64_t max_positions() const = 0;
   /// Tokens the model knows (its config's vocab_size).
   virtual int64_t vocab_size() const = 0;
+  /// Hugging Face's gradient_checkpointing_enable(): the layers run checkpointed while
+  /// training (ratio: the share of each stage's layers, the first ones).
+  virtual void gradient_checkpointing_enable(double ratio = 1.0) = 0;
 };
 
 /// transformers' generate() arguments (sampling on, as nanoGPT's generate).

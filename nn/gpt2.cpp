@@ -128,11 +128,7 @@ GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : c_(c) {
 }
 
 Tensor GPT2LMHeadModel::head(const Tensor& hidden) {
-  // Tied: the embedding table as the head's weight, inside a forward of the wte module, so
-  // whatever hooks it (ZeRO-3 gathering its shard, FSDP's unit) sees this use too.
-  Embedding& wte = *transformer->wte;
-  if (c_.tie_word_embeddings) return wte.call_forward([&] { return linear(hidden, wte.weight); });  // [B, T, E] x [V, E]^T
-  return (*std::static_pointer_cast<UnaryModule>(get("lm_head")))(hidden);
+  return lm_head_logits(*this, *transformer->wte, c_.tie_word_embeddings, hidden);
 }
 
 CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& labels) {

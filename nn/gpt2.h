@@ -122,9 +122,7 @@ class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
   int64_t vocab_size() const override { return c_.vocab_size; }
   /// nn::generate in eval mode (the mode is restored).
   Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
-  /// Hugging Face's gradient_checkpointing_enable(): the blocks run checkpointed while
-  /// training (ratio: the share of each stage's blocks, the first ones).
-  void gradient_checkpointing_enable(double ratio = 1.0);
+  void gradient_checkpointing_enable(double ratio = 1.0) override;
   void gradient_checkpointing_disable() { transformer->gradient_checkpointing = false; }
   bool is_gradient_checkpointing() const { return transformer->gradient_checkpointing; }
 

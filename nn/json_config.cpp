@@ -14,4 +14,9 @@ nlohmann::json parse_config_json(const std::string& text, const std::string& whe
   return j;
 }
 
+std::string config_model_type(const std::string& text, const std::string& where) {
+  const nlohmann::json j = parse_config_json(text, where);
+  return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
+}
+
 }  // namespace booster::nn

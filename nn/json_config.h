@@ -13,6 +13,9 @@ namespace booster::nn {
 /// The JSON object in `text` (`where` names the source in errors).
 nlohmann::json parse_config_json(const std::string& text, const std::string& where);
 
+/// The model_type of a config.json's text ("" when it names none).
+std::string config_model_type(const std::string& text, const std::string& where);
+
 /// Sets `out` from j[key] when present and not null.
 template <typename T>
 void read_config_key(const nlohmann::json& j, const char* key, T& out, const std::string& where) {

@@ -128,9 +128,7 @@ LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c) : c_(c) {
 }
 
 Tensor LlamaForCausalLM::head(const Tensor& hidden) {
-  Embedding& emb = *model->embed_tokens;  // tied: used inside embed_tokens' forward (see GPT2LMHeadModel::head)
-  if (c_.tie_word_embeddings) return emb.call_forward([&] { return linear(hidden, emb.weight); });
-  return (*std::static_pointer_cast<UnaryModule>(get("lm_head")))(hidden);
+  return lm_head_logits(*this, *model->embed_tokens, c_.tie_word_embeddings, hidden);
 }
 
 CausalLMOutput LlamaForCausalLM::forward(const Tensor& input_ids, const Tensor& labels) {

@@ -125,8 +125,7 @@ class LlamaForCausalLM : public Module, public PipelineModule, public CausalLM {
   int64_t max_positions() const override { return c_.max_position_embeddings; }
   int64_t vocab_size() const override { return c_.vocab_size; }
   Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
-  /// Hugging Face's gradient_checkpointing_enable() (see GPT2LMHeadModel's).
-  void gradient_checkpointing_enable(double ratio = 1.0);
+  void gradient_checkpointing_enable(double ratio = 1.0) override;
   void gradient_checkpointing_disable() { model->gradient_checkpointing = false; }
   bool is_gradient_checkpointing() const { return model->gradient_checkpointing; }
 

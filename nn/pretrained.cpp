@@ -58,6 +58,31 @@ void load_pretrained_state(Module& model, const std::map<std::string, Tensor>& g
                  cls, dir, joined(mismatched_ok));
 }
 
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+// A checkpoint's tensors under the model's names: the base model's `prefix` ("vit.",
+// "transformer.", "model.") added where the file holds a bare base model (the `head`'s tensors
+// keep theirs), the buffers transformers saved (`drop` suffixes) left out.
+std::map<std::string, Tensor> hf_names(const StateDict& ckpt, const std::string& prefix, const std::string& head,
+                                       const std::vector<std::string>& drop = {}) {
+  bool has_prefix = false;
+  for (auto& [n, t] : ckpt) has_prefix |= starts_with(n, prefix);
+  std::map<std::string, Tensor> out;
+  for (auto& [n, t] : ckpt) {
+    bool buffer = false;
+    for (auto& d : drop) buffer |= ends_with(n, d);
+    if (!buffer) out[has_prefix || starts_with(n, head) ? n : prefix + n] = t;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::shared_ptr<ViTForImageClassification> vit_from_pretrained(const std::string& dir, const FromPretrainedOptions& opts) {
   namespace fs = std::filesystem;
   ViTConfig cfg = ViTConfig::from_json_file((fs::path(dir) / "config.json").string());
@@ -73,43 +98,20 @@ std::shared_ptr<ViTForImageClassification> vit_from_pretrained(const std::string
     // so a model is the same whatever the checkpoint holds.
     model = std::make_shared<ViTForImageClassification>(cfg);
   }
-  std::map<std::string, Tensor> given;
-  bool has_prefix = false;
-  for (auto& [n, t] : ckpt) has_prefix |= n.rfind("vit.", 0) == 0;
-  for (auto& [n, t] : ckpt) given[has_prefix || n.rfind("classifier.", 0) == 0 ? n : "vit." + n] = t;
-
-  load_pretrained_state(*model, given, dir, "ViTForImageClassification", opts.ignore_mismatched_sizes);
+  load_pretrained_state(*model, hf_names(ckpt, "vit.", "classifier."), dir, "ViTForImageClassification",
+                        opts.ignore_mismatched_sizes);
   return model;
 }
 
 namespace {
-
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& p) {
-  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
-}
-
-// A causal LM's tensors under the model's names: the base model's prefix added where the file
-// has a bare base model, the buffers transformers saved (`drop` suffixes) left out.
-std::map<std::string, Tensor> lm_names(const StateDict& ckpt, const std::string& prefix,
-                                       const std::vector<std::string>& drop) {
-  bool has_prefix = false;
-  for (auto& [n, t] : ckpt) has_prefix |= starts_with(n, prefix);
-  std::map<std::string, Tensor> out;
-  for (auto& [n, t] : ckpt) {
-    bool buffer = false;
-    for (auto& d : drop) buffer |= ends_with(n, d);
-    if (!buffer) out[has_prefix || starts_with(n, "lm_head.") ? n : prefix + n] = t;
-  }
-  return out;
-}
 
 template <typename M, typename C>
 std::shared_ptr<M> lm_from_pretrained(const std::string& dir, const FromPretrainedOptions& opts, const char* cls,
                                       const std::string& prefix, const std::vector<std::string>& drop) {
   const C cfg = C::from_json_file((std::filesystem::path(dir) / "config.json").string());
   auto model = std::make_shared<M>(cfg);
-  load_pretrained_state(*model, lm_names(load_safetensors_dir(dir), prefix, drop), dir, cls, opts.ignore_mismatched_sizes);
+  load_pretrained_state(*model, hf_names(load_safetensors_dir(dir), prefix, "lm_head.", drop), dir, cls,
+                        opts.ignore_mismatched_sizes);
   return model;
 }
 

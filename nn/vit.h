@@ -200,12 +200,7 @@ inline void visit_tensors(ImageClassifierOutput& o, const std::function<void(Ten
 
 /// Over batch shares (nn::split_batch): the logits' rows joined, the loss a mean over the
 /// batch (each share's weighted by its rows).
-inline std::vector<BatchMerge> batch_merge(const ImageClassifierOutput& o) {
-  std::vector<BatchMerge> m;
-  if (o.logits.defined()) m.push_back(BatchMerge::concat);
-  if (o.loss.defined()) m.push_back(BatchMerge::mean);
-  return m;
-}
+inline std::vector<BatchMerge> batch_merge(const ImageClassifierOutput& o) { return logits_loss_merge(o.logits, o.loss); }
 
 /// ViTModel and a linear classifier on the CLS token. As a pipeline: the stages divide the
 /// encoder layers; the first also runs the embeddings (reading "pixel_values"), the last

@@ -13,6 +13,11 @@ import torch
 from make_adamw_golden import save  # one safetensors writer for the goldens
 
 
+def shifted_loss(logits, ids):
+    """transformers' causal LM loss: position t predicts ids[t + 1]."""
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+
 def write_golden(out, config, init_params, forward, adamw, b, t, steps, seed=20261128):
     gen = torch.Generator().manual_seed(seed)
     os.makedirs(out, exist_ok=True)

@@ -12,8 +12,8 @@
 #include "booster/trainer/run_checkpoint.h"
 #include "core/autograd/grad_mode.h"
 #include "core/common/file_util.h"
+#include "nn/json_config.h"
 #include "nn/pretrained.h"
-#include <nlohmann/json.hpp>
 
 using namespace booster;
 namespace fs = std::filesystem;
@@ -26,20 +26,13 @@ size_t export_model(const fs::path& d, const std::string& out, size_t max_shard_
   const C cfg = C::from_json_file((d / "config.json").string());
   nn::SkipInitGuard skip;
   M model(cfg);
-  const bool shard = fs::is_directory(d / "model");
-  auto loaded = ckpt::load_tensors((d / (shard ? "model" : "model.ckpt")).string(), "model");
+  auto loaded = ckpt::load_tensors(step_checkpoint_path(d.string()), "model");
   {
     NoGradGuard ng;
     model.load_state_dict(loaded.tensors, /*strict=*/true);
   }
   nn::save_pretrained(model, out, max_shard_bytes);
   return loaded.tensors.size();
-}
-
-std::string model_type(const fs::path& config) {
-  const auto j = nlohmann::json::parse(read_text_file(config.string()), nullptr, false);
-  BOOSTER_CHECK_T(IOError, j.is_object(), config.string(), ": not a JSON object");
-  return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "vit";
 }
 
 }  // namespace
@@ -59,7 +52,9 @@ int main(int argc, char** argv) {
                     step_dir, "' (a step-N folder with progress.ckpt, a folder of them, or a folder with config.json)");
     if (newest) verify_run_checkpoint(*newest);
     const fs::path d(newest ? *newest : step_dir);
-    const std::string type = model_type(d / "config.json");
+    const std::string path = (d / "config.json").string();
+    std::string type = nn::config_model_type(read_text_file(path), path);
+    if (type.empty()) type = "vit";  // the ViT configs of early releases wrote none
     const size_t bytes = size_t(max_shard_mb) << 20;
     size_t n = 0;
     if (type == "vit") n = export_model<nn::ViTForImageClassification, nn::ViTConfig>(d, out, bytes);

@@ -18,7 +18,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from causal_lm_golden import write_golden  # noqa: E402
+from causal_lm_golden import shifted_loss, write_golden  # noqa: E402
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/nn/golden/llama_tiny"
 CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 65, "hidden_size": 32,
@@ -87,8 +87,7 @@ def forward(w, ids):
         y = rms(x, w[p + "post_attention_layernorm.weight"])
         x = x + lin(torch.nn.functional.silu(lin(y, "mlp.gate_proj")) * lin(y, "mlp.up_proj"), "mlp.down_proj")
     logits = rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].t()
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
-    return logits, loss
+    return logits, shifted_loss(logits, ids)
 
 
 def main():

@@ -98,13 +98,22 @@ proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir) {
   return p;
 }
 
+std::string step_checkpoint_path(const std::string& step_dir, const std::string& part) {
+  const fs::path d(step_dir);
+  return (fs::is_directory(d / part) ? d / part : d / (part + ".ckpt")).string();
+}
+
+void load_run_model(Booster& booster, ModelWrapper& model, const std::string& step_dir) {
+  verify_run_checkpoint(step_dir);
+  booster.load_model(model, step_checkpoint_path(step_dir));
+}
+
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir) {
   const fs::path d(step_dir);
   proto::TrainingProgress p;
   ckpt::on_every_rank([&] { p = verify_run_checkpoint(step_dir); }, "resuming from '" + step_dir + "'");
-  const bool shard = fs::is_directory(d / "model");
-  booster.load_model(*s.model, (d / (shard ? "model" : "model.ckpt")).string());
-  if (s.optimizer) booster.load_optimizer(*s.optimizer, (d / (shard ? "optimizer" : "optimizer.ckpt")).string());
+  booster.load_model(*s.model, step_checkpoint_path(step_dir));
+  if (s.optimizer) booster.load_optimizer(*s.optimizer, step_checkpoint_path(step_dir, "optimizer"));
   if (s.scheduler) booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());
   const int world = dist::is_initialized() ? dist::world_size() : 1, me = dist::is_initialized() ? dist::world_rank() : 0;
   if (p.rng_size() == world) {

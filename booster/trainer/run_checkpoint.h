@@ -37,6 +37,11 @@ void remove_partial_checkpoints(const std::string& dir);
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 /// The step folder's progress, after checking the side files it lists against their checksums: an IOError naming a file that changed.
 proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir);
+/// A step folder's checkpoint of `part` ("model", "optimizer"): its shard folder where the
+/// run saved shards, else the single file part.ckpt.
+std::string step_checkpoint_path(const std::string& step_dir, const std::string& part = "model");
+/// Checks the step folder's side files and loads only its model (prediction, evaluation).
+void load_run_model(Booster& booster, ModelWrapper& model, const std::string& step_dir);
 /// Loads model, optimizer and scheduler from a step folder and returns its progress; each
 /// rank's generator state is restored when the world size matches.
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir);

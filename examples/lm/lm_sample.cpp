@@ -37,25 +37,18 @@ int main(int argc, char** argv) {
     if (!checkpoint.empty()) {
       const auto step = latest_checkpoint(checkpoint);
       BOOSTER_CHECK_T(IOError, step.has_value(), "no complete checkpoint under '", checkpoint, "'");
-      verify_run_checkpoint(*step);
       dir = *step;
       model = examples::lm_model_from_config_file((dir / "config.json").string());
       Booster booster;
-      auto b = booster.boost(model.module);
-      const bool shard = fs::is_directory(dir / "model");
-      booster.load_model(*b.model, (dir / (shard ? "model" : "model.ckpt")).string());
+      load_run_model(booster, *booster.boost(model.module).model, dir.string());
     } else {
       BOOSTER_CHECK(!model_dir.empty(), "give --checkpoint or --model");
       dir = model_dir;
       model = examples::lm_model_from_pretrained(model_dir);
     }
     const examples::TextCodec codec = examples::load_codec(dir.string());
-    const std::vector<int64_t> ids = codec.encode(start);
-    BOOSTER_CHECK(!ids.empty(), "--start must hold at least one character");
-    for (int s = 0; s < num_samples; ++s, ++o.seed) {
-      const auto out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
-      std::printf("%s\n---------------\n", codec.decode(out.to_int_vector()).c_str());
-    }
+    for (int s = 0; s < num_samples; ++s, ++o.seed)
+      std::printf("%s%s\n---------------\n", start.c_str(), examples::generate_text(model, codec, start, o).c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lm_sample: %s\n", e.what());

@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/autograd/grad_mode.h"
 #include "core/common/file_util.h"
 #include "core/kernels/ops.h"
 #include "data/sampler.h"
+#include "nn/json_config.h"
 #include "nn/lazy.h"
 #include "nn/pretrained.h"
 #include "optim/adam.h"
@@ -97,14 +99,14 @@ bool is_llama(const std::string& preset) {
   return std::find(names.begin(), names.end(), preset) != names.end();
 }
 
-// A width key of the other family set: an error naming it.
-void refuse_keys(const Config& cfg, const std::vector<const char*>& keys, const std::string& preset) {
-  for (const char* k : keys)
-    BOOSTER_CHECK(cfg.get_float(k) == 0, "model.", std::string(k).substr(6), " is not a key of ", preset, "'s family (",
-                  is_llama(preset) ? "LLaMA: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
-                                     "num_key_value_heads, rope_theta"
-                                   : "GPT-2: n_layer, n_head, n_embd",
-                  ")");
+// Each family's width keys in [model] (0: the preset's).
+const std::vector<const char*> kGpt2Widths = {"model.n_layer", "model.n_head", "model.n_embd"};
+const std::vector<const char*> kLlamaWidths = {"model.hidden_size", "model.intermediate_size", "model.num_hidden_layers",
+                                               "model.num_attention_heads", "model.num_key_value_heads", "model.rope_theta"};
+
+// Keys that must be left at 0 here: an error naming the first one set, and why.
+void refuse_keys(const Config& cfg, const std::vector<const char*>& keys, const std::string& why) {
+  for (const char* k : keys) BOOSTER_CHECK(cfg.get_float(k) == 0, k, why);
 }
 
 template <typename T>
@@ -112,49 +114,38 @@ void override_if(const Config& cfg, const char* key, T& field) {
   if (cfg.get_float(key) > 0) field = T(cfg.get_float(key));
 }
 
-template <typename M, typename C>
-LmModel wrap(const C& c, const char* family) {
-  auto m = std::make_shared<M>(c);
-  return {m, m.get(), family, c.to_json_string()};
+template <typename M>
+LmModel wrap(std::shared_ptr<M> m, const char* family) {
+  return {m, m.get(), family, m->config().to_json_string()};
 }
 
-// [model]'s lazy initialization and gradient checkpointing on a model of family M.
-template <typename M, typename C>
-LmModel build(const Config& cfg, const C& c, const char* family) {
+// The model `make` builds, under LazyInit where model.lazy_init asks (materialized by boost,
+// each rank only what it keeps; a folder's tensors become the sources), its layers
+// checkpointed where model.gradient_checkpointing asks.
+LmModel with_model_options(const Config& cfg, const std::function<LmModel()>& make) {
   LmModel out;
   if (cfg.get_bool("model.lazy_init")) {
-    nn::LazyInit lazy;  // materialized by boost, each rank only what it keeps
-    out = wrap<M>(c, family);
+    nn::LazyInit lazy;
+    out = make();
   } else {
-    out = wrap<M>(c, family);
+    out = make();
   }
   if (cfg.get_bool("model.gradient_checkpointing"))
-    static_cast<M&>(*out.module).gradient_checkpointing_enable(cfg.get_float("model.gradient_checkpointing_ratio"));
+    out.lm->gradient_checkpointing_enable(cfg.get_float("model.gradient_checkpointing_ratio"));
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // A Hugging Face folder as the run's model: its config.json decides the shapes and dropouts
 // (as from_pretrained does); the keys that would change them are refused, and the text's
 // vocabulary and the windows must fit it.
 LmModel pretrained_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   const std::string dir = cfg.get_string("model.pretrained");
-  for (const char* k : {"model.n_layer", "model.n_head", "model.n_embd", "model.hidden_size", "model.intermediate_size",
-                        "model.num_hidden_layers", "model.num_attention_heads", "model.num_key_value_heads",
-                        "model.rope_theta", "model.dropout"})
-    BOOSTER_CHECK(cfg.get_float(k) == 0, k, " cannot change the pretrained model of ", dir, " (its config.json decides)");
-  BOOSTER_CHECK(!cfg.get_bool("model.bias"), "model.bias cannot change the pretrained model of ", dir,
-                " (its config.json decides)");
-  LmModel m;
-  if (cfg.get_bool("model.lazy_init")) {
-    nn::LazyInit lazy;  // the folder's tensors become the sources, read at boost
-    m = lm_model_from_pretrained(dir);
-  } else {
-    m = lm_model_from_pretrained(dir);
-  }
+  const std::string why = " cannot change the pretrained model of " + dir + " (its config.json decides)";
+  refuse_keys(cfg, kGpt2Widths, why);
+  refuse_keys(cfg, kLlamaWidths, why);
+  refuse_keys(cfg, {"model.dropout"}, why);
+  BOOSTER_CHECK(!cfg.get_bool("model.bias"), "model.bias", why);
+  LmModel m = with_model_options(cfg, [&] { return lm_model_from_pretrained(dir); });
   BOOSTER_CHECK(m.lm->vocab_size() == vocab, dir, " knows ", m.lm->vocab_size(), " tokens, the text's tokenizer ", vocab,
                 " (give its tokenizer: data.tokenizer = \"bpe\", data.tokenizer_json = <its tokenizer.json>)");
   BOOSTER_CHECK(block <= m.lm->max_positions(), "train.block_size ", block, " is past the ", m.lm->max_positions(),
@@ -162,22 +153,23 @@ LmModel pretrained_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   return m;
 }
 
+// config.json's model_type, which must be a family lm_train makes.
+std::string lm_family(const std::string& text, const std::string& path) {
+  const std::string type = nn::config_model_type(text, path);
+  BOOSTER_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
+                "' is not a language model lm_train makes (gpt2, llama)");
+  return type;
+}
+
 }  // namespace
 
 LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
-  if (!cfg.get_string("model.pretrained").empty()) {
-    LmModel m = pretrained_lm_model(cfg, vocab, block);
-    if (cfg.get_bool("model.gradient_checkpointing")) {
-      const double ratio = cfg.get_float("model.gradient_checkpointing_ratio");
-      if (auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get())) g->gradient_checkpointing_enable(ratio);
-      else static_cast<nn::LlamaForCausalLM&>(*m.module).gradient_checkpointing_enable(ratio);
-    }
-    return m;
-  }
+  if (!cfg.get_string("model.pretrained").empty()) return pretrained_lm_model(cfg, vocab, block);
   const std::string preset = cfg.get_string("model.preset");
   const double drop = cfg.get_float("model.dropout");
   if (is_llama(preset)) {
-    refuse_keys(cfg, {"model.n_layer", "model.n_head", "model.n_embd"}, preset);
+    refuse_keys(cfg, kGpt2Widths, " is not a key of " + preset + "'s family (LLaMA: hidden_size, intermediate_size, "
+                                  "num_hidden_layers, num_attention_heads, num_key_value_heads, rope_theta)");
     nn::LlamaConfig c = nn::LlamaConfig::preset(preset);
     override_if(cfg, "model.hidden_size", c.hidden_size);
     override_if(cfg, "model.intermediate_size", c.intermediate_size);
@@ -189,11 +181,9 @@ LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
     c.attention_bias = c.mlp_bias = cfg.get_bool("model.bias");
     c.vocab_size = vocab, c.max_position_embeddings = block;
     c.validate();
-    return build<nn::LlamaForCausalLM>(cfg, c, "llama");
+    return with_model_options(cfg, [&] { return wrap(std::make_shared<nn::LlamaForCausalLM>(c), "llama"); });
   }
-  refuse_keys(cfg, {"model.hidden_size", "model.intermediate_size", "model.num_hidden_layers", "model.num_attention_heads",
-                    "model.num_key_value_heads", "model.rope_theta"},
-              preset);
+  refuse_keys(cfg, kLlamaWidths, " is not a key of " + preset + "'s family (GPT-2: n_layer, n_head, n_embd)");
   nn::GPT2Config c = nn::GPT2Config::preset(preset);
   override_if(cfg, "model.n_layer", c.n_layer);
   override_if(cfg, "model.n_head", c.n_head);
@@ -202,37 +192,20 @@ LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   c.bias = cfg.get_bool("model.bias");
   c.vocab_size = vocab, c.n_positions = block;
   c.validate();
-  return build<nn::GPT2LMHeadModel>(cfg, c, "gpt2");
+  return with_model_options(cfg, [&] { return wrap(std::make_shared<nn::GPT2LMHeadModel>(c), "gpt2"); });
 }
-
-namespace {
-
-// config.json's model_type, which must be a family lm_train makes.
-std::string lm_family(const std::string& text, const std::string& path) {
-  const auto j = nlohmann::json::parse(text, nullptr, false);
-  const std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string() ? j["model_type"] : "";
-  BOOSTER_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
-                "' is not a language model lm_train makes (gpt2, llama)");
-  return type;
-}
-
-template <typename M>
-LmModel wrap_model(std::shared_ptr<M> m, const char* family) {
-  return {m, m.get(), family, m->config().to_json_string()};
-}
-
-}  // namespace
 
 LmModel lm_model_from_config_file(const std::string& path) {
   const std::string text = read_text_file(path);
-  if (lm_family(text, path) == "llama") return wrap<nn::LlamaForCausalLM>(nn::LlamaConfig::from_json_string(text, path), "llama");
-  return wrap<nn::GPT2LMHeadModel>(nn::GPT2Config::from_json_string(text, path), "gpt2");
+  if (lm_family(text, path) == "llama")
+    return wrap(std::make_shared<nn::LlamaForCausalLM>(nn::LlamaConfig::from_json_string(text, path)), "llama");
+  return wrap(std::make_shared<nn::GPT2LMHeadModel>(nn::GPT2Config::from_json_string(text, path)), "gpt2");
 }
 
 LmModel lm_model_from_pretrained(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  if (lm_family(read_text_file(path), path) == "llama") return wrap_model(nn::llama_from_pretrained(dir), "llama");
-  return wrap_model(nn::gpt2_from_pretrained(dir), "gpt2");
+  if (lm_family(read_text_file(path), path) == "llama") return wrap(nn::llama_from_pretrained(dir), "llama");
+  return wrap(nn::gpt2_from_pretrained(dir), "gpt2");
 }
 
 namespace {
@@ -345,18 +318,22 @@ Criterion token_cross_entropy() {
   };
 }
 
+std::string generate_text(LmModel& model, const TextCodec& codec, const std::string& start, const nn::GenerateOptions& o) {
+  const std::vector<int64_t> ids = codec.encode(start);
+  BOOSTER_CHECK(!ids.empty(), "the text to continue must hold at least one character");
+  const Tensor out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
+  const std::vector<int64_t> all = out.to_int_vector();
+  return codec.decode(std::vector<int64_t>(all.begin() + int64_t(ids.size()), all.end()));
+}
+
 std::string sample_text(LmModel& model, const TextCodec& codec, const Config& cfg) {
   if (codec.empty()) return "";  // token files: no text to write with
-  const std::vector<int64_t> ids = codec.encode(cfg.get_string("sample.start"));
-  BOOSTER_CHECK(!ids.empty(), "sample.start must hold at least one character");
   nn::GenerateOptions o;
   o.max_new_tokens = cfg.get_int("sample.max_new_tokens");
   o.temperature = cfg.get_float("sample.temperature");
   o.top_k = cfg.get_int("sample.top_k");
   o.seed = uint64_t(cfg.get_int("sample.seed"));
-  const Tensor out = nn::generate_in_eval(*model.module, *model.lm, Tensor::from_ints(ids, {1, int64_t(ids.size())}), o);
-  const std::vector<int64_t> all = out.to_int_vector();
-  return codec.decode(std::vector<int64_t>(all.begin() + int64_t(ids.size()), all.end()));
+  return generate_text(model, codec, cfg.get_string("sample.start"), o);
 }
 
 }  // namespace booster::examples

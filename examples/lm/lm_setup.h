@@ -71,7 +71,10 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin);
 /// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped).
 Criterion token_cross_entropy();
 
-/// sample.max_new_tokens characters after sample.start ("" when the run trained on token
+/// o.max_new_tokens tokens after `start`, as text (the continuation only); every rank draws
+/// the same (collective under ZeRO-3: call it on every rank).
+std::string generate_text(LmModel& model, const TextCodec& codec, const std::string& start, const nn::GenerateOptions& o);
+/// generate_text with the [sample] keys: sample.max_new_tokens characters after sample.start ("" when the run trained on token
 /// files, which carry no characters), drawn at sample.temperature from
 /// the sample.top_k most likely (sample.seed); every rank draws the same (collective under
 /// ZeRO-3: call it on every rank).

@@ -32,14 +32,11 @@ int main(int argc, char** argv) {
     if (!checkpoint.empty()) {
       auto dir = latest_checkpoint(checkpoint);
       BOOSTER_CHECK_T(IOError, dir.has_value(), "no complete checkpoint under '", checkpoint, "'");
-      verify_run_checkpoint(*dir);
       model = std::make_shared<nn::ViTForImageClassification>(
           nn::ViTConfig::from_json_file((fs::path(*dir) / "config.json").string()));
       if (model->config().num_channels == 3) proc = data::ViTImageProcessor::from_pretrained(*dir);
       Booster booster;
-      auto b = booster.boost(model);
-      const bool shard = fs::is_directory(fs::path(*dir) / "model");
-      booster.load_model(*b.model, (fs::path(*dir) / (shard ? "model" : "model.ckpt")).string());
+      load_run_model(booster, *booster.boost(model).model, *dir);
     } else {
       BOOSTER_CHECK(!model_dir.empty(), "give --checkpoint or --model");
       model = nn::vit_from_pretrained(model_dir);

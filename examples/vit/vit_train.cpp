@@ -91,8 +91,7 @@ int eval_only(Config& cfg, const Cli& cli) {
   nn::ViTConfig c = nn::ViTConfig::from_json_file((fs::path(*step_dir) / "config.json").string());
   Booster booster;
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
-  const bool shard = fs::is_directory(fs::path(*step_dir) / "model");
-  booster.load_model(*model, (fs::path(*step_dir) / (shard ? "model" : "model.ckpt")).string());
+  booster.load_model(*model, step_checkpoint_path(*step_dir));
   Trainer trainer(booster, model, nullptr, make_criterion(0));
   trainer.evaluate(*eval_loader(ds, cfg), {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, c.num_labels)});
   std::vector<std::string> names;
