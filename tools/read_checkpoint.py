@@ -103,7 +103,7 @@ def check_index(pb, index, open_file, where):
             if rec.name != t.name or rec.dtype != t.dtype or list(rec.shape) != list(t.shape):
                 raise ValueError(f"{what}: the record says {rec.name} {rec.dtype} {list(rec.shape)}")
             if (rec.offset, rec.numel) != (loc.offset, loc.numel) or list(rec.box_offset) != list(loc.box_offset) \
-                    or list(rec.box_extent) != list(loc.box_extent):
+                    or list(rec.box_extent) != list(loc.box_extent) or list(rec.box_frame) != list(loc.box_frame):
                 raise ValueError(f"{what}: the record's region differs from the index's")
             if len(rec.data) != rec.numel * DTYPE_BYTES[rec.dtype]:
                 raise ValueError(f"{what}: {len(rec.data)} bytes for {rec.numel} elements")

@@ -15,10 +15,11 @@ namespace {
 template <typename Msg>
 Region region_from(const Msg& m, const Shape& full, const std::string& where) {
   try {
-    const Region box = m.box_extent_size() == 0
-                           ? Region::whole(full)
-                           : Region::box(full, Shape(m.box_offset().begin(), m.box_offset().end()),
-                                         Shape(m.box_extent().begin(), m.box_extent().end()));
+    const Shape offset(m.box_offset().begin(), m.box_offset().end()), extent(m.box_extent().begin(), m.box_extent().end());
+    const Region box = m.box_extent_size() == 0 ? Region::whole(full)
+                       : m.box_frame_size() == 0
+                           ? Region::box(full, offset, extent)
+                           : Region::framed_box(full, Shape(m.box_frame().begin(), m.box_frame().end()), offset, extent);
     return box.sub_range(m.offset(), m.numel());
   } catch (const ShapeError& e) {
     BOOSTER_THROW(IOError, where, ": a record does not fit its tensor: ", e.what());
@@ -29,11 +30,13 @@ template <typename Msg>
 void region_into(Msg& m, const Region& r) {
   m.clear_box_offset();
   m.clear_box_extent();
+  m.clear_box_frame();
   m.set_offset(r.range_start);
   m.set_numel(r.range_numel);
   if (r.box_numel() == shape_numel(r.full)) return;  // the box is the whole tensor
   for (int64_t v : r.offset) m.add_box_offset(v);
   for (int64_t v : r.extent) m.add_box_extent(v);
+  for (int64_t v : r.frame) m.add_box_frame(v);
 }
 }  // namespace
 

@@ -35,6 +35,21 @@ Region Region::box(const Shape& full, Shape offset, Shape extent) {
   return r;
 }
 
+Region Region::framed_box(const Shape& full, const Shape& frame, Shape offset, Shape extent) {
+  BOOSTER_CHECK_T(ShapeError, shape_numel(frame) == shape_numel(full), "Region::framed_box: frame ", shape_str(frame),
+                  " does not hold the elements of ", shape_str(full));
+  for (size_t d = 0, f = 0; d < full.size(); ++d) {  // each dim of full: a product of consecutive frame dims
+    int64_t p = 1;
+    for (bool first = true; f < frame.size() && (first || p < full[d]); first = false, ++f) p *= frame[f];
+    BOOSTER_CHECK_T(ShapeError, p == full[d], "Region::framed_box: frame ", shape_str(frame), " does not refine ",
+                    shape_str(full), " dim by dim");
+  }
+  Region r = box(frame, std::move(offset), std::move(extent));
+  r.full = full;
+  if (frame != full) r.frame = frame;
+  return r;
+}
+
 Region Region::flat(const Shape& full, int64_t start, int64_t numel) { return whole(full).sub_range(start, numel); }
 
 Region Region::sub_range(int64_t start, int64_t numel) const {
@@ -50,11 +65,22 @@ int64_t Region::box_numel() const { return product(extent); }
 
 bool Region::is_whole() const { return range_numel == product(full); }
 
-Shape Region::local_shape() const { return is_box() ? extent : Shape{range_numel}; }
+Shape Region::local_shape() const {
+  if (!is_box()) return Shape{range_numel};
+  if (frame.empty()) return extent;
+  Shape out;  // the extent's dims grouped as the frame's dims group into full's
+  for (size_t d = 0, f = 0; d < full.size(); ++d) {
+    int64_t p = 1, e = 1;
+    for (bool first = true; f < frame.size() && (first || p < full[d]); first = false, ++f) p *= frame[f], e *= extent[f];
+    out.push_back(e);
+  }
+  return out;
+}
 
 std::vector<Run> Region::runs() const {
   std::vector<Run> out;
   if (range_numel == 0) return out;
+  const Shape& full = coords();
   const size_t nd = full.size();
   if (nd == 0) {
     out.push_back({0, 1, 0});
@@ -103,7 +129,7 @@ std::vector<Region> Region::split(int64_t max_elems) const {
     Shape o = offset, e = extent;
     o[d] += s;
     e[d] = std::min(rows_per, extent[d] - s);
-    Region piece = box(full, o, e);
+    Region piece = frame.empty() ? box(full, o, e) : framed_box(full, frame, o, e);
     if (piece.numel() <= max_elems) out.push_back(piece);
     else for (auto& p : piece.split(max_elems)) out.push_back(p);  // one row still too long
   }
@@ -113,19 +139,21 @@ std::vector<Region> Region::split(int64_t max_elems) const {
 std::string Region::str() const {
   std::ostringstream os;
   const bool whole_box = product(extent) == product(full);
+  const Shape& c = coords();
   if (!is_box()) {
     os << "elements [" << range_start << ", " << range_start + range_numel << ") of ";
     if (whole_box) return os.str() + shape_str(full);
     os << "box ";
   }
   os << "[";
-  for (size_t d = 0; d < full.size(); ++d) os << (d ? ", " : "") << offset[d] << ":" << offset[d] + extent[d];
-  os << "] of " << shape_str(full);
+  for (size_t d = 0; d < c.size(); ++d) os << (d ? ", " : "") << offset[d] << ":" << offset[d] + extent[d];
+  os << "] of " << shape_str(c);
+  if (!frame.empty()) os << " (" << shape_str(full) << ")";
   return os.str();
 }
 
 bool Region::operator==(const Region& o) const {
-  return full == o.full && offset == o.offset && extent == o.extent && range_start == o.range_start &&
+  return full == o.full && frame == o.frame && offset == o.offset && extent == o.extent && range_start == o.range_start &&
          range_numel == o.range_numel;
 }
 

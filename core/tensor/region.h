@@ -23,26 +23,37 @@ struct Run {
 
 struct Region {
   Shape full;             // the logical tensor's shape
-  Shape offset, extent;   // the box: one entry per dim
+  Shape frame;            // the shape the box is given in: a refinement of full (each dim of
+                          // full the product of consecutive dims of frame, e.g. [E, 3, E] for
+                          // GPT-2's fused q/k/v [E, 3E]); empty: full itself
+  Shape offset, extent;   // the box: one entry per dim of the frame
   int64_t range_start = 0, range_numel = 0;  // the flat range of the box's row-major order
 
   /// The whole tensor.
   static Region whole(const Shape& full);
   /// A box; ShapeError unless it lies inside `full`.
   static Region box(const Shape& full, Shape offset, Shape extent);
+  /// A box of `full` viewed as `frame` (same elements, full's dims split into consecutive
+  /// ones): a tensor-parallel slice of a fused tensor, e.g. the same columns of each of
+  /// q, k and v in [E, 3E] as [0:E, 0:3, c0:c1] of [E, 3, E]. ShapeError unless frame
+  /// refines full and the box lies inside it.
+  static Region framed_box(const Shape& full, const Shape& frame, Shape offset, Shape extent);
   /// Elements [start, start + numel) of the row-major order; ShapeError unless inside.
   static Region flat(const Shape& full, int64_t start, int64_t numel);
   /// Elements [start, start + numel) of this region's local order, as a region.
   Region sub_range(int64_t start, int64_t numel) const;
 
   int64_t numel() const { return range_numel; }
+  /// The shape offset and extent index: the frame, or full when there is none.
+  const Shape& coords() const { return frame.empty() ? full : frame; }
   /// Elements of the box.
   int64_t box_numel() const;
   /// True when the region is the whole tensor.
   bool is_whole() const;
   /// True when the region is its whole box (no flat sub-range).
   bool is_box() const { return range_start == 0 && range_numel == box_numel(); }
-  /// Shape of the local data: the extent of a box, [numel] of a flat range.
+  /// Shape of the local data: the extent of a box (in full's dims for a framed box: [E, 3E/tp]
+  /// for [E, 3, E/tp]), [numel] of a flat range.
   Shape local_shape() const;
   /// The row-major runs of the logical tensor this region covers, in increasing order;
   /// trailing dimensions the box covers fully merge into longer runs.

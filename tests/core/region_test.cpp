@@ -97,3 +97,27 @@ TEST(Region, TensorsRecordTheirRegion) {
   t.set_region(Region::whole({4, 2}));
   EXPECT_EQ(t.region(), nullptr);
 }
+
+// A framed box: the same columns of each of a fused tensor's three parts (GPT-2's c_attn
+// [in, 3E] split over tp), a box of [in, 3, E] holding elements of [in, 3E].
+TEST(Region, FramedBoxesAreBoxesOfARefinedShape) {
+  const Shape full{2, 12};  // in 2, three parts of 4
+  const Region r = Region::framed_box(full, {2, 3, 4}, {0, 0, 2}, {2, 3, 2});  // rank 1 of tp 2
+  EXPECT_EQ(elements(r), (std::vector<int64_t>{2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23}));
+  EXPECT_EQ(r.local_shape(), (Shape{2, 6}));
+  EXPECT_EQ(r.numel(), 12);
+  EXPECT_FALSE(r.is_whole());
+  EXPECT_EQ(r.str(), "[0:2, 0:3, 2:4] of [2, 3, 4] ([2, 12])");
+  EXPECT_NE(r, Region::box({2, 3, 4}, {0, 0, 2}, {2, 3, 2}));  // another logical tensor
+  // Pieces of a split stay framed, and a flat range of it is a ZeRO shard of the slice.
+  std::vector<int64_t> pieces;
+  for (const Region& p : r.split(4))
+    for (int64_t e : elements(p)) pieces.push_back(e);
+  EXPECT_EQ(pieces, elements(r));
+  EXPECT_EQ(elements(r.sub_range(3, 4)), (std::vector<int64_t>{7, 10, 11, 14}));
+  // A bias [3E]: frame [3, E].
+  EXPECT_EQ(elements(Region::framed_box({12}, {3, 4}, {0, 0}, {3, 2})), (std::vector<int64_t>{0, 1, 4, 5, 8, 9}));
+  EXPECT_EQ(Region::framed_box({12}, {3, 4}, {0, 0}, {3, 2}).local_shape(), (Shape{6}));
+  EXPECT_THROW(Region::framed_box(full, {3, 8}, {0, 0}, {3, 8}), ShapeError);      // does not refine [2, 12]
+  EXPECT_THROW(Region::framed_box(full, {2, 3, 4}, {0, 0, 3}, {2, 3, 2}), ShapeError);  // outside
+}

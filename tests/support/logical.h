@@ -24,9 +24,10 @@ inline Tensor logical(const Tensor& t, const Region& region) {
   auto put = [&](const void* p, size_t n) { mine.append(static_cast<const char*>(p), n); };
   auto put_shape = [&](const Shape& s) { put(s.data(), s.size() * sizeof(int64_t)); };
   if (t.defined()) {
-    const int64_t nd = int64_t(region.full.size());
+    const int64_t nd = int64_t(region.full.size()), nc = int64_t(region.coords().size());
     put(&nd, sizeof nd);
-    put_shape(region.full), put_shape(region.offset), put_shape(region.extent);
+    put(&nc, sizeof nc);
+    put_shape(region.full), put_shape(region.coords()), put_shape(region.offset), put_shape(region.extent);
     put(&region.range_start, sizeof(int64_t));
     put(&region.range_numel, sizeof(int64_t));
     Tensor data = t.detach().to(DType::f32).contiguous();
@@ -41,13 +42,15 @@ inline Tensor logical(const Tensor& t, const Region& region) {
       std::memcpy(dst, p, n);
       p += n;
     };
-    int64_t nd = 0;
+    int64_t nd = 0, nc = 0;
     take(&nd, sizeof nd);
+    take(&nc, sizeof nc);
     Region r;
-    for (Shape* s : {&r.full, &r.offset, &r.extent}) {
-      s->resize(size_t(nd));
-      take(s->data(), size_t(nd) * sizeof(int64_t));
+    for (Shape* s : {&r.full, &r.frame, &r.offset, &r.extent}) {
+      s->resize(size_t(s == &r.full ? nd : nc));
+      take(s->data(), s->size() * sizeof(int64_t));
     }
+    if (r.frame == r.full) r.frame.clear();
     take(&r.range_start, sizeof(int64_t));
     take(&r.range_numel, sizeof(int64_t));
     if (!full.defined()) full = Tensor::zeros(r.full);
