@@ -18,6 +18,10 @@ class GradSync {
   /// its own: DDP's full gradients, ZeRO-2's partitioned ones).
   virtual void set_no_sync(bool on) = 0;
   virtual bool no_sync() const = 0;
+  /// Whether the next synchronization reduces what accumulated (false while no_sync keeps
+  /// full gradients accumulating: DDP, ZeRO-1; ZeRO-2 reduces every backward into its
+  /// partitioned sums, no_sync or not).
+  virtual bool reduces_now() const = 0;
   /// The plugin's deferral (a pipeline stage's micro-batches): while on, backward sends
   /// nothing and full gradients accumulate locally; sync_accumulated() reduces them once.
   virtual void set_defer(bool on) = 0;

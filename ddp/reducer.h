@@ -33,6 +33,7 @@ class Reducer : public GradSync {
   /// Under no_sync (or deferred) full gradients accumulate locally.
   void set_no_sync(bool on) override { no_sync_ = on; }
   bool no_sync() const override { return no_sync_; }
+  bool reduces_now() const override { return !no_sync_; }
   void set_defer(bool on) override { defer_ = on; }
   /// Waits for every bucket of the current backward and writes averaged gradients back.
   /// Buckets not launched (parameters without gradient) are an error naming them unless

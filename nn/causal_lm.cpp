@@ -10,6 +10,7 @@
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
 #include "nn/module.h"
+#include "nn/parallel/vocab_parallel.h"
 
 namespace booster::nn {
 
@@ -44,15 +45,34 @@ int64_t draw(std::vector<float> logits, const GenerateOptions& o, Generator& g) 
 
 }  // namespace
 
-Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids, const char* model) {
+Tensor lm_token_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& targets) {
+  BOOSTER_CHECK_T(ShapeError, logits.dim() >= 2 && targets.numel() * logits.size(-1) == logits.numel(), "language-model loss: ",
+                  "logits ", shape_str(logits.shape()), " do not match targets ", shape_str(targets.shape()));
+  const int64_t v = logits.size(-1);
+  if (head && !head->gathers_output())
+    return vocab_parallel_cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}), head->group(), head->partition());
+  return cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
+}
+
+Tensor causal_lm_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& labels, const Tensor& input_ids,
+                      const char* model) {
   BOOSTER_CHECK_T(ShapeError, labels.shape() == input_ids.shape(), model, ": labels ", shape_str(labels.shape()),
                   " must be shaped as input_ids ", shape_str(input_ids.shape()));
-  const int64_t t = logits.size(1), v = logits.size(2);
-  return cross_entropy(logits.narrow(1, 0, t - 1).reshape({-1, v}), labels.narrow(1, 1, t - 1).reshape({-1}));
+  const int64_t t = logits.size(1);
+  return lm_token_loss(head, logits.narrow(1, 0, t - 1), labels.narrow(1, 1, t - 1));
+}
+
+Tensor whole_logits(const VocabParallelHead* head, const Tensor& logits) {
+  return head && !head->gathers_output() ? gather_vocab(logits, head->group(), head->partition()) : logits;
+}
+
+const VocabParallelHead* vocab_parallel_head(Module& root, Embedding& embeddings, bool tied) {
+  if (tied) return dynamic_cast<const VocabParallelHead*>(&embeddings);
+  return dynamic_cast<const VocabParallelHead*>(root.get("lm_head").get());
 }
 
 Tensor lm_head_logits(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden) {
-  if (tied) return embeddings.call_forward([&] { return linear(hidden, embeddings.weight); });  // [B, T, E] x [V, E]^T
+  if (tied) return embeddings.call_forward([&] { return embeddings.project(hidden); });  // [B, T, E] x [V, E]^T
   return (*std::static_pointer_cast<UnaryModule>(root.get("lm_head")))(hidden);
 }
 

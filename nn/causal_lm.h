@@ -30,9 +30,22 @@ inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>&
 /// tokens, as a token stream's windows do; rows with -100 labels weigh as any other).
 inline std::vector<BatchMerge> batch_merge(const CausalLMOutput& o) { return logits_loss_merge(o.logits, o.loss); }
 
+class VocabParallelHead;
+
+/// The loss of logits [B, T, V] against targets aligned with them [B, T] (position t predicts
+/// targets[t], as nanoGPT's y; -100 ignored): cross entropy, or, when `head` is a
+/// vocabulary-parallel head whose logits stay split (parallel_output), the vocabulary-parallel
+/// cross entropy of this rank's columns.
+Tensor lm_token_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& targets);
 /// transformers' shifted loss: position t predicts labels[t + 1] (-100 ignored); labels
 /// shaped as input_ids [B, T] (`model` names the model in errors).
-Tensor causal_lm_loss(const Tensor& logits, const Tensor& labels, const Tensor& input_ids, const char* model);
+Tensor causal_lm_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& labels, const Tensor& input_ids,
+                      const char* model);
+/// Whole logits [..., V] of a head's output (gathered when `head` keeps them split).
+Tensor whole_logits(const VocabParallelHead* head, const Tensor& logits);
+/// The vocabulary-parallel head of a causal LM (its tied embeddings, or root's "lm_head"), or
+/// null when the head is whole.
+const VocabParallelHead* vocab_parallel_head(Module& root, Embedding& embeddings, bool tied);
 
 /// transformers' past_key_values: each layer's keys and values so far, [B, kv heads, L, d].
 struct KVCache {
@@ -83,6 +96,9 @@ class CausalLM {
   virtual int64_t max_positions() const = 0;
   /// Tokens the model knows (its config's vocab_size).
   virtual int64_t vocab_size() const = 0;
+  /// The loss of the model's logits against targets aligned with them (lm_token_loss with
+  /// the model's head: the criterion of a loop whose labels are already shifted, nanoGPT's).
+  virtual Tensor token_loss(const Tensor& logits, const Tensor& targets) = 0;
   /// Hugging Face's gradient_checkpointing_enable(): the layers run checkpointed while
   /// training (ratio: the share of each stage's layers, the first ones).
   virtual void gradient_checkpointing_enable(double ratio = 1.0) = 0;

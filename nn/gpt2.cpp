@@ -17,6 +17,16 @@ Conv1D::Conv1D(int64_t nf, int64_t nx, bool bias) : nf_(nf), nx_(nx), has_bias_(
   this->bias = register_parameter("bias", b);
 }
 
+Conv1D::Conv1D(Tensor w, Tensor b)
+    : nf_(w.defined() && w.dim() == 2 ? w.size(1) : 0), nx_(w.defined() && w.dim() == 2 ? w.size(0) : 0), has_bias_(b.defined()) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 2, "Conv1D(weight, bias): weight must be [in, out], got ",
+                  w.defined() ? shape_str(w.shape()) : "undefined");
+  BOOSTER_CHECK_T(ShapeError, !b.defined() || b.shape() == Shape{nf_}, "Conv1D(weight, bias): bias ",
+                  b.defined() ? shape_str(b.shape()) : "", " does not match ", nf_, " outputs");
+  weight = register_parameter("weight", w, w.requires_grad());
+  bias = register_parameter("bias", b, b.defined() && b.requires_grad());
+}
+
 // x: [..., nx] -> [..., nf]
 Tensor Conv1D::forward(const Tensor& x) {
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == nx_, "Conv1D(", nx_, " -> ", nf_, "): input ",
@@ -36,6 +46,21 @@ GPT2Attention::GPT2Attention(const GPT2Config& c) : num_heads(c.n_head), head_di
   register_attribute("head_dim", &head_dim);
 }
 
+GPT2Attention::GPT2Attention(const GPT2Attention& native, Adopt) : num_heads(native.num_heads), head_dim(native.head_dim), c_(native.c_) {
+  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
+  c_attn = register_module<UnaryModule>("c_attn", slot(native.c_attn));
+  c_proj = register_module<UnaryModule>("c_proj", slot(native.c_proj));
+  attn_dropout = register_module<UnaryModule>("attn_dropout", slot(native.attn_dropout));
+  resid_dropout = register_module<UnaryModule>("resid_dropout", slot(native.resid_dropout));
+  register_attribute("num_heads", &num_heads);
+  register_attribute("head_dim", &head_dim);
+}
+
+double GPT2Attention::attention_dropout_p() const {
+  auto* stock = dynamic_cast<Dropout*>(attn_dropout.get());
+  return is_training() && stock ? stock->p() : 0.0;
+}
+
 Tensor GPT2Attention::forward(const Tensor& hidden) { return attend(hidden, nullptr, nullptr); }
 
 Tensor GPT2Attention::forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values) {
@@ -43,8 +68,8 @@ Tensor GPT2Attention::forward_cached(const Tensor& hidden, Tensor& keys, Tensor&
 }
 
 Tensor GPT2Attention::attend(const Tensor& hidden, Tensor* keys, Tensor* values) {
-  const int64_t b = hidden.size(0), t = hidden.size(1), h = num_heads, d = head_dim;
-  Tensor qkv = c_attn(hidden);  // [B, T, 3 h d]
+  Tensor qkv = c_attn(hidden);  // [B, T, 3 h d] (T: all the tokens where c_attn gathers a sequence shard)
+  const int64_t b = qkv.size(0), t = qkv.size(1), h = num_heads, d = head_dim;
   BOOSTER_CHECK_T(ShapeError, qkv.size(-1) == 3 * h * d, "GPT2Attention: c_attn gives ", qkv.size(-1),
                   " features, not 3 x num_heads ", h, " x head_dim ", d,
                   "; a policy that shards c_attn must set num_heads per rank");
@@ -54,10 +79,7 @@ Tensor GPT2Attention::attend(const Tensor& hidden, Tensor* keys, Tensor* values)
     auto [k, v] = extend_cache(*keys, *values, heads(1), heads(2));
     ctx = cached_attention(heads(0), k, v, 1.0 / std::sqrt(double(d)));
   } else {
-    // Attention dropout with the attn_dropout module's probability (the composite path).
-    auto* stock = dynamic_cast<Dropout*>(attn_dropout.get());
-    const double p = is_training() && stock ? stock->p() : 0.0;
-    ctx = causal_attention(heads(0), heads(1), heads(2), p);
+    ctx = causal_attention(heads(0), heads(1), heads(2), attention_dropout_p());
   }
   return resid_dropout(c_proj(ctx.permute({0, 2, 1, 3}).reshape({b, t, h * d})));  // [B, T, h, d] -> [B, T, E]
 }
@@ -116,7 +138,10 @@ Tensor GPT2Model::embed(const Tensor& input_ids, int64_t past) {
 }
 
 Tensor GPT2Model::blocks(const Tensor& hidden, int64_t begin, int64_t end) {
-  return run_layers(*h, hidden, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(), "GPT2Model");
+  const bool split = splits_tokens(sequence_split);
+  Tensor x = split && begin == 0 ? sequence_split->split_tokens(hidden, "GPT2Model") : hidden;
+  x = run_layers(*h, x, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(), "GPT2Model");
+  return split && end == int64_t(h->size()) ? sequence_split->gather_tokens(x) : x;
 }
 
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : c_(c) {
@@ -133,13 +158,16 @@ Tensor GPT2LMHeadModel::head(const Tensor& hidden) {
 
 CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& labels) {
   CausalLMOutput out{head(transformer(input_ids)), Tensor()};
-  if (labels.defined()) out.loss = causal_lm_loss(out.logits, labels, input_ids, "GPT2LMHeadModel");
+  if (labels.defined()) out.loss = causal_lm_loss(vocab_head(), out.logits, labels, input_ids, "GPT2LMHeadModel");
   return out;
 }
 
+const VocabParallelHead* GPT2LMHeadModel::vocab_head() { return vocab_parallel_head(*this, *transformer->wte, c_.tie_word_embeddings); }
+
 Tensor GPT2LMHeadModel::forward_cached(const Tensor& input_ids, KVCache& cache) {
   GPT2Model& m = *transformer;
-  return head(m.ln_f(forward_layers_cached<GPT2Block>(*m.h, m.embed(input_ids, cache.length()), cache, "transformer.h")));
+  SequenceSplitOff whole(m.sequence_split);  // one token at a time: the layers run on whole sequences
+  return whole_logits(vocab_head(), head(m.ln_f(forward_layers_cached<GPT2Block>(*m.h, m.embed(input_ids, cache.length()), cache, "transformer.h"))));
 }
 
 void GPT2LMHeadModel::gradient_checkpointing_enable(double ratio) {
@@ -153,18 +181,20 @@ Tensor GPT2LMHeadModel::generate(const Tensor& input_ids, const GenerateOptions&
 }
 
 std::vector<std::string> GPT2LMHeadModel::stage_modules(const StageSpec& s) const {
-  // A last stage without the first would need the token embeddings the first stage holds.
-  BOOSTER_CHECK(!c_.tie_word_embeddings || !s.last || s.first, "GPT2LMHeadModel: the head is tied to the token ",
-                "embeddings (tie_word_embeddings), which runs as one pipeline stage only; untie them ",
-                "(tie_word_embeddings = false) to split the model into stages");
   std::vector<std::string> out;
   if (s.first) out.insert(out.end(), {"transformer.wte", "transformer.wpe", "transformer.drop"});
   for (int64_t i = s.layer_begin; i < s.layer_end; ++i) out.push_back("transformer.h." + std::to_string(i));
   if (s.last) {
     out.push_back("transformer.ln_f");
     if (!c_.tie_word_embeddings) out.push_back("lm_head");
+    else if (!s.first) out.push_back("transformer.wte");  // the tied head's weight, kept in step with the first stage's
   }
   return out;
+}
+
+std::vector<std::string> GPT2LMHeadModel::tied_parameters() const {
+  if (!c_.tie_word_embeddings) return {};
+  return {"transformer.wte.weight"};
 }
 
 // first: {"input_ids"} -> ...; others: {"hidden_states" [B, T, E]}; last -> {"logits" [B, T, V]}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nn/causal_lm.h"
+#include "nn/parallel/sequence_split.h"
 #include "nn/gpt2_config.h"
 #include "nn/layers.h"
 #include "nn/module.h"
@@ -21,6 +22,8 @@ namespace booster::nn {
 class Conv1D : public UnaryModule {
  public:
   Conv1D(int64_t nf, int64_t nx, bool bias = true);  // transformers' argument order: out, in
+  /// A Conv1D around existing handles (adopted): weight [in, out], bias [out] or undefined.
+  Conv1D(Tensor weight, Tensor bias);
   std::string type_name() const override { return "Conv1D"; }
   Tensor forward(const Tensor& x) override;
   TensorSlot weight, bias;
@@ -35,6 +38,10 @@ class Conv1D : public UnaryModule {
 class GPT2Attention : public UnaryModule {
  public:
   explicit GPT2Attention(const GPT2Config& c);
+  /// A GPT2Attention around another's sub-modules and head counts (adopted: a replacement
+  /// that only changes how it attends, e.g. Ulysses').
+  struct Adopt {};
+  GPT2Attention(const GPT2Attention& native, Adopt);
   std::string type_name() const override { return "GPT2Attention"; }
   Tensor forward(const Tensor& hidden) override;  // [B, T, E] -> [B, T, E]
   /// The new tokens' hidden states after the cached ones; keys and values grow by them.
@@ -45,6 +52,8 @@ class GPT2Attention : public UnaryModule {
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<GPT2Attention>(c_); }
   Tensor attend(const Tensor& hidden, Tensor* keys, Tensor* values);  // keys: the cached path
+  /// Attention dropout at the attn_dropout module's probability (the composite path), 0 in eval.
+  double attention_dropout_p() const;
   GPT2Config c_;
 };
 
@@ -92,6 +101,9 @@ class GPT2Model : public UnaryModule {
   Slot<UnaryModule> ln_f;
   bool gradient_checkpointing = false;       // attributes (gradient_checkpointing_enable)
   double gradient_checkpointing_ratio = 1.0;
+  /// Sequence parallelism's token split (set by a policy): the first layer splits the
+  /// tokens, the last gathers them.
+  std::shared_ptr<SequenceSplit> sequence_split;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<GPT2Model>(c_); }
@@ -100,8 +112,8 @@ class GPT2Model : public UnaryModule {
 
 /// GPT2Model and the language-model head. As a pipeline the stages divide the blocks: the
 /// first runs the embeddings (reading "input_ids"), the last ln_f and the head (returning
-/// "logits"); a head tied to the embeddings runs as one stage only (the tie across stages
-/// is the language-model parallel issue's).
+/// "logits"); a head tied to the embeddings keeps a copy of wte on the last stage, its
+/// gradient summed with the first stage's after each step (tied_parameters).
 class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
  public:
   explicit GPT2LMHeadModel(const GPT2Config& c);
@@ -120,6 +132,9 @@ class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
   Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override;
   int64_t max_positions() const override { return c_.n_positions; }
   int64_t vocab_size() const override { return c_.vocab_size; }
+  Tensor token_loss(const Tensor& logits, const Tensor& targets) override { return lm_token_loss(vocab_head(), logits, targets); }
+  /// The head when a policy made it vocabulary-parallel, else null.
+  const VocabParallelHead* vocab_head();
   /// nn::generate in eval mode (the mode is restored).
   Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
   void gradient_checkpointing_enable(double ratio = 1.0) override;
@@ -129,6 +144,8 @@ class GPT2LMHeadModel : public Module, public PipelineModule, public CausalLM {
   int64_t num_pipeline_layers() const override { return c_.n_layer; }
   std::vector<std::string> stage_modules(const StageSpec& s) const override;
   TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) override;
+  /// The token embeddings when the head is tied to them (the last stage holds them too).
+  std::vector<std::string> tied_parameters() const override;
 
   Slot<GPT2Model> transformer;
 

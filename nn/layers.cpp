@@ -36,6 +36,12 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : v_(num_emb
   weight = register_parameter("weight", w);
 }
 
+Embedding::Embedding(Tensor w) : v_(w.defined() && w.dim() == 2 ? w.size(0) : 0), d_(w.defined() && w.dim() == 2 ? w.size(1) : 0) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 2, "Embedding(weight): weight must be [num_embeddings, embedding_dim], got ",
+                  w.defined() ? shape_str(w.shape()) : "undefined");
+  weight = register_parameter("weight", w, w.requires_grad());
+}
+
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,
                std::pair<int64_t, int64_t> stride, std::pair<int64_t, int64_t> padding, bool bias)
     : in_(in_channels), out_(out_channels), kernel_(kernel_size), stride_(stride), padding_(padding), has_bias_(bias) {
@@ -61,12 +67,12 @@ LayerNorm::LayerNorm(int64_t normalized_shape, double eps, bool elementwise_affi
 }
 
 LayerNorm::LayerNorm(Tensor w, Tensor b, double eps)
-    : n_(w.defined() ? w.numel() : 0), eps_(eps), affine_(w.defined()) {
-  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 1 && b.defined() && b.shape() == w.shape(),
-                  "LayerNorm(weight, bias): needs weight and bias of one shape [n], got ",
+    : n_(w.defined() ? w.numel() : 0), eps_(eps), affine_(w.defined()), has_bias_(b.defined()) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 1 && (!b.defined() || b.shape() == w.shape()),
+                  "LayerNorm(weight, bias): needs a weight [n] and a bias of its shape or none, got ",
                   w.defined() ? shape_str(w.shape()) : "undefined", " and ", b.defined() ? shape_str(b.shape()) : "undefined");
   weight = register_parameter("weight", w, w.requires_grad());
-  bias = register_parameter("bias", b, b.requires_grad());
+  bias = register_parameter("bias", b, b.defined() && b.requires_grad());
 }
 
 Tensor LayerNorm::normalize(const Tensor& x, const Tensor& w, const Tensor& b) const {

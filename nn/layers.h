@@ -35,8 +35,14 @@ class Linear : public UnaryModule {
 class Embedding : public UnaryModule {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  /// An Embedding around an existing table handle [num_embeddings, embedding_dim] (adopted,
+  /// as Linear(weight, bias)).
+  explicit Embedding(Tensor weight);
   std::string type_name() const override { return "Embedding"; }
   Tensor forward(const Tensor& ids) override { return embedding(weight, ids); }
+  /// A head tied to this table: hidden [..., embedding_dim] -> logits [..., num_embeddings]
+  /// (a vocabulary-parallel table gives its rows' logits).
+  virtual Tensor project(const Tensor& hidden) { return linear(hidden, weight); }
   int64_t num_embeddings() const { return v_; }
   int64_t embedding_dim() const { return d_; }
   TensorSlot weight;
@@ -69,7 +75,7 @@ class Conv2d : public UnaryModule {
 class LayerNorm : public UnaryModule {
  public:
   explicit LayerNorm(int64_t normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
-  /// A LayerNorm around existing weight and bias handles ([n] each, or both undefined).
+  /// A LayerNorm around existing weight and bias handles ([n] each; no bias: LayerNorm(bias = false)).
   LayerNorm(Tensor weight, Tensor bias, double eps);
   std::string type_name() const override { return "LayerNorm"; }
   Tensor forward(const Tensor& x) override { return normalize(x, weight, bias); }

@@ -13,6 +13,11 @@ LlamaRMSNorm::LlamaRMSNorm(int64_t hidden_size, double eps) : n_(hidden_size), e
   weight = register_parameter("weight", Tensor::ones({hidden_size}));
 }
 
+LlamaRMSNorm::LlamaRMSNorm(Tensor w, double eps) : n_(w.defined() ? w.numel() : 0), eps_(eps) {
+  BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 1, "LlamaRMSNorm(weight): weight must be [hidden_size]");
+  weight = register_parameter("weight", w, w.requires_grad());
+}
+
 Tensor repeat_kv(const Tensor& x, int64_t n_rep, int64_t dim) {
   if (n_rep == 1) return x;
   Shape out = x.shape();
@@ -33,6 +38,18 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
   register_attribute("head_dim", &head_dim);
 }
 
+LlamaAttention::LlamaAttention(const LlamaAttention& native, Adopt)
+    : num_heads(native.num_heads), num_key_value_heads(native.num_key_value_heads), head_dim(native.head_dim), c_(native.c_) {
+  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
+  q_proj = register_module<UnaryModule>("q_proj", slot(native.q_proj));
+  k_proj = register_module<UnaryModule>("k_proj", slot(native.k_proj));
+  v_proj = register_module<UnaryModule>("v_proj", slot(native.v_proj));
+  o_proj = register_module<UnaryModule>("o_proj", slot(native.o_proj));
+  register_attribute("num_heads", &num_heads);
+  register_attribute("num_key_value_heads", &num_key_value_heads);
+  register_attribute("head_dim", &head_dim);
+}
+
 Tensor LlamaAttention::forward_cached(const Tensor& hidden, Tensor& keys, Tensor& values) {
   return call_forward([&] { return attend(hidden, &keys, &values); });
 }
@@ -40,14 +57,14 @@ Tensor LlamaAttention::forward_cached(const Tensor& hidden, Tensor& keys, Tensor
 Tensor LlamaAttention::attend(const Tensor& hidden, Tensor* keys, Tensor* values) {
   BOOSTER_CHECK_T(ShapeError, hidden.dim() == 3, "LlamaAttention: hidden states must be [B, T, E], got ",
                   shape_str(hidden.shape()));
-  const int64_t b = hidden.size(0), t = hidden.size(1), h = num_heads, kv = num_key_value_heads, d = head_dim;
+  const int64_t b = hidden.size(0), h = num_heads, kv = num_key_value_heads, d = head_dim;
   BOOSTER_CHECK(kv > 0 && h % kv == 0, "LlamaAttention: num_heads ", h, " is not a multiple of num_key_value_heads ", kv);
   const int64_t past = keys && keys->defined() ? keys->size(2) : 0;
   auto split = [&](UnaryModule& proj, int64_t heads, const char* name) {
-    Tensor y = proj(hidden);
+    Tensor y = proj(hidden);  // all the tokens where the projection gathers a sequence shard
     BOOSTER_CHECK_T(ShapeError, y.size(-1) == heads * d, "LlamaAttention: ", name, " gives ", y.size(-1),
                     " features, not ", heads, " heads x head_dim ", d, "; a policy that shards it must set the heads per rank");
-    return y.view({b, t, heads, d});
+    return y.view({b, y.size(1), heads, d});
   };
   Tensor q = rotary_embedding(split(*q_proj, h, "q_proj"), past, c_.rope_theta);
   Tensor k = rotary_embedding(split(*k_proj, kv, "k_proj"), past, c_.rope_theta);
@@ -62,7 +79,7 @@ Tensor LlamaAttention::attend(const Tensor& hidden, Tensor* keys, Tensor* values
     ctx = causal_attention(q.permute({0, 2, 1, 3}), repeat_kv(k, h / kv, 2).permute({0, 2, 1, 3}),
                            repeat_kv(v, h / kv, 2).permute({0, 2, 1, 3}), p, scale);
   }
-  return o_proj(ctx.permute({0, 2, 1, 3}).reshape({b, t, h * d}));
+  return o_proj(ctx.permute({0, 2, 1, 3}).reshape({b, q.size(1), h * d}));
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c) : c_(c) {
@@ -115,8 +132,10 @@ Tensor LlamaModel::embed(const Tensor& input_ids, int64_t past) {
 }
 
 Tensor LlamaModel::layers_range(const Tensor& hidden, int64_t begin, int64_t end) {
-  return run_layers(*layers, hidden, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(),
-                    "LlamaModel");
+  const bool split = splits_tokens(sequence_split);
+  Tensor x = split && begin == 0 ? sequence_split->split_tokens(hidden, "LlamaModel") : hidden;
+  x = run_layers(*layers, x, begin, end, gradient_checkpointing, gradient_checkpointing_ratio, is_training(), "LlamaModel");
+  return split && end == int64_t(layers->size()) ? sequence_split->gather_tokens(x) : x;
 }
 
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c) : c_(c) {
@@ -133,14 +152,17 @@ Tensor LlamaForCausalLM::head(const Tensor& hidden) {
 
 CausalLMOutput LlamaForCausalLM::forward(const Tensor& input_ids, const Tensor& labels) {
   CausalLMOutput out{head(model(input_ids)), Tensor()};
-  if (labels.defined()) out.loss = causal_lm_loss(out.logits, labels, input_ids, "LlamaForCausalLM");
+  if (labels.defined()) out.loss = causal_lm_loss(vocab_head(), out.logits, labels, input_ids, "LlamaForCausalLM");
   return out;
 }
 
+const VocabParallelHead* LlamaForCausalLM::vocab_head() { return vocab_parallel_head(*this, *model->embed_tokens, c_.tie_word_embeddings); }
+
 Tensor LlamaForCausalLM::forward_cached(const Tensor& input_ids, KVCache& cache) {
   LlamaModel& m = *model;
-  return head(m.norm(forward_layers_cached<LlamaDecoderLayer>(*m.layers, m.embed(input_ids, cache.length()), cache,
-                                                              "model.layers")));
+  SequenceSplitOff whole(m.sequence_split);  // one token at a time: the layers run on whole sequences
+  return whole_logits(vocab_head(), head(m.norm(forward_layers_cached<LlamaDecoderLayer>(*m.layers, m.embed(input_ids, cache.length()), cache,
+                                                              "model.layers"))));
 }
 
 void LlamaForCausalLM::gradient_checkpointing_enable(double ratio) {
@@ -154,16 +176,20 @@ Tensor LlamaForCausalLM::generate(const Tensor& input_ids, const GenerateOptions
 }
 
 std::vector<std::string> LlamaForCausalLM::stage_modules(const StageSpec& s) const {
-  BOOSTER_CHECK(!c_.tie_word_embeddings || !s.last || s.first, "LlamaForCausalLM: the head is tied to the token ",
-                "embeddings (tie_word_embeddings), which runs as one pipeline stage only; untie them to split the model");
   std::vector<std::string> out;
   if (s.first) out.push_back("model.embed_tokens");
   for (int64_t i = s.layer_begin; i < s.layer_end; ++i) out.push_back("model.layers." + std::to_string(i));
   if (s.last) {
     out.push_back("model.norm");
     if (!c_.tie_word_embeddings) out.push_back("lm_head");
+    else if (!s.first) out.push_back("model.embed_tokens");  // the tied head's weight, kept in step with the first stage's
   }
   return out;
+}
+
+std::vector<std::string> LlamaForCausalLM::tied_parameters() const {
+  if (!c_.tie_word_embeddings) return {};
+  return {"model.embed_tokens.weight"};
 }
 
 // first: {"input_ids"} -> ...; others: {"hidden_states" [B, T, E]}; last -> {"logits" [B, T, V]}

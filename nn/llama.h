@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "nn/causal_lm.h"
+#include "nn/parallel/sequence_split.h"
 #include "nn/gpt2.h"
 #include "nn/llama_config.h"
 
@@ -18,7 +19,10 @@ namespace booster::nn {
 class LlamaRMSNorm : public UnaryModule {
  public:
   LlamaRMSNorm(int64_t hidden_size, double eps);
+  /// Around an existing weight handle [hidden_size] (adopted).
+  LlamaRMSNorm(Tensor weight, double eps);
   std::string type_name() const override { return "LlamaRMSNorm"; }
+  double eps() const { return eps_; }
   Tensor forward(const Tensor& x) override { return rms_norm(x, weight, eps_); }
   TensorSlot weight;
 
@@ -46,6 +50,9 @@ Tensor repeat_kv(const Tensor& x, int64_t n_rep, int64_t dim);
 class LlamaAttention : public UnaryModule {
  public:
   explicit LlamaAttention(const LlamaConfig& c);
+  /// Around another's projections and head counts (adopted, as GPT2Attention's).
+  struct Adopt {};
+  LlamaAttention(const LlamaAttention& native, Adopt);
   std::string type_name() const override { return "LlamaAttention"; }
   Tensor forward(const Tensor& hidden) override { return attend(hidden, nullptr, nullptr); }  // [B, T, E]
   /// The new tokens after the cached ones (keys and values kept per key/value head).
@@ -101,6 +108,9 @@ class LlamaModel : public UnaryModule {
   Slot<UnaryModule> norm;
   bool gradient_checkpointing = false;       // attributes (gradient_checkpointing_enable)
   double gradient_checkpointing_ratio = 1.0;
+  /// Sequence parallelism's token split (set by a policy): the first layer splits the
+  /// tokens, the last gathers them.
+  std::shared_ptr<SequenceSplit> sequence_split;
 
  protected:
   std::shared_ptr<Module> fresh() const override { return std::make_shared<LlamaModel>(c_); }
@@ -124,6 +134,9 @@ class LlamaForCausalLM : public Module, public PipelineModule, public CausalLM {
   Tensor forward_cached(const Tensor& input_ids, KVCache& cache) override;
   int64_t max_positions() const override { return c_.max_position_embeddings; }
   int64_t vocab_size() const override { return c_.vocab_size; }
+  Tensor token_loss(const Tensor& logits, const Tensor& targets) override { return lm_token_loss(vocab_head(), logits, targets); }
+  /// The head when a policy made it vocabulary-parallel, else null.
+  const VocabParallelHead* vocab_head();
   Tensor generate(const Tensor& input_ids, const GenerateOptions& o = {});
   void gradient_checkpointing_enable(double ratio = 1.0) override;
   void gradient_checkpointing_disable() { model->gradient_checkpointing = false; }
@@ -132,6 +145,8 @@ class LlamaForCausalLM : public Module, public PipelineModule, public CausalLM {
   int64_t num_pipeline_layers() const override { return c_.num_hidden_layers; }
   std::vector<std::string> stage_modules(const StageSpec& s) const override;
   TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) override;
+  /// The token embeddings when the head is tied to them (the last stage holds them too).
+  std::vector<std::string> tied_parameters() const override;
 
   Slot<LlamaModel> model;
 

@@ -33,6 +33,11 @@ class PipelineModule {
   /// Runs a stage: the first reads its batch keys, the others "hidden_states"; returns
   /// {"hidden_states"}, or the model's outputs on the last stage.
   virtual TensorMap stage_forward(const TensorMap& inputs, const StageSpec& s) = 0;
+  /// Parameters the first and the last stage both hold (a head tied to the token
+  /// embeddings, Megatron's shared word embeddings): the schedule sums their gradients over
+  /// the two after each step, so both copies take the same steps; the norm counts the
+  /// first stage's.
+  virtual std::vector<std::string> tied_parameters() const { return {}; }
 };
 
 /// A model whose forward takes the batch's named tensors and returns named outputs

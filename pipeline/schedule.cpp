@@ -9,6 +9,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/common/check.h"
 #include "core/common/profiler.h"
+#include "core/dist/collectives.h"
 #include "core/kernels/ops.h"
 #include "core/tensor/allocator.h"
 
@@ -38,7 +39,30 @@ std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, b
 }
 
 PipelineSchedule::PipelineSchedule(const PipelineStageManager& stages, ScheduleOptions opts)
-    : sm_(stages), opts_(opts), p2p_(stages, opts.enable_metadata_cache) {}
+    : sm_(stages), opts_(opts), p2p_(stages, opts.enable_metadata_cache) {
+  const bool ends = sm_.is_first_stage() || sm_.is_last_stage();
+  tied_ = dist::split_group(sm_.group(), ends ? 0 : 1, sm_.stage(), ends ? "pipeline ends" : "pipeline middle");
+}
+
+void PipelineSchedule::sum_tied_gradients(ModelWrapper& model) {
+  if (sm_.num_stages() == 1 || !(sm_.is_first_stage() || sm_.is_last_stage())) return;
+  // While no_sync keeps full gradients accumulating on each stage, the step that synchronizes sums them all.
+  if (const GradSync* sync = model.grad_sync(); sync && !sync->reduces_now()) return;
+  auto module = model.module();
+  auto* pm = dynamic_cast<nn::PipelineModule*>(module.get());
+  if (!pm) return;
+  NoGradGuard ng;
+  for (const std::string& name : pm->tied_parameters()) {
+    Tensor p = module->get_tensor(name);
+    BOOSTER_CHECK(p.defined(), "pipeline: the tied parameter '", name, "' is not held by stage ", sm_.stage());
+    Tensor g = p.grad();
+    if (!g.defined()) {  // no gradient reached it on this stage (a frozen head): counts as zero
+      g = Tensor::zeros(p.shape(), p.dtype());
+      p.set_grad(g);
+    }
+    dist::all_reduce(g, dist::ReduceOp::sum, *tied_);
+  }
+}
 
 void PipelineSchedule::check_microbatches(int64_t m) const {
   BOOSTER_CHECK(m >= sm_.num_stages(), "pipeline schedule: ", m, " micro-batches (num_microbatches / microbatch_size) "
@@ -325,6 +349,7 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   }
   PipelineResult result = run.finish(sm_.is_last_stage());
   const auto t0 = Clock::now();
+  if (training) sum_tied_gradients(model);
   sync.sync();
   stats_.sync_seconds = since(t0);
   stats_.microbatches = M;

@@ -67,10 +67,14 @@ class PipelineSchedule {
   virtual void check_microbatches(int64_t m) const;
 
  protected:
+  /// Sums the gradients of the model's tied parameters (PipelineModule::tied_parameters)
+  /// over the first and the last stage (when the step's synchronization reduces them: not while no_sync accumulates).
+  void sum_tied_gradients(ModelWrapper& model);
   const PipelineStageManager& sm_;
   ScheduleOptions opts_;
   PipelineP2P p2p_;
   PipelineStepStats stats_;
+  dist::GroupPtr tied_;  // the first and the last stage (of this pipeline group)
 };
 
 class OneForwardOneBackwardSchedule : public PipelineSchedule {

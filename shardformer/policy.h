@@ -16,6 +16,7 @@
 #include "core/tensor/random.h"
 #include "nn/module.h"
 #include "nn/parallel/grid.h"
+#include "nn/parallel/sequence_split.h"
 
 namespace booster::shardformer {
 
@@ -26,7 +27,8 @@ struct ShardConfig {
   const dist::ProcessGroup* sequence_parallel_process_group = nullptr;
   bool enable_sequence_parallelism = false;
   std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled) or "all_to_all"
-  bool parallel_output = true;
+  bool parallel_output = true;  // vocabulary-parallel heads keep their logits split (false: gathered)
+  int64_t make_vocab_size_divisible_by = 64;  // the vocabulary's padding, as Colossal-AI's
   /// 2D, 2.5D or 3D tensor parallelism: the grid the tp group is split into (null: 1D).
   const nn::TensorGrid* grid = nullptr;
   /// Dropout generators: the same stream on every tp rank (replicated activations) and a
@@ -38,6 +40,9 @@ struct ShardConfig {
   /// Ulysses is on (sequence parallelism in mode all_to_all).
   bool ulysses() const { return enable_sequence_parallelism && sequence_parallelism_mode == "all_to_all"; }
   const dist::ProcessGroup& sp_group() const;
+  /// A model's token split under sequence parallelism: over the tp group (split_gather) or
+  /// the sp group (Ulysses, whose ranks are data parallel too); null without it.
+  std::shared_ptr<nn::SequenceSplit> token_split() const;
 };
 
 /// Builds a replacement for the module at a suffix, from the native module there.

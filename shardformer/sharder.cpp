@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "shardformer/policies/causal_lm_policy.h"
 #include "shardformer/policies/vit_policy.h"
 
 namespace booster::shardformer {
@@ -15,6 +16,14 @@ const dist::ProcessGroup& ShardConfig::tp_group() const {
 const dist::ProcessGroup& ShardConfig::sp_group() const {
   BOOSTER_CHECK(sequence_parallel_process_group != nullptr, "ShardConfig: no sequence-parallel process group");
   return *sequence_parallel_process_group;
+}
+
+std::shared_ptr<nn::SequenceSplit> ShardConfig::token_split() const {
+  if (!enable_sequence_parallelism) return nullptr;
+  auto s = std::make_shared<nn::SequenceSplit>();
+  s->ulysses = ulysses();
+  s->group = s->ulysses ? &sp_group() : &tp_group();
+  return s;
 }
 
 namespace {
@@ -75,7 +84,9 @@ std::mutex& registry_mutex() {
 }
 std::map<std::string, std::function<std::shared_ptr<Policy>()>>& registry() {
   static std::map<std::string, std::function<std::shared_ptr<Policy>()>> r{
-      {"vit", [] { return std::make_shared<ViTPolicy>(); }}};
+      {"vit", [] { return std::make_shared<ViTPolicy>(); }},
+      {"gpt2", [] { return std::make_shared<GPT2LMHeadModelPolicy>(); }},
+      {"llama", [] { return std::make_shared<LlamaForCausalLMPolicy>(); }}};
   return r;
 }
 }  // namespace
@@ -97,6 +108,8 @@ std::shared_ptr<Policy> make_policy(const std::string& name) {
 
 std::shared_ptr<Policy> auto_policy(const nn::Module& model) {
   if (model.type_name() == "ViTForImageClassification") return std::make_shared<ViTPolicy>();
+  if (model.type_name() == "GPT2LMHeadModel") return std::make_shared<GPT2LMHeadModelPolicy>();
+  if (model.type_name() == "LlamaForCausalLM") return std::make_shared<LlamaForCausalLMPolicy>();
   return nullptr;
 }
 

@@ -13,7 +13,7 @@ namespace {
 // True when p is a block of its logical tensor (a tensor-parallel shard), not all of it.
 bool is_block(const Tensor& p) {
   const Region* r = p.region();
-  return r && r->extent != r->full;
+  return r && r->box_numel() != shape_numel(r->full);
 }
 // Calls f(state tensor, its parameter, its region) for every optimizer state tensor of a
 // tensor-parallel block in `sd` (those shaped like the parameter, or like the logical
@@ -29,29 +29,32 @@ void for_each_shard_state(OptimizerWrapper& o, optim::OptimizerStateDict& sd, bo
     }
 }
 
-// The logical tensor assembled from every rank's block of it (blocks of one extent; ranks
-// holding the same block agree). Collective over g.
+// The logical tensor assembled from every rank's block of it (blocks of any extent, e.g. a
+// padded vocabulary's last shard, and of a framed box; ranks holding the same block agree).
+// Collective over g.
 Tensor gather_blocks(const Tensor& local, const Region& r, const dist::ProcessGroup& g) {
   const int n = g.size();
-  const size_t nd = r.full.size();
+  const Shape& frame = r.coords();
+  const size_t nd = frame.size();
   std::vector<int64_t> corner(r.offset.begin(), r.offset.end());
   corner.insert(corner.end(), r.extent.begin(), r.extent.end());
   Tensor mine = Tensor::from_ints(corner, {int64_t(2 * nd)}), all = Tensor::empty({n * int64_t(2 * nd)}, DType::i64);
   dist::all_gather(all, mine, g);
-  Tensor data = Tensor::empty({n * local.numel()}, local.dtype());
-  dist::all_gather(data, local.contiguous(), g);
-  Tensor full = Tensor::zeros(r.full, local.dtype());
   const int64_t* c = all.data<int64_t>();
+  int64_t most = 0;
+  for (int k = 0; k < n; ++k) most = std::max(most, shape_numel(Shape(c + k * int64_t(2 * nd) + int64_t(nd), c + (k + 1) * int64_t(2 * nd))));
+  Tensor padded = Tensor::zeros({most}, local.dtype());
+  padded.narrow(0, 0, local.numel()).copy_(local.contiguous().reshape({local.numel()}));
+  Tensor data = Tensor::empty({n * most}, local.dtype());
+  dist::all_gather(data, padded, g);
+  Tensor full = Tensor::zeros(frame, local.dtype());
   for (int k = 0; k < n; ++k) {
     Tensor dst = full;
-    for (size_t d = 0; d < nd; ++d) {
-      BOOSTER_CHECK(c[k * int64_t(2 * nd) + int64_t(nd + d)] == r.extent[d], "HybridParallelOptimizer: tensor-parallel "
-                    "ranks hold blocks of different extents of one ", shape_str(r.full), " tensor");
-      dst = dst.narrow(int64_t(d), c[k * int64_t(2 * nd) + int64_t(d)], r.extent[d]);
-    }
-    dst.copy_(data.narrow(0, k * local.numel(), local.numel()).view(r.extent));
+    const Shape extent(c + k * int64_t(2 * nd) + int64_t(nd), c + (k + 1) * int64_t(2 * nd));
+    for (size_t d = 0; d < nd; ++d) dst = dst.narrow(int64_t(d), c[k * int64_t(2 * nd) + int64_t(d)], extent[d]);
+    dst.copy_(data.narrow(0, k * most, shape_numel(extent)).view(extent));
   }
-  return full;
+  return full.reshape(r.full);
 }
 
 // The parameters of o whose block this rank is the first (lowest tp rank) to hold: a block's
@@ -64,7 +67,7 @@ std::shared_ptr<std::set<const void*>> first_holders(OptimizerWrapper& o, const 
       int64_t key = -1;  // a whole parameter: the same on every rank
       if (const Region* r = p.region()) {
         key = 0;
-        for (size_t d = 0; d < r->full.size(); ++d) key = key * r->full[d] + r->offset[d];
+        for (size_t d = 0; d < r->coords().size(); ++d) key = key * r->coords()[d] + r->offset[d];
       }
       ps.push_back(p.impl());
       keys.push_back(key);
@@ -112,6 +115,20 @@ HybridParallelOptimizer::HybridParallelOptimizer(std::shared_ptr<OptimizerWrappe
                                                  double max_norm)
     : OptimizerDecorator(std::move(inner)), groups_(std::move(groups)), max_norm_(max_norm) {
   install_shard_sums();
+}
+
+void HybridParallelOptimizer::count_elsewhere(const std::vector<Tensor>& params) {
+  if (params.empty()) return;
+  auto skip = std::make_shared<std::set<const void*>>();
+  for (const Tensor& p : params) skip->insert(p.impl());
+  auto counted = groups_.counted;
+  auto tp_of = groups_.tp_of;
+  groups_.counted = [skip, counted, tp_of](const Tensor& p) {
+    if (skip->count(p.impl())) return false;
+    if (counted) return counted(p);
+    const dist::ProcessGroup* tp = tp_of(p);
+    return is_block(p) || !tp || tp->rank() == 0;
+  };
 }
 
 void HybridParallelOptimizer::install_shard_sums() {
@@ -170,8 +187,9 @@ void HybridParallelOptimizer::load_state_dict(const optim::OptimizerStateDict& f
   optim::OptimizerStateDict sd = full;
   NoGradGuard ng;
   for_each_shard_state(*inner(), sd, true, [](Tensor& buf, const Tensor&, const Region& r) {
-    for (size_t d = 0; d < r.full.size(); ++d) buf = buf.narrow(int64_t(d), r.offset[d], r.extent[d]);
-    buf = buf.contiguous().clone();
+    buf = buf.reshape(r.coords());
+    for (size_t d = 0; d < r.coords().size(); ++d) buf = buf.narrow(int64_t(d), r.offset[d], r.extent[d]);
+    buf = buf.contiguous().reshape(r.local_shape()).clone();
   });
   OptimizerDecorator::load_state_dict(sd);
 }

@@ -37,6 +37,9 @@ class HybridParallelOptimizer : public OptimizerDecorator {
                           double max_norm, bool replicated_blocks = false);
   HybridParallelOptimizer(std::shared_ptr<OptimizerWrapper> inner, TensorParallelGroups groups, double max_norm);
   std::string type_name() const override { return "HybridParallelOptimizer"; }
+  /// Parameters another rank counts in the norm (a tied head's copy of the embeddings on
+  /// the last pipeline stage: the first stage counts them).
+  void count_elsewhere(const std::vector<Tensor>& params);
   void step() override;
   /// Every parameter's state in its logical shape (tensor-parallel shards all-gathered; collective).
   optim::OptimizerStateDict state_dict() const override;

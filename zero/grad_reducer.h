@@ -42,6 +42,7 @@ class GradReducer : public GradSync {
   /// (nothing in stage 1 under no_sync: they keep accumulating).
   void sync_accumulated() override;
   bool no_sync() const override { return no_sync_; }
+  bool reduces_now() const override { return !(stage_ == 1 && no_sync_); }
   /// Finishes the current backward's reduction (launches what is left, waits, writes the
   /// chunks). Parameters that received no gradient count as zero.
   void finish() override;

@@ -35,12 +35,9 @@ int main(int argc, char** argv) {
     examples::LmModel model;
     fs::path dir;
     if (!checkpoint.empty()) {
-      const auto step = latest_checkpoint(checkpoint);
-      BOOSTER_CHECK_T(IOError, step.has_value(), "no complete checkpoint under '", checkpoint, "'");
-      dir = *step;
-      model = examples::lm_model_from_config_file((dir / "config.json").string());
-      Booster booster;
-      load_run_model(booster, *booster.boost(model.module).model, dir.string());
+      std::string step;
+      model = examples::load_checkpoint_model(checkpoint, &step);
+      dir = step;
     } else {
       BOOSTER_CHECK(!model_dir.empty(), "give --checkpoint or --model");
       dir = model_dir;

@@ -10,6 +10,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "booster/booster.h"
+#include "booster/trainer/run_checkpoint.h"
 #include "core/autograd/grad_mode.h"
 #include "core/common/file_util.h"
 #include "core/kernels/ops.h"
@@ -312,10 +314,20 @@ TextCodec load_codec(const std::string& dir) {
   return c;
 }
 
-Criterion token_cross_entropy() {
-  return [](const Tensor& logits, const Tensor& labels) {
-    return cross_entropy(logits.reshape({-1, logits.size(-1)}), labels.reshape({-1}));
-  };
+Criterion token_cross_entropy(const LmModel& model) {
+  nn::CausalLM* lm = model.lm;
+  return [lm](const Tensor& logits, const Tensor& labels) { return lm->token_loss(logits, labels); };
+}
+
+LmModel load_checkpoint_model(const std::string& checkpoints, std::string* step_dir) {
+  const auto step = latest_checkpoint(checkpoints);
+  BOOSTER_CHECK_T(IOError, step.has_value(), "no complete checkpoint under '", checkpoints, "'");
+  const fs::path dir = *step;
+  LmModel model = lm_model_from_config_file((dir / "config.json").string());
+  Booster booster;
+  load_run_model(booster, *booster.boost(model.module).model, dir.string());
+  if (step_dir) *step_dir = dir.string();
+  return model;
 }
 
 std::string generate_text(LmModel& model, const TextCodec& codec, const std::string& start, const nn::GenerateOptions& o) {

@@ -34,6 +34,9 @@ struct LmModel {
 LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block);
 /// The model a checkpoint's config.json describes (GPT-2 or LLaMA, by model_type).
 LmModel lm_model_from_config_file(const std::string& path);
+/// The model of the newest complete checkpoint under `checkpoints` (a step-N folder or its
+/// parent), whole, loaded from any layout the run saved; `step_dir` receives its folder.
+LmModel load_checkpoint_model(const std::string& checkpoints, std::string* step_dir = nullptr);
 /// The model of a Hugging Face folder (gpt2_from_pretrained or llama_from_pretrained).
 LmModel lm_model_from_pretrained(const std::string& dir);
 
@@ -68,8 +71,9 @@ struct LmRun {
 LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin);
 
 
-/// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped).
-Criterion token_cross_entropy();
+/// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped), by
+/// the model's own loss (the vocabulary-parallel one where tensor parallelism split its head).
+Criterion token_cross_entropy(const LmModel& model);
 
 /// o.max_new_tokens tokens after `start`, as text (the continuation only); every rank draws
 /// the same (collective under ZeRO-3: call it on every rank).

@@ -71,7 +71,7 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
   const int dp = plugin ? plugin->dp_size() : dist::world_size();
   examples::LmRun run = examples::make_lm_run(cfg, dp, plugin.get());
   auto [model, optimizer, criterion, loader, scheduler] =
-      booster.boost(run.model.module, run.optimizer, examples::token_cross_entropy(), run.train_loader, run.scheduler);
+      booster.boost(run.model.module, run.optimizer, examples::token_cross_entropy(run.model), run.train_loader, run.scheduler);
   const fs::path dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
   const bool master = !dist::is_initialized() || dist::world_rank() == 0;
   auto log = std::make_shared<examples::MetricsLog>(dir.string(), !resume.empty(), master);
@@ -105,7 +105,10 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
     trainer.evaluate(*run.final_val_loader, {std::make_shared<LossHook>()});
     final_val = trainer.metric(Mode::test, "Loss").accumulated_value();
   }
-  const std::string sample = examples::sample_text(run.model, run.codec, cfg);
+  // A pipeline stage holds only its layers: the sample comes from the final checkpoint, whole.
+  const bool staged = plugin && plugin->support_pipeline();
+  examples::LmModel whole = staged ? examples::load_checkpoint_model(co.checkpoint_dir) : run.model;
+  const std::string sample = examples::sample_text(whole, run.codec, cfg);
   if (master) {
     const double ms = records->median_step_ms();
     std::printf("best val loss %.4f, %.1f ms/iter (median)", trainer.records()["best_val_loss"], ms);

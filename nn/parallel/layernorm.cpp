@@ -23,14 +23,30 @@ SequenceParallelLayerNorm::SequenceParallelLayerNorm(Tensor w, Tensor b, double 
 
 // x: [B, T/tp, C] -> [B, T/tp, C] (or [B, T, C] gathered)
 Tensor SequenceParallelLayerNorm::forward(const Tensor& x) {
-  Tensor y = normalize(x, dist::reduce_backward(weight, tp_), dist::reduce_backward(bias, tp_));
+  Tensor y = normalize(x, dist::reduce_backward(weight, tp_), bias.defined() ? dist::reduce_backward(bias, tp_) : Tensor());
   return gather_len_ > 0 ? dist::gather_forward_reducescatter_backward(y, seq_dim_, tp_, gather_len_) : y;
 }
 
 std::shared_ptr<Module> SequenceParallelLayerNorm::fresh() const {
   return std::make_shared<SequenceParallelLayerNorm>(Tensor::empty(weight->shape(), weight->dtype()),
-                                                     Tensor::empty(bias->shape(), bias->dtype()), eps(), tp_,
-                                                     gather_len_, seq_dim_);
+                                                     bias.defined() ? Tensor::empty(bias->shape(), bias->dtype()) : Tensor(),
+                                                     eps(), tp_, gather_len_, seq_dim_);
+}
+
+std::shared_ptr<UnaryModule> SequenceParallelRMSNorm::from_native_module(const std::shared_ptr<Module>& native,
+                                                                         const dist::ProcessGroup& tp) {
+  if (auto done = std::dynamic_pointer_cast<SequenceParallelRMSNorm>(native)) return done;
+  auto* n = dynamic_cast<LlamaRMSNorm*>(native.get());
+  BOOSTER_CHECK(n != nullptr, "SequenceParallelRMSNorm.from_native_module: expects a LlamaRMSNorm, got a ",
+                native ? native->type_name() : "null module");
+  return std::make_shared<SequenceParallelRMSNorm>(n->weight.get(), n->eps(), tp);
+}
+
+// x: [B, T/tp, C] -> [B, T/tp, C]
+Tensor SequenceParallelRMSNorm::forward(const Tensor& x) { return rms_norm(x, dist::reduce_backward(weight, tp_), eps()); }
+
+std::shared_ptr<Module> SequenceParallelRMSNorm::fresh() const {
+  return std::make_shared<SequenceParallelRMSNorm>(Tensor::empty(weight->shape(), weight->dtype()), eps(), tp_);
 }
 
 }  // namespace booster::nn

@@ -1,4 +1,4 @@
-// LayerNorm on sequence shards (sequence parallelism): each tensor-parallel rank normalizes
+// LayerNorm and LLaMA's RMSNorm on sequence shards (sequence parallelism): each tensor-parallel rank normalizes
 // its own tokens with the replicated weight and bias, whose gradients are then partial
 // sums; they are completed over the tp group in backward (copy forward, all-reduce
 // backward), so every rank holds the same full gradient as without the split. With
@@ -9,6 +9,7 @@
 
 #include "core/dist/process_group.h"
 #include "nn/layers.h"
+#include "nn/llama.h"
 
 namespace booster::nn {
 
@@ -28,6 +29,21 @@ class SequenceParallelLayerNorm : public LayerNorm {
   std::shared_ptr<Module> fresh() const override;
   const dist::ProcessGroup& tp_;
   int64_t gather_len_, seq_dim_;
+};
+
+/// LLaMA's RMSNorm on sequence shards: its weight's gradient completed over tp in backward.
+class SequenceParallelRMSNorm : public LlamaRMSNorm {
+ public:
+  static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
+                                                         const dist::ProcessGroup& tp);
+  SequenceParallelRMSNorm(Tensor weight, double eps, const dist::ProcessGroup& tp)
+      : LlamaRMSNorm(std::move(weight), eps), tp_(tp) {}
+  std::string type_name() const override { return "SequenceParallelRMSNorm"; }
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::shared_ptr<Module> fresh() const override;
+  const dist::ProcessGroup& tp_;
 };
 
 }  // namespace booster::nn

@@ -10,6 +10,7 @@
 
 #include "core/dist/process_group.h"
 #include "nn/layers.h"
+#include "nn/parallel/sequence_split.h"
 
 namespace booster::nn {
 
@@ -22,12 +23,20 @@ struct Linear1DOptions {
                                  // the input (and reduce-scatters its gradient), so nothing to do here
   int64_t seq_dim = 1;           // the sequence dim of [B, T, C] activations
   int64_t seq_len = -1;          // the full sequence length (balanced shards), -1: even shards
+  /// A model's token split (sequence_split.h): while it is off (the model generating) the
+  /// tokens are whole and seq_parallel acts as plain tensor parallelism. Null: always on.
+  std::shared_ptr<const SequenceSplit> split;
+  /// Whether the activations are sequence shards now.
+  bool tokens_split() const { return seq_parallel && (!split || split->on); }
 };
 
 /// Replaces `param`'s storage by this rank's chunk along `dim` (same handle, requires_grad
 /// kept) and records it as a box of the logical tensor. ShapeError when the dim does not
 /// divide by the group size; ValueError when it is already a shard.
 void shard_parameter(Tensor param, int64_t dim, const dist::ProcessGroup& g, const std::string& who);
+/// The same for any box of the parameter (a framed one too: the same columns of each of a
+/// fused tensor's parts); the parameter keeps its handle and holds the box's data.
+void shard_parameter_region(Tensor param, const Region& box, const std::string& who);
 /// The same for a box: block blocks[d].first of blocks[d].second along each dim d listed
 /// (a 2D grid's weight: a block of its rows and a block of its columns).
 void shard_parameter_blocks(Tensor param, const std::vector<std::pair<int64_t, std::pair<int64_t, int64_t>>>& blocks,
@@ -35,6 +44,14 @@ void shard_parameter_blocks(Tensor param, const std::vector<std::pair<int64_t, s
 
 /// The weight and bias handles of `native`, a Linear (ValueError naming `who` otherwise).
 std::pair<Tensor, Tensor> linear_handles(const std::shared_ptr<Module>& native, const std::string& who);
+
+/// A column-parallel product on a sequence shard as Megatron's sequence parallelism does it:
+/// x [B, t, in] (this rank's tokens) all-gathered along `seq_dim` into [B, T, in], times the
+/// weight (+ bias) -> [B, T, out]; only the shard is kept for backward, which all-gathers it
+/// again for the weight's gradient and reduce-scatters the input's. `in_out`: the weight is
+/// [in, out] (GPT-2's Conv1D), else [out, in] (Linear).
+Tensor sequence_gathered_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const dist::ProcessGroup& tp,
+                                int64_t seq_dim, bool in_out);
 
 /// What both tensor-parallel linears share: the adopted handles, the group and the options.
 class Linear1D : public Linear {

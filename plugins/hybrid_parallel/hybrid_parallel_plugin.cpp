@@ -10,6 +10,7 @@
 #include "zero/model.h"
 #include "booster/plugin_options.h"
 #include "ddp/ddp_model.h"
+#include "nn/causal_lm.h"
 
 namespace booster::plugins {
 
@@ -29,8 +30,9 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("enable_flash_attention", &O::enable_flash_attention)
         .add("enable_jit_fused", &O::enable_jit_fused)
         .add("enable_sequence_parallelism", &O::enable_sequence_parallelism)
-        .add("sequence_parallelism_mode", &O::sequence_parallelism_mode, "split_gather (\"\": split_gather when enabled)")
-        .add("parallel_output", &O::parallel_output)
+        .add("sequence_parallelism_mode", &O::sequence_parallelism_mode, "split_gather or all_to_all (\"\": split_gather when enabled)")
+        .add("parallel_output", &O::parallel_output, "vocabulary-parallel logits stay split (false: gathered)")
+        .add("make_vocab_size_divisible_by", &O::make_vocab_size_divisible_by)
         .add("num_microbatches", &O::num_microbatches, "0: None")
         .add("microbatch_size", &O::microbatch_size, "0: None")
         .add("max_norm", &O::max_norm)
@@ -85,12 +87,19 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
   if (enable_sequence_parallelism) {
-    BOOSTER_CHECK(m == "split_gather", who, "sequence_parallelism_mode '", m, "' is not implemented; split_gather is",
-                  m == "all_to_all" ? " (Ulysses runs under GalvatronPlugin: use_ulysses, or use_sp in a strategy file)" : "");
-    BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
-                                    "needs tp_size > 1, got tp_size ", tp_size);
-    BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size,
-                  " with split_gather: the sequence is split over the tp group (leave sp_size unset)");
+    BOOSTER_CHECK(m == "split_gather" || m == "all_to_all", who, "sequence_parallelism_mode '", m,
+                  "' is not implemented; split_gather and all_to_all are");
+    if (m == "split_gather") {
+      BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
+                                      "needs tp_size > 1, got tp_size ", tp_size);
+      BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size,
+                    " with split_gather: the sequence is split over the tp group (leave sp_size unset)");
+    } else {
+      BOOSTER_CHECK(sp_size > 1, who, "sequence_parallelism_mode all_to_all (Ulysses) splits the sequence over sp_size "
+                                      "ranks; set sp_size > 1, got ", sp_size);
+      BOOSTER_CHECK(tp_size == 1, who, "sequence_parallelism_mode all_to_all runs on whole weights here (tp_size 1), ",
+                    "got tp_size ", tp_size);
+    }
   } else {
     BOOSTER_CHECK(sp_size == 0 || sp_size == 1, who, "sp_size ", sp_size,
                   " needs enable_sequence_parallelism = true");
@@ -115,8 +124,6 @@ void HybridParallelOptions::validate() const {
     BOOSTER_CHECK(pp_style != "interleaved" || num_microbatches == 0 || num_microbatches % pp_size == 0, who,
                   "pp_style interleaved needs num_microbatches (", num_microbatches, ") to be a multiple of pp_size (",
                   pp_size, ")");
-    BOOSTER_CHECK(!enable_sequence_parallelism, who,
-                  "sequence parallelism with pp_size > 1 is not implemented; use one of them");
   }
   BOOSTER_CHECK(partition_method == "uniform" || partition_method == "balanced", who,
                 "partition_method must be uniform or balanced, got '", partition_method, "'");
@@ -126,6 +133,8 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(zero.reduce_bucket_size_in_m > 0, who, "zero_bucket_size_in_m must be positive, got ",
                 zero.reduce_bucket_size_in_m);
   BOOSTER_CHECK(max_norm >= 0, who, "max_norm must be >= 0, got ", max_norm);
+  BOOSTER_CHECK(make_vocab_size_divisible_by >= 1, who, "make_vocab_size_divisible_by must be >= 1, got ",
+                make_vocab_size_divisible_by);
   BOOSTER_CHECK(gradient_checkpointing_ratio >= 0 && gradient_checkpointing_ratio <= 1, who,
                 "gradient_checkpoint_config.gradient_checkpointing_ratio must be in [0, 1], got ",
                 gradient_checkpointing_ratio);
@@ -138,10 +147,14 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
-  const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size;
-  BOOSTER_CHECK(world % (tp * pp) == 0, "HybridParallelPlugin: the world size ", world,
-                " is not divisible by tp_size ", tp, " x pp_size ", pp);
-  mesh_ = std::make_shared<dist::ProcessGroupMesh>(dist::ProcessGroupMesh::dp_pp_tp(world / (tp * pp), pp, tp, opts_.dp_outside));
+  const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size, sp = ulysses() ? opts_.sp_size : 1;
+  BOOSTER_CHECK(world % (tp * pp * sp) == 0, "HybridParallelPlugin: the world size ", world,
+                " is not divisible by tp_size ", tp, " x pp_size ", pp, sp > 1 ? " x sp_size " + std::to_string(sp) : "");
+  // (dp, pp, sp, tp), or (pp, dp, sp, tp): Ulysses' sp ranks consecutive, inside each data-parallel replica.
+  const int dp = world / (tp * pp * sp);
+  std::vector<std::pair<std::string, int>> axes = {{"dp", dp}, {"pp", pp}, {"sp", sp}, {"tp", tp}};
+  if (!opts_.dp_outside) std::swap(axes[0], axes[1]);
+  mesh_ = std::make_shared<dist::ProcessGroupMesh>(axes);
   if (opts_.tp_mode != "1d") {
     grid_ = std::make_shared<nn::TensorGrid>(mesh_->group("tp"), opts_.tp_mode, opts_.tp_depth);
     grid_->set_pad_rows(pp == 1);  // a pipeline's stages cannot tell the padding apart: its micro-batches must divide
@@ -202,14 +215,25 @@ void set_checkpointing_ratio(nn::Module& root, double ratio) {
 }
 }  // namespace
 
+bool HybridParallelPlugin::ulysses() const {
+  return opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode == "all_to_all";
+}
+
+const dist::ProcessGroup& HybridParallelPlugin::grad_group() const {
+  return ulysses() ? mesh_->group(std::vector<std::string>{"dp", "sp"}) : mesh_->group("dp");
+}
+
 std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
   return {mesh_->coordinate("dp"), mesh_->size("dp")};
 }
 
 void HybridParallelPlugin::configure(BoostedObjects& o) {
   auto module = o.model->module();
-  const auto& dp = mesh_->group("dp");
+  const auto& dp = grad_group();  // Ulysses: the sp ranks are data parallel too
   const auto& tp = mesh_->group("tp");
+  BOOSTER_CHECK(!(opts_.pp_size > 1 && opts_.enable_sequence_parallelism) || dynamic_cast<nn::CausalLM*>(module.get()),
+                "HybridParallelPlugin: sequence parallelism with pp_size > 1 runs for language models (their token ",
+                "split spans the stages); a ", module->type_name(), " runs it without a pipeline");
   // Every rank starts from world rank 0's weights: a pipeline group takes its first stage's
   // (every rank holds the whole model until its stage keeps its layers), a tensor-parallel
   // group agrees on the whole tensors before they are cut, then DDP or ZeRO makes each dp
@@ -217,7 +241,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   if (opts_.gradient_checkpointing_ratio > 0) set_checkpointing_ratio(*module, opts_.gradient_checkpointing_ratio);
   if (opts_.pp_size > 1) broadcast_module_state(*module, mesh_->group("pp"), true, true);
   broadcast_module_state(*module, tp, true);
-  if (opts_.tp_size > 1) {
+  if (opts_.tp_size > 1 || ulysses()) {
     std::shared_ptr<shardformer::Policy> policy = opts_.custom_policy_object
                                          ? opts_.custom_policy_object
                                          : !opts_.custom_policy.empty() ? shardformer::make_policy(opts_.custom_policy) : shardformer::auto_policy(*module);
@@ -225,9 +249,11 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
                   " model; write one and pass it as custom_policy (register_policy gives it a name for configs)");
     shardformer::ShardConfig sc;
     sc.tensor_parallel_process_group = &tp;
+    sc.sequence_parallel_process_group = &mesh_->group("sp");
     sc.enable_sequence_parallelism = opts_.enable_sequence_parallelism;
     sc.sequence_parallelism_mode = opts_.sequence_parallelism_mode;
     sc.parallel_output = opts_.parallel_output;
+    sc.make_vocab_size_divisible_by = opts_.make_vocab_size_divisible_by;
     sc.grid = grid_.get();
     const uint64_t seed = default_generator().state().seed;
     sc.replicated_generator = std::make_shared<Generator>(seed, (uint64_t(1) << 32) + uint64_t(mesh_->coordinate("dp")));
@@ -244,8 +270,17 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     zero::apply_zero(o, dp, opts_.zero);  // its max_norm stays 0: HybridParallelOptimizer clips
   }
   o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1, grid_);
-  if (o.optimizer)
-    o.optimizer = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
+  if (o.optimizer) {
+    auto hpo = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
+    if (stages_ && !stages_->is_first_stage())  // the first stage counts the tied parameters in the norm
+      if (auto* pm = dynamic_cast<nn::PipelineModule*>(module.get())) {
+        std::vector<Tensor> tied;
+        for (const std::string& name : pm->tied_parameters())
+          if (Tensor t = module->get_tensor(name); t.defined()) tied.push_back(t);
+        hpo->count_elsewhere(tied);
+      }
+    o.optimizer = hpo;
+  }
 }
 
 std::shared_ptr<CheckpointIO> HybridParallelPlugin::get_checkpoint_io() { return checkpoint_io_.get(name(), mesh_->size("dp"), opts_.tp_size, opts_.pp_size, opts_.zero.precision); }

@@ -5,11 +5,10 @@
 
 #include "core/dist/functional.h"
 #include "core/dist/runtime.h"
-#include "nn/parallel/dropout.h"
-#include "nn/parallel/layernorm.h"
-#include "nn/parallel/linear_1d.h"
+#include "nn/parallel/sequence_split.h"
 #include "nn/parallel/ulysses_attention.h"
 #include "nn/vit.h"
+#include "shardformer/policies/factories.h"
 #include "shardformer/policies/vit_grid_policy.h"
 
 namespace booster::shardformer {
@@ -23,49 +22,28 @@ const nn::ViTConfig& vit_config(const nn::Module& model) {
   return vit->config();
 }
 
-// Sequence parallelism's encoder: the tokens are split over tp on the way in (balanced) and
-// gathered on the way out; the layers in between run on token shards.
+// Sequence parallelism's encoder: the tokens are split over the group on the way in
+// (balanced: 197 over 2 is 99 and 98) and gathered on the way out (nn::SequenceSplit: under
+// Ulysses the group's ranks are data parallel too); the layers in between run on token shards.
 class SequenceParallelViTEncoder : public nn::ViTEncoder {
  public:
   SequenceParallelViTEncoder(const nn::ViTConfig& c, std::shared_ptr<nn::ModuleList<nn::UnaryModule>> layers,
-                             const dist::ProcessGroup& tp)
-      : ViTEncoder(c, std::move(layers)), tp_(tp) {}
+                             std::shared_ptr<nn::SequenceSplit> split)
+      : ViTEncoder(c, std::move(layers)), split_(std::move(split)) {}
   std::string type_name() const override { return "SequenceParallelViTEncoder"; }
-  // hidden: [B, T, H] (replicated) -> [B, T, H] (replicated); [B, T/tp, H] inside
+  // hidden: [B, T, H] (replicated) -> [B, T, H] (replicated); a share of the T tokens inside
   Tensor forward(const Tensor& hidden) override {
-    Tensor h = dist::split_forward_gather_backward(hidden, 1, tp_, true);
+    Tensor h = split_->split_tokens(hidden, "SequenceParallelViTEncoder", false);
     h = forward_layers(h, 0, int64_t(layer->size()));
-    return dist::gather_forward_split_backward(h, 1, tp_, hidden.size(1));
+    return split_->gather_tokens(h, hidden.size(1));
   }
 
  protected:
   std::shared_ptr<Module> fresh() const override {
-    return std::make_shared<SequenceParallelViTEncoder>(c_, std::make_shared<nn::ModuleList<nn::UnaryModule>>(), tp_);
+    return std::make_shared<SequenceParallelViTEncoder>(c_, std::make_shared<nn::ModuleList<nn::UnaryModule>>(), split_);
   }
-  const dist::ProcessGroup& tp_;
+  std::shared_ptr<nn::SequenceSplit> split_;
 };
-
-ModuleFactory column(nn::Linear1DOptions o) {
-  return [o](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
-    return nn::Linear1DCol::from_native_module(m, c.tp_group(), o);
-  };
-}
-ModuleFactory row(nn::Linear1DOptions o) {
-  return [o](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
-    return nn::Linear1DRow::from_native_module(m, c.tp_group(), o);
-  };
-}
-ModuleFactory dropout(bool parallel_input) {
-  return [parallel_input](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
-    return nn::TPDropout::from_native_module(m, parallel_input ? c.parallel_generator : c.replicated_generator,
-                                             parallel_input);
-  };
-}
-ModuleFactory sp_layernorm(int64_t gather_seq_len) {
-  return [gather_seq_len](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
-    return nn::SequenceParallelLayerNorm::from_native_module(m, c.tp_group(), gather_seq_len);
-  };
-}
 
 }  // namespace
 
@@ -152,8 +130,7 @@ void ViTPolicy::postprocess(nn::Module& model, const ShardConfig& config) const 
   auto& enc = *vit->vit->encoder;
   if (dynamic_cast<SequenceParallelViTEncoder*>(&enc)) return;
   auto sp = std::make_shared<SequenceParallelViTEncoder>(
-      vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()),
-      config.ulysses() ? config.sp_group() : config.tp_group());
+      vit->config(), std::static_pointer_cast<nn::ModuleList<nn::UnaryModule>>(enc.layer.shared()), config.token_split());
   sp->gradient_checkpointing = enc.gradient_checkpointing;  // the same layers run checkpointed as before
   sp->gradient_checkpointing_ratio = enc.gradient_checkpointing_ratio;
   model.replace("vit.encoder", sp);

@@ -1,12 +1,13 @@
 // The model the conformance suite runs, one test binary each: the tiny ViT on images
 // (conformance_test), or GPT-2 (BOOSTER_CONFORMANCE_GPT2) or LLaMA (BOOSTER_CONFORMANCE_LLAMA)
 // of 4 layers on windows of 8 tokens (conformance_gpt2_test, conformance_llama_test), under
-// the cases that run without a tensor-parallel policy (GPT-2's tied head keeps it to one
-// pipeline stage; the untied LLaMA runs the pipelines too).
+// one case of each plugin kind, tensor parallelism with the vocabulary split among them
+// and the pipelines (GPT-2's head tied to its embeddings across the first and last stage).
 #pragma once
 
 #include "nn/gpt2.h"
 #include "nn/llama.h"
+#include "nn/parallel/vocab_parallel.h"
 #include "tests/plugins/vit_cases.h"
 
 namespace booster::plugin_tests {
@@ -21,7 +22,7 @@ inline std::shared_ptr<ConfModel> conf_model(uint64_t seed = 42, double dropout 
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = dropout;
   return std::make_shared<ConfModel>(c);
 }
-constexpr bool kConfPipelines = false;
+constexpr bool kConfPipelines = true;
 constexpr const char* kConfName = "gpt2";  // in the checkpoints' folder names (the binaries run at once)
 #else
 using ConfModel = nn::LlamaForCausalLM;
@@ -46,8 +47,17 @@ inline std::pair<Tensor, Tensor> conf_batch(int step, int64_t rows) {
   Tensor t = Tensor::from_ints(ids, {rows, 8});
   return {t, t.clone()};
 }
-inline Tensor conf_loss(const Tensor& logits, const Tensor& labels) {
-  return nn::causal_lm_loss(logits, labels, labels, "conformance");
+// The model's own shifted loss (vocabulary-parallel where a policy split the head).
+inline Tensor conf_loss(nn::Module& model, const Tensor& logits, const Tensor& labels) {
+  const int64_t t = logits.size(1);
+  return dynamic_cast<nn::CausalLM&>(model).token_loss(logits.narrow(1, 0, t - 1), labels.narrow(1, 1, t - 1));
+}
+// The columns of the whole logits this rank's logits hold: a split head's rows, else all.
+inline std::pair<int64_t, int64_t> conf_logit_columns(nn::Module& model, int64_t classes) {
+  for (auto& [path, m] : model.named_modules())
+    if (auto* h = dynamic_cast<const nn::VocabParallelHead*>(m.get()); h && !h->gathers_output())
+      return {h->partition().begin, h->partition().size()};
+  return {0, classes};
 }
 #else
 using ConfModel = nn::ViTForImageClassification;
@@ -62,7 +72,8 @@ constexpr const char* kConfName = "vit";
 constexpr const char* kConfInput = "pixel_values";
 constexpr bool kConfTensorParallel = true;
 inline std::pair<Tensor, Tensor> conf_batch(int step, int64_t rows) { return global_batch(step, rows); }
-inline Tensor conf_loss(const Tensor& logits, const Tensor& labels) { return cross_entropy(logits, labels); }
+inline Tensor conf_loss(nn::Module&, const Tensor& logits, const Tensor& labels) { return cross_entropy(logits, labels); }
+inline std::pair<int64_t, int64_t> conf_logit_columns(nn::Module&, int64_t classes) { return {0, classes}; }
 #endif
 
 }  // namespace booster::plugin_tests

@@ -37,7 +37,8 @@ struct PluginCase {
   int ranks = 0;       // the world must be a multiple of this (0: of group())
   std::string plan = {};  // a Galvatron strategy JSON (written for the case, its path added to the table)
   int64_t rows = 2;       // a replica's rows per step (a grid splits them into its row blocks)
-  /// Ranks of one data-parallel replica (they see the same rows).
+  bool language_only = false;  // sequence parallelism across pipeline stages: the language models' token split
+  /// Ranks of one data-parallel replica (they see the same rows; Ulysses' sp ranks too).
   int group() const { return tp * pp; }
 };
 
@@ -46,6 +47,8 @@ const std::string kHybrid = "[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\npr
 const std::string kGemini = "[plugin]\nname = 'gemini'\nprecision = 'fp32'\nmin_chunk_size_m = 0.002\n"
                             "search_range_m = 0.004\nenable_gradient_accumulation = true\n";
 const std::string kPipeline = "[plugin]\nname = 'hybrid_parallel'\npp_size = 2\nprecision = 'fp32'\n";
+const std::string kUlysses = "[plugin]\nname = 'hybrid_parallel'\nprecision = 'fp32'\nenable_sequence_parallelism = true\n"
+                             "sequence_parallelism_mode = 'all_to_all'\nsp_size = 2\n";
 
 const std::string kGalvatron = "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\n";
 // Layerwise plans of the tiny ViT's 4 layers: every kind of layer next to another kind.
@@ -92,6 +95,14 @@ const std::vector<PluginCase> kCases = {
     {"tp2_zero2", kHybrid + "zero_stage = 2\n", 2},
     {"tp2_zero2_no_overlap", kHybrid + "zero_stage = 2\noverlap_communication = false\n", 2},
     {"tp2_sequence_parallel", kHybrid + "enable_sequence_parallelism = true\n", 2},
+    // Ulysses (all_to_all) over an sp axis of 2, its ranks data parallel too (the case's "tp": ranks that see the same rows).
+    {"sp2_all_to_all", kUlysses, 2},
+    {"sp2_all_to_all_zero2", kUlysses + "zero_stage = 2\n", 2},
+    {"tp2_sequence_parallel_pp2", kPipeline + "tp_size = 2\nenable_sequence_parallelism = true\nnum_microbatches = 2\n", 2,
+     2, false, 0, "", 2, true},
+    {"sp2_all_to_all_pp2", kUlysses + "pp_size = 2\nnum_microbatches = 2\n", 2, 2, false, 0, "", 2, true},
+    // Whole logits out of a vocabulary-parallel head (parallel_output = false; the ViT's classifier gathers anyway).
+    {"tp2_gathered_logits", kHybrid + "parallel_output = false\nmake_vocab_size_divisible_by = 1\n", 2},
     {"pp2_1f1b", kPipeline + "num_microbatches = 2\n", 1, 2},
     {"pp2_interleaved", kPipeline + "pp_style = 'interleaved'\nnum_model_chunks = 2\nnum_microbatches = 2\n", 1, 2},
     {"pp2_balanced_no_overlap", kPipeline + "microbatch_size = 1\npartition_method = 'balanced'\noverlap_p2p = false\n"
@@ -131,19 +142,22 @@ const std::vector<PluginCase> kCases = {
 };
 
 // The cases this binary's model runs: all for the ViT; for the language models one of each
-// plugin's kinds that needs no tensor-parallel policy (the engine's options are the ViT's to
-// test), without pipelines for GPT-2, whose head is tied.
+// plugin's kinds (the engine's options are the ViT's to test), tensor parallelism with its
+// vocabulary-parallel head, without pipelines for GPT-2, whose head is tied.
 const std::vector<std::string> kLanguageModelCases = {
     "no_plugin", "torch_ddp", "torch_ddp_split", "zero1", "zero2", "zero2_split", "zero2_offload", "pp2_1f1b",
     "pp2_interleaved", "pp2_zero1", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_no_shard", "gemini",
-    "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint"};
+    "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint", "tp2", "tp2_zero2", "tp2_pp2",
+    "tp2_gathered_logits", "pp2_zero2", "tp2_sequence_parallel", "sp2_all_to_all", "sp2_all_to_all_zero2",
+    "tp2_sequence_parallel_pp2", "sp2_all_to_all_pp2", "galvatron_tp2_strided_zero2", "galvatron_ulysses2_zero2",
+    "galvatron_tp2_megatron_sp", "galvatron_mixed"};
 
 const std::vector<PluginCase>& conf_cases() {
   static const std::vector<PluginCase> cases = [] {
     std::vector<PluginCase> out;
     for (const auto& c : kCases) {
       const bool listed = std::find(kLanguageModelCases.begin(), kLanguageModelCases.end(), c.name) != kLanguageModelCases.end();
-      if (kConfTensorParallel || (listed && (kConfPipelines || c.pp == 1))) out.push_back(c);
+      if (kConfTensorParallel ? !c.language_only : listed && (kConfPipelines || c.pp == 1)) out.push_back(c);
     }
     return out;
   }();
@@ -154,7 +168,8 @@ const std::vector<PluginCase>& conf_cases() {
 // A language model's checkpoint loads into one case of each kind at any world size.
 bool loads_here(const PluginCase& c) {
   if (!kConfTensorParallel) {
-    for (const char* n : {"no_plugin", "torch_ddp", "zero2_offload", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_ddp"})
+    for (const char* n : {"no_plugin", "torch_ddp", "zero2_offload", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_ddp",
+                          "tp2", "sp2_all_to_all"})
       if (c.name == n) return true;
     return false;
   }
@@ -195,8 +210,9 @@ Tensor forward_backward(Booster& bo, BoostResult<ConfModel>& r, const Tensor& x,
     bo.backward(loss, *r.optimizer);
     return loss.detach();
   }
-  StageCriterion ce = [loss_scale](const TensorMap& out, const TensorMap& batch) {
-    return scale(conf_loss(out.at("logits"), batch.at("labels")), loss_scale);
+  nn::Module& m = *r.model->module();
+  StageCriterion ce = [loss_scale, &m](const TensorMap& out, const TensorMap& batch) {
+    return scale(conf_loss(m, out.at("logits"), batch.at("labels")), loss_scale);
   };
   PipelineResult res = bo.execute_pipeline(single_batch({{kConfInput, x}, {"labels", y}}), *r.model, ce, r.optimizer.get(), true, logits != nullptr);
   if (!res.loss.defined()) return Tensor();
@@ -283,6 +299,8 @@ void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pip
     EXPECT_NEAR(logged, ref_losses[size_t(s)], 1e-5 * std::abs(ref_losses[size_t(s)])) << "step " << s;
     if (loss.defined()) {  // the outputs (a pipeline's return_outputs) are this replica's rows of the reference's
       Tensor want = ref_logits[size_t(s)].narrow(0, int64_t(dist::world_rank() / tp) * b, b);
+      const auto [first, columns] = conf_logit_columns(*boosted.model->module(), want.size(-1));  // a split head's
+      want = want.narrow(-1, first, columns).contiguous();
       ASSERT_EQ(logits.shape(), want.shape());
       auto got = logits.to(DType::f32).to_vector(), w = want.to_vector();
       for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], w[i], 1e-4) << "logit " << i << " step " << s;
@@ -357,7 +375,8 @@ TEST_P(Conformance, EvaluationCountsEachRowOnce) {
   auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   auto [x, y] = my_slice(batch, b, 0, 1, tp);
-  StageCriterion ce = [](const TensorMap& out, const TensorMap& bt) { return conf_loss(out.at("logits"), bt.at("labels")); };
+  nn::Module& m = *boosted.model->module();
+  StageCriterion ce = [&m](const TensorMap& out, const TensorMap& bt) { return conf_loss(m, out.at("logits"), bt.at("labels")); };
   PipelineResult res = booster.execute_pipeline(single_batch({{kConfInput, x}, {"labels", y}}), *boosted.model, ce,
                                                 nullptr, true, true);
   const bool held = res.loss.defined();
