@@ -56,8 +56,8 @@ void vocabulary_splits(const ShardConfig& config, int64_t vocab_size) {
     nn::VocabPartition::of(vocab_size, config.tp_size(), r, config.make_vocab_size_divisible_by);
 }
 
-void divides(const std::string& policy, const char* what, int64_t n, int tp) {
-  BOOSTER_CHECK(n % tp == 0, policy, ": ", what, " ", n, " does not divide by tp_size ", tp);
+void divides(const std::string& policy, const char* what, int64_t n, int tp, const char* size = "tp_size") {
+  BOOSTER_CHECK(n % tp == 0, policy, ": ", what, " ", n, " does not divide by ", size, " ", tp);
 }
 
 ModuleFactory vocab_embedding() {
@@ -88,7 +88,7 @@ ModuleFactory conv_row(nn::Linear1DOptions o) {
 void GPT2LMHeadModelPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& config) const {
   const auto& c = model_of<nn::GPT2LMHeadModel>(model, name(), "GPT2LMHeadModel").config();
   common_checks(name(), config);
-  if (config.ulysses()) return divides(name(), "n_head", c.n_head, config.sp_group().size());
+  if (config.ulysses()) return divides(name(), "n_head", c.n_head, config.sp_group().size(), "sp_size");
   const int tp = config.tp_size();
   divides(name(), "n_head", c.n_head, tp);
   divides(name(), "n_inner", c.inner(), tp);
