@@ -2,7 +2,7 @@
 """The PyTorch peer of examples/lm/configs/shakespeare_char.toml (and, with --model llama, of
 shakespeare_char_llama.toml: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU): nanoGPT's shakespeare_char
 CPU recipe with a GPT-2 written from the architecture (pre-norm blocks, learned positions,
-GELU-tanh, causal attention, the head tied to the token embeddings, no biases, no dropout),
+exact GELU as nanoGPT's nn.GELU(), causal attention, the head tied to the token embeddings, no biases, no dropout),
 one process with every thread (Debian's python3-torch), the same data (the text's characters,
 the first 90 % training), the same schedule (lr 1e-3, 100 warm-up iterations, cosine to 1e-4
 at 2,000), AdamW (0.9, 0.99) with weight decay 0.1 on the matrices, clipping at 1, batch 12 x
@@ -53,7 +53,7 @@ class Block(nn.Module):
         att = (heads(q) @ heads(k).transpose(-2, -1)) / math.sqrt(e // self.h)
         att = att.masked_fill(torch.triu(torch.ones(t, t, dtype=torch.bool), 1), float("-inf")).softmax(-1)
         x = x + self.c_proj((att @ heads(v)).transpose(1, 2).reshape(b, t, e))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x))))  # nanoGPT's nn.GELU(): the exact one
 
 
 class RMSNorm(nn.Module):

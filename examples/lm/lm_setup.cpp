@@ -40,6 +40,7 @@ ConfigSchema lm_train_schema() {
       .add("model.num_key_value_heads", T::integer, 0, "LLaMA: 0 the preset's")
       .add("model.rope_theta", T::floating, 0.0, "LLaMA: 0 the preset's")
       .add("model.dropout", T::floating, 0.0, "nanoGPT's dropout (GPT-2: resid, embd and attn; LLaMA: attention_dropout)")
+      .add("model.activation_function", T::string, "", "GPT-2: gelu_new (tanh), gelu (exact, nanoGPT's nn.GELU) or \"\": the preset's")
       .add("model.bias", T::boolean, false, "biases in the linears and norms (nanoGPT's bias; LLaMA: attention_bias, mlp_bias)")
       .add("model.pretrained", T::string, "",
            "a Hugging Face folder (GPT-2 or LLaMA) to start from: its config.json rules, the width keys are refused")
@@ -147,6 +148,7 @@ LmModel pretrained_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   refuse_keys(cfg, kLlamaWidths, why);
   refuse_keys(cfg, {"model.dropout"}, why);
   BOOSTER_CHECK(!cfg.get_bool("model.bias"), "model.bias", why);
+  BOOSTER_CHECK(cfg.get_string("model.activation_function").empty(), "model.activation_function", why);
   LmModel m = with_model_options(cfg, [&] { return lm_model_from_pretrained(dir); });
   BOOSTER_CHECK(m.lm->vocab_size() == vocab, dir, " knows ", m.lm->vocab_size(), " tokens, the text's tokenizer ", vocab,
                 " (give its tokenizer: data.tokenizer = \"bpe\", data.tokenizer_json = <its tokenizer.json>)");
@@ -172,6 +174,8 @@ LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   if (is_llama(preset)) {
     refuse_keys(cfg, kGpt2Widths, " is not a key of " + preset + "'s family (LLaMA: hidden_size, intermediate_size, "
                                   "num_hidden_layers, num_attention_heads, num_key_value_heads, rope_theta)");
+    BOOSTER_CHECK(cfg.get_string("model.activation_function").empty(), "model.activation_function is GPT-2's; ", preset,
+                  " uses SiLU");
     nn::LlamaConfig c = nn::LlamaConfig::preset(preset);
     override_if(cfg, "model.hidden_size", c.hidden_size);
     override_if(cfg, "model.intermediate_size", c.intermediate_size);
@@ -192,6 +196,7 @@ LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   override_if(cfg, "model.n_embd", c.n_embd);
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = drop;
   c.bias = cfg.get_bool("model.bias");
+  if (const std::string act = cfg.get_string("model.activation_function"); !act.empty()) c.activation_function = act;
   c.vocab_size = vocab, c.n_positions = block;
   c.validate();
   return with_model_options(cfg, [&] { return wrap(std::make_shared<nn::GPT2LMHeadModel>(c), "gpt2"); });
