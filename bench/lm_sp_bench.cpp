@@ -4,14 +4,15 @@
 // parallelism, split_gather (Megatron's, tp 2) and all_to_all (Ulysses, sp 2). Activations:
 // the bytes the allocator holds after the forward of a training step beyond what it held
 // before (what the graph keeps for backward, and the outputs), on GPT-2 at 1,024 tokens or a
-// tiny LLaMA at 4,096 by default. Beside each, the theory of this implementation's layers:
-//   GPT-2 block (n tokens, width E): 17 nE whole (ln_1 and ln_2 inputs and outputs, q/k/v,
-//     the context and its copy, c_fc's output, GELU's output); tp 2 halves the 12.5 nE after
-//     the column-parallel projections, the 4.5 nE around the norms stays whole: 10.5 / 17;
-//     split_gather and Ulysses split every token-wise activation (the column-parallel inputs
-//     kept as shards): 1 / 2.
-//   LLaMA layer (width E, MLP width I): 9 nE + 4 nI whole; tp 2: (4 nE + 2.5 nE + 2 nI) /
-//     (9 nE + 4 nI); split_gather and Ulysses: 1 / 2.
+// tiny LLaMA at 4,096 by default. Beside each, the count of what this implementation keeps,
+// in units of n tokens x width E (LLaMA's MLP width I):
+//   GPT-2 block: 19 nE whole (each bias-free LayerNorm's input, normalized output and
+//     weighted output; q/k/v; the context and its copy; c_fc's and GELU's outputs); tp 2
+//     halves the 13 nE after the column-parallel projections, the 6 nE of the norms stays
+//     whole: 12.5 nE; split_gather and Ulysses split everything: 9.5 nE. Outside the blocks:
+//     the final norm's 3 nE, and the split embedding's rows (1 nE) under tp (tp2, split_gather).
+//   LLaMA layer: 9 nE + 4 nI whole; tp 2: 6.5 nE + 2 nI; split: half. Outside: the final
+//     norm's input (1 nE), and the split embedding's rows under tp.
 // Step time: the median of 3 steps (forward, backward, optimizer) after a warm-up.
 //   mpirun -np 2 lm_sp_bench [--model gpt2|llama] [--seq N] [--batch B]
 #include <CLI/CLI.hpp>
@@ -54,12 +55,16 @@ std::shared_ptr<nn::Module> make_model(const std::string& family, int64_t seq) {
   return std::make_shared<nn::LlamaForCausalLM>(c);
 }
 
-double theory_ratio(const std::string& family, const std::string& mode) {
-  if (mode == "whole") return 1.0;
-  if (mode != "tp2") return 0.5;
-  if (family == "gpt2") return 10.5 / 17.0;
-  const double e = 128, i = 344;
-  return (6.5 * e + 2 * i) / (9 * e + 4 * i);
+// The count above for a model of `layers` layers, relative to the whole.
+double theory_ratio(const std::string& family, const std::string& mode, int64_t layers) {
+  const double l = double(layers), e = family == "gpt2" ? 384 : 128, i = 344;
+  const bool split = mode == "split_gather" || mode == "all_to_all", tp = mode == "tp2" || mode == "split_gather";
+  if (family == "gpt2") {
+    const double block = mode == "whole" ? 19 : split ? 9.5 : 12.5;
+    return (block * l + 3 + (tp ? 1 : 0)) / (19 * l + 3);
+  }
+  const double whole = 9 * e + 4 * i, layer = mode == "whole" ? whole : split ? whole / 2 : 6.5 * e + 2 * i;
+  return (layer * l + e * (tp ? 2 : 1)) / (whole * l + e);
 }
 
 Measured measure(const Mode& m, const std::string& family, int64_t batch, int64_t seq) {
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
     std::printf("  %-13s %12s %8s %8s %9s\n", "layout", "activations", "/ whole", "theory", "step (s)");
     for (size_t i = 0; i < modes.size(); ++i)
       std::printf("  %-13s %9.1f MB %8.3f %8.3f %9.3f\n", modes[i].name.c_str(), got[i].act_mb, got[i].act_mb / got[0].act_mb,
-                  theory_ratio(family, modes[i].name), got[i].step_s);
+                  theory_ratio(family, modes[i].name, family == "gpt2" ? 6 : 4), got[i].step_s);
   }
   dist::finalize();
   return 0;

@@ -148,8 +148,12 @@ LmModel pretrained_lm_model(const Config& cfg, int64_t vocab, int64_t block) {
   refuse_keys(cfg, kLlamaWidths, why);
   refuse_keys(cfg, {"model.dropout"}, why);
   BOOSTER_CHECK(!cfg.get_bool("model.bias"), "model.bias", why);
-  BOOSTER_CHECK(cfg.get_string("model.activation_function").empty(), "model.activation_function", why);
   LmModel m = with_model_options(cfg, [&] { return lm_model_from_pretrained(dir); });
+  if (const std::string act = cfg.get_string("model.activation_function"); !act.empty()) {  // only the folder's own
+    auto* gpt2 = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get());
+    BOOSTER_CHECK(gpt2 && gpt2->config().activation_function == act, "model.activation_function '", act, "'", why,
+                  ": it has '", gpt2 ? gpt2->config().activation_function : std::string("silu"), "'");
+  }
   BOOSTER_CHECK(m.lm->vocab_size() == vocab, dir, " knows ", m.lm->vocab_size(), " tokens, the text's tokenizer ", vocab,
                 " (give its tokenizer: data.tokenizer = \"bpe\", data.tokenizer_json = <its tokenizer.json>)");
   BOOSTER_CHECK(block <= m.lm->max_positions(), "train.block_size ", block, " is past the ", m.lm->max_positions(),

@@ -67,11 +67,19 @@ fval=$(grep '"type":"eval"' runs/finetune/metrics.jsonl | tail -1 | sed -E 's/.*
 awk -v v="$fval" 'BEGIN { exit !(v < 4.0) }' || { cat ft.log; echo "FAIL: fine-tuned validation loss $fval"; exit 1; }
 set +e
 "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
-  --set model.pretrained=hf_bpe --set data.cache_dir=cache > bad4.log 2>&1
+  --set model.pretrained=hf_bpe --set 'model.activation_function=""' --set data.cache_dir=cache > bad4.log 2>&1
 code=$?
 set -e
 [ "$code" -ne 0 ] && grep -q "knows 300 tokens, the text's tokenizer 65" bad4.log \
   || { cat bad4.log; echo "FAIL: a pretrained model of another vocabulary was taken"; exit 1; }
+set +e
+"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
+  --set model.pretrained=hf_bpe --set data.tokenizer_json=hf_bpe/tokenizer.json --set model.activation_function=gelu_new \
+  --set data.cache_dir=cache_ft > bad5.log 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "model.activation_function 'gelu_new' cannot change the pretrained model of hf_bpe" bad5.log \
+  || { cat bad5.log; echo "FAIL: an activation other than the pretrained model's was taken"; exit 1; }
 # nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
