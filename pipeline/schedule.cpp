@@ -357,6 +357,14 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   return result;
 }
 
+std::vector<Tensor> tied_copies(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages) {
+  std::vector<Tensor> out;
+  if (stages.is_first_stage()) return out;
+  for (const std::string& name : pm.tied_parameters())
+    if (Tensor t = model.get_tensor(name); t.defined()) out.push_back(t);
+  return out;
+}
+
 void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
                         OptimizerWrapper* optimizer) {
   // Every rank asks the model for every slot's modules first: a model that cannot be split

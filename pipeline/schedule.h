@@ -105,6 +105,10 @@ class InterleavedSchedule : public PipelineSchedule {
 void keep_stage_modules(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages,
                         OptimizerWrapper* optimizer);
 
+/// The model's tied parameters (PipelineModule::tied_parameters) this stage holds when it is
+/// not the first: the ones another stage counts in a norm.
+std::vector<Tensor> tied_copies(nn::Module& model, const nn::PipelineModule& pm, const PipelineStageManager& stages);
+
 /// The micro-batch sizes of a batch of `batch` rows (training: it must divide evenly).
 std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, bool training);
 

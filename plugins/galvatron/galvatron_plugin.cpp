@@ -308,7 +308,9 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
       return it == owners->end() ? nullptr : it->second;
     };
     tg.reduce = [](double v, bool) { return v; };
-    o.optimizer = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, std::move(tg), 0.0);
+    auto hpo = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, std::move(tg), 0.0);
+    if (stages_) hpo->count_elsewhere(pipeline::tied_copies(*module, *pm, *stages_));  // the first stage counts a tied head
+    o.optimizer = hpo;
   }
   if (pp_deg_ > 1) {
     pipeline::ScheduleOptions so{plan_.chunks > 0 ? plan_.chunks : 0, plan_.chunks > 0 ? 0 : 4, true, true};

@@ -272,13 +272,8 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   o.model = std::make_shared<HybridParallelModule>(o.model, mesh_, stages_ ? stages_->stage() : -1, grid_);
   if (o.optimizer) {
     auto hpo = std::make_shared<shardformer::HybridParallelOptimizer>(o.optimizer, mesh_, opts_.max_norm, grid_ != nullptr);
-    if (stages_ && !stages_->is_first_stage())  // the first stage counts the tied parameters in the norm
-      if (auto* pm = dynamic_cast<nn::PipelineModule*>(module.get())) {
-        std::vector<Tensor> tied;
-        for (const std::string& name : pm->tied_parameters())
-          if (Tensor t = module->get_tensor(name); t.defined()) tied.push_back(t);
-        hpo->count_elsewhere(tied);
-      }
+    if (auto* pm = dynamic_cast<nn::PipelineModule*>(module.get()); pm && stages_)  // the first stage counts a tied head
+      hpo->count_elsewhere(pipeline::tied_copies(*module, *pm, *stages_));
     o.optimizer = hpo;
   }
 }
