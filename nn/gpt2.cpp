@@ -47,11 +47,10 @@ GPT2Attention::GPT2Attention(const GPT2Config& c) : num_heads(c.n_head), head_di
 }
 
 GPT2Attention::GPT2Attention(const GPT2Attention& native, Adopt) : num_heads(native.num_heads), head_dim(native.head_dim), c_(native.c_) {
-  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
-  c_attn = register_module<UnaryModule>("c_attn", slot(native.c_attn));
-  c_proj = register_module<UnaryModule>("c_proj", slot(native.c_proj));
-  attn_dropout = register_module<UnaryModule>("attn_dropout", slot(native.attn_dropout));
-  resid_dropout = register_module<UnaryModule>("resid_dropout", slot(native.resid_dropout));
+  c_attn = register_module<UnaryModule>("c_attn", native.c_attn.typed());
+  c_proj = register_module<UnaryModule>("c_proj", native.c_proj.typed());
+  attn_dropout = register_module<UnaryModule>("attn_dropout", native.attn_dropout.typed());
+  resid_dropout = register_module<UnaryModule>("resid_dropout", native.resid_dropout.typed());
   register_attribute("num_heads", &num_heads);
   register_attribute("head_dim", &head_dim);
 }

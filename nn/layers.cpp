@@ -121,7 +121,7 @@ TensorMap Sequential::stage_forward(const TensorMap& inputs, const StageSpec& s)
 
 std::shared_ptr<Module> Sequential::fresh() const {
   auto m = std::make_shared<Sequential>(std::vector<std::shared_ptr<UnaryModule>>{}, keys_);
-  for (auto& s : slots_) m->push_back(std::static_pointer_cast<UnaryModule>(s.shared()));
+  for (auto& s : slots_) m->push_back(s.typed());
   return m;
 }
 

@@ -40,11 +40,10 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
 
 LlamaAttention::LlamaAttention(const LlamaAttention& native, Adopt)
     : num_heads(native.num_heads), num_key_value_heads(native.num_key_value_heads), head_dim(native.head_dim), c_(native.c_) {
-  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
-  q_proj = register_module<UnaryModule>("q_proj", slot(native.q_proj));
-  k_proj = register_module<UnaryModule>("k_proj", slot(native.k_proj));
-  v_proj = register_module<UnaryModule>("v_proj", slot(native.v_proj));
-  o_proj = register_module<UnaryModule>("o_proj", slot(native.o_proj));
+  q_proj = register_module<UnaryModule>("q_proj", native.q_proj.typed());
+  k_proj = register_module<UnaryModule>("k_proj", native.k_proj.typed());
+  v_proj = register_module<UnaryModule>("v_proj", native.v_proj.typed());
+  o_proj = register_module<UnaryModule>("o_proj", native.o_proj.typed());
   register_attribute("num_heads", &num_heads);
   register_attribute("num_key_value_heads", &num_key_value_heads);
   register_attribute("head_dim", &head_dim);

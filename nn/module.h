@@ -51,6 +51,8 @@ class Slot {
   T& operator*() const { return *get(); }
   explicit operator bool() const { return cell_ && cell_->module; }
   std::shared_ptr<Module> shared() const { return cell_->module; }
+  /// The child as its slot's type (a replacement adopting another module's children).
+  std::shared_ptr<T> typed() const { return std::static_pointer_cast<T>(cell_->module); }
   /// The child's forward, with its hooks.
   template <typename... A>
   auto operator()(A&&... args) const;

@@ -69,8 +69,7 @@ ViTSelfAttention::ViTSelfAttention(const ViTSelfAttention& native, Adopt)
       attention_head_size(native.attention_head_size),
       all_head_size(native.all_head_size),
       c_(native.c_) {
-  auto slot = [](const Slot<UnaryModule>& s) { return std::static_pointer_cast<UnaryModule>(s.shared()); };
-  init(slot(native.query), slot(native.key), slot(native.value), slot(native.dropout));
+  init(native.query.typed(), native.key.typed(), native.value.typed(), native.dropout.typed());
 }
 
 void ViTSelfAttention::init(std::shared_ptr<UnaryModule> q, std::shared_ptr<UnaryModule> k,

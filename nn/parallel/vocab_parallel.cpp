@@ -154,12 +154,14 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
   dist::all_reduce(sums, dist::ReduceOp::sum, tp);
   double total = 0;
   int64_t counted = 0;
-  for (int64_t i = 0; i < n; ++i) {
+#pragma omp parallel for reduction(+ : total, counted) if (n * c > 65536)
+  for (int64_t i = 0; i < n; ++i) {  // each row's loss, and its (softmax - one-hot) in place
     const bool counts = y[i] != ignore_index;
     if (counts) total += std::log(double(s[2 * i])) - double(s[2 * i + 1]), ++counted;
     const int64_t local = y[i] - part.begin;
-    for (int64_t j = 0; j < c; ++j)
-      x[i * c + j] = counts ? float(std::exp(double(x[i * c + j] - m[i])) / double(s[2 * i])) - (j == local ? 1.f : 0.f) : 0.f;
+    const float inv = counts ? float(1.0 / double(s[2 * i])) : 0.f;
+    for (int64_t j = 0; j < c; ++j) x[i * c + j] = counts ? std::exp(x[i * c + j] - m[i]) * inv : 0.f;
+    if (counts && local >= 0 && local < c) x[i * c + local] -= 1.f;
   }
   const double denom = double(counted);  // no target counted: NaN, as cross_entropy
   const DType dt = logits.dtype();

@@ -10,6 +10,13 @@
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
 work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT && cd "$work"
+# A run that must fail, its log naming `pattern`: refused LOG PATTERN WHAT COMMAND...
+refused() {
+  local log=$1 pattern=$2 what=$3
+  shift 3
+  if "$@" > "$log" 2>&1; then cat "$log"; echo "FAIL: $what"; exit 1; fi
+  grep -q -- "$pattern" "$log" || { cat "$log"; echo "FAIL: $what"; exit 1; }
+}
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=200 --set train.eval_interval=100 --set train.lr_decay_iters=200 --set train.eval_iters=10 \
   --set data.cache_dir=cache > run.log 2>&1 || { cat run.log; exit 1; }
@@ -65,21 +72,13 @@ awk -v v="$pval" 'BEGIN { exit !(v < 4.5) }' || { cat bpe.log; echo "FAIL: BPE v
   --set data.cache_dir=cache_ft --set run.name=finetune > ft.log 2>&1 || { cat ft.log; exit 1; }
 fval=$(grep '"type":"eval"' runs/finetune/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 awk -v v="$fval" 'BEGIN { exit !(v < 4.0) }' || { cat ft.log; echo "FAIL: fine-tuned validation loss $fval"; exit 1; }
-set +e
-"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
-  --set model.pretrained=hf_bpe --set 'model.activation_function=""' --set data.cache_dir=cache > bad4.log 2>&1
-code=$?
-set -e
-[ "$code" -ne 0 ] && grep -q "knows 300 tokens, the text's tokenizer 65" bad4.log \
-  || { cat bad4.log; echo "FAIL: a pretrained model of another vocabulary was taken"; exit 1; }
-set +e
-"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
+refused bad4.log "knows 300 tokens, the text's tokenizer 65" "a pretrained model of another vocabulary was taken" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
+  --set model.pretrained=hf_bpe --set 'model.activation_function=""' --set data.cache_dir=cache
+refused bad5.log "model.activation_function 'gelu_new' cannot change the pretrained model of hf_bpe" "an activation other than the pretrained model's was taken" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
   --set model.pretrained=hf_bpe --set data.tokenizer_json=hf_bpe/tokenizer.json --set model.activation_function=gelu_new \
-  --set data.cache_dir=cache_ft > bad5.log 2>&1
-code=$?
-set -e
-[ "$code" -ne 0 ] && grep -q "model.activation_function 'gelu_new' cannot change the pretrained model of hf_bpe" bad5.log \
-  || { cat bad5.log; echo "FAIL: an activation other than the pretrained model's was taken"; exit 1; }
+  --set data.cache_dir=cache_ft
 # nanoGPT's token files as they are (the cache's train.bin and val.bin are its uint16 format).
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
   --no-progress --set train.max_iters=100 --set train.eval_interval=100 --set train.lr_decay_iters=100 \
@@ -87,24 +86,12 @@ set -e
   --set model.vocab_size=65 --set run.name=bin > bin.log 2>&1 || { cat bin.log; exit 1; }
 bval=$(grep '"type":"eval"' runs/bin/metrics.jsonl | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 awk -v v="$bval" 'BEGIN { exit !(v < 3.2) }' || { cat bin.log; echo "FAIL: validation loss $bval on token files"; exit 1; }
-set +e
-"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
-  --set data.train_bin=cache/train.bin --set data.val_bin=cache/val.bin --set data.cache_dir=cache > bad3.log 2>&1
-code=$?
-set -e
-[ "$code" -ne 0 ] && grep -q "data.train_bin needs model.vocab_size" bad3.log \
-  || { cat bad3.log; echo "FAIL: token files without a vocabulary size were taken"; exit 1; }
-set +e
-"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
-  --set train.epochs=3 > bad.log 2>&1
-code=$?
-set -e
-[ "$code" -ne 0 ] && grep -q "train.epochs" bad.log || { cat bad.log; echo "FAIL: an unknown key was taken"; exit 1; }
-set +e
-"$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char_llama.toml" \
-  --set model.n_embd=64 --set data.cache_dir=cache > bad2.log 2>&1
-code=$?
-set -e
-[ "$code" -ne 0 ] && grep -q "model.n_embd is not a key of shakespeare-char-llama" bad2.log \
-  || { cat bad2.log; echo "FAIL: a GPT-2 key was taken for a LLaMA"; exit 1; }
+refused bad3.log "data.train_bin needs model.vocab_size" "token files without a vocabulary size were taken" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" \
+  --set data.train_bin=cache/train.bin --set data.val_bin=cache/val.bin --set data.cache_dir=cache
+refused bad.log "train.epochs" "an unknown key was taken" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char.toml" --set train.epochs=3
+refused bad2.log "model.n_embd is not a key of shakespeare-char-llama" "a GPT-2 key was taken for a LLaMA" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_char_llama.toml" \
+  --set model.n_embd=64 --set data.cache_dir=cache
 echo "PASS: validation loss $val after 200 iterations (GPT-2), $lval after 100 (LLaMA), $pval per BPE token after 100, $fval fine-tuned 20 more"
