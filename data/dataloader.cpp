@@ -159,7 +159,7 @@ Batch DataLoader::make_batch(size_t b) const {
   // position of their "labels" row.
   const size_t real = sampler_->real_size();
   auto labels = batch.find("labels");
-  if (end > real && labels != batch.end() && labels->second.defined() && labels->second.dtype() == DType::i64 &&
+  if (end > real && labels != batch.end() && labels->second.defined() && is_index(labels->second.dtype()) &&
       labels->second.dim() >= 1)
     for (size_t i = std::max(begin, real); i < end; ++i) labels->second.select(0, int64_t(i - begin)).fill_(double(kIgnoreLabel));
   return batch;

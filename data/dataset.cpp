@@ -151,8 +151,8 @@ Example image_example(Tensor pixel_values, int64_t label) {
 
 int64_t example_label(const Example& e) {
   auto it = e.find("labels");
-  BOOSTER_CHECK(it != e.end() && it->second.defined() && it->second.dtype() == DType::i64 && it->second.numel() == 1,
-                "example_label: the sample has no class under 'labels' (a one-element i64 tensor); it has {",
+  BOOSTER_CHECK(it != e.end() && it->second.defined() && is_index(it->second.dtype()) && it->second.numel() == 1,
+                "example_label: the sample has no class under 'labels' (a one-element i64 or i32 tensor); it has {",
                 describe_keys(e), "}");
   return it->second.to_int_vector()[0];
 }

@@ -1,7 +1,7 @@
 // Datasets: the interface the DataLoader reads, ImageFolder (class = sorted subfolder,
 // files sorted), and BeansDataset in the spirit of Colossal-AI's ViT example. A sample is
 // named tensors (Hugging Face's keys: an image dataset gives "pixel_values" [3, H, W] f32
-// and "labels", a 0-dim i64 class; a token stream "input_ids" and "labels"). Non-image
+// and "labels", a 0-dim i64 class; a token stream "input_ids" and "labels", i64 or i32). Non-image
 // files are skipped with one warning each; corrupt images are skipped with a warning
 // naming the file (or refused with `strict`). Decoded images are cached, bounded in bytes.
 #pragma once

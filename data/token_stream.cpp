@@ -110,6 +110,8 @@ void write_nanogpt_tokens(const std::string& path, const std::vector<int64_t>& t
 TokenStream::TokenStream(const std::string& path, TokenStreamOptions opts)
     : file_(std::make_shared<TokenFile>(path, opts.dtype)), opts_(std::move(opts)) {
   BOOSTER_CHECK(opts_.block_size >= 1, "TokenStream '", path, "': block_size must be >= 1, got ", opts_.block_size);
+  BOOSTER_CHECK_T(DTypeError, is_index(opts_.ids_dtype), "TokenStream '", path, "': ids_dtype must be i64 or i32, got ",
+                  dtype_name(opts_.ids_dtype));
   BOOSTER_CHECK_T(IOError, file_->size() > opts_.block_size, "TokenStream '", path, "' holds ", file_->size(),
                   " tokens, too few for one window of block_size ", opts_.block_size, " + 1");
   windows_ = size_t((file_->size() - 1) / opts_.block_size);
@@ -124,7 +126,11 @@ Example TokenStream::get(size_t index, Generator& g) const {
   const int64_t start = opts_.random_windows ? int64_t(g.next_u64() % uint64_t(last + 1)) : int64_t(index) * t;
   std::vector<int64_t> x(static_cast<size_t>(t)), y(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) x[size_t(i)] = (*file_)[start + i], y[size_t(i)] = (*file_)[start + i + 1];
-  return {{"input_ids", Tensor::from_ints(x, {t})}, {"labels", Tensor::from_ints(y, {t})}};
+  if (opts_.ids_dtype == DType::i32)
+    for (int64_t i = 0; i <= t; ++i)
+      BOOSTER_CHECK_T(ValueError, (*file_)[start + i] <= INT32_MAX, "TokenStream '", file_->path(), "': token ",
+                      (*file_)[start + i], " at position ", start + i, " does not fit ids_dtype i32");
+  return {{"input_ids", Tensor::from_ints(x, {t}).to(opts_.ids_dtype)}, {"labels", Tensor::from_ints(y, {t}).to(opts_.ids_dtype)}};
 }
 
 int64_t CharVocab::encode(unsigned char c) const {

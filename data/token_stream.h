@@ -58,11 +58,13 @@ struct TokenStreamOptions {
   int64_t block_size = 256;     // tokens a window gives the model (nanoGPT's block_size)
   bool random_windows = true;   // training: random starts; false: consecutive windows
   std::string dtype = "uint16"; // a headerless file's width (data.dtype)
+  DType ids_dtype = DType::i64;  // "input_ids" and "labels": i64 (PyTorch's, nanoGPT's) or i32 (half the bytes)
   size_t limit = 0;             // windows an epoch (0: the file's consecutive windows); consecutive
                                 // windows stop at the file's, random ones are draws and may be more
 };
 
-/// Windows of a token file: {"input_ids": [block_size] i64, "labels": [block_size] i64}.
+/// Windows of a token file: {"input_ids": [block_size], "labels": [block_size]}, i64 or i32
+/// (ids_dtype; an i32 stream refuses a uint32 file's token past 2^31 - 1 by its position).
 /// An epoch is the file's whole consecutive windows (tokens - 1) / block_size, as many
 /// random ones when training.
 class TokenStream : public Dataset {

@@ -28,7 +28,8 @@ DType parse_dtype(const std::string& s, const std::string& file, const std::stri
   if (s == "BF16") return DType::bf16;
   if (s == "I64") return DType::i64;
   if (s == "U8") return DType::u8;
-  BOOSTER_THROW(IOError, file, ": tensor '", name, "' has unsupported dtype '", s, "' (F32, F16, BF16, I64, U8)");
+  if (s == "I32") return DType::i32;
+  BOOSTER_THROW(IOError, file, ": tensor '", name, "' has unsupported dtype '", s, "' (F32, F16, BF16, I64, I32, U8)");
 }
 
 const char* st_dtype(DType t) {
@@ -38,6 +39,7 @@ const char* st_dtype(DType t) {
     case DType::bf16: return "BF16";
     case DType::i64: return "I64";
     case DType::u8: return "U8";
+    case DType::i32: return "I32";
   }
   return "?";
 }

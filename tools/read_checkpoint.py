@@ -26,7 +26,7 @@ import xxhash
 
 MAGIC = b"BSTCKPT1"
 SEAL_MARKER = "booster.seal"
-DTYPE_BYTES = {0: 4, 1: 2, 2: 2, 3: 8, 4: 1}  # F32 BF16 F16 I64 U8
+DTYPE_BYTES = {0: 4, 1: 2, 2: 2, 3: 8, 4: 1, 5: 4}  # F32 BF16 F16 I64 U8 I32
 
 
 def bindings(proto_dir):

@@ -37,6 +37,7 @@ proto::DType to_proto(DType t) {
     case DType::f16: return proto::F16;
     case DType::i64: return proto::I64;
     case DType::u8: return proto::U8;
+    case DType::i32: return proto::I32;
   }
   return proto::F32;
 }
@@ -48,6 +49,7 @@ DType from_proto(int t, const std::string& where) {
     case proto::F16: return DType::f16;
     case proto::I64: return DType::i64;
     case proto::U8: return DType::u8;
+    case proto::I32: return DType::i32;
     default: break;
   }
   BOOSTER_THROW(IOError, where, ": unknown dtype code ", t);

@@ -31,7 +31,7 @@ int64_t counted_labels(const TensorMap& batch) {
   auto it = batch.find("labels");
   if (it == batch.end() || !it->second.defined() || it->second.dim() == 0) return 0;
   const Tensor& labels = it->second;
-  if (labels.dtype() != DType::i64) return labels.size(0);
+  if (!is_index(labels.dtype())) return labels.size(0);
   int64_t n = 0;
   for (int64_t l : labels.to_int_vector()) n += l >= 0;
   return n;

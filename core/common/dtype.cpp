@@ -14,6 +14,7 @@ const char* dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::i32: return "i32";
   }
   return "?";
 }
@@ -23,8 +24,9 @@ DType dtype_from_name(const std::string& name) {
   if (name == "bf16" || name == "bfloat16" || name == "BF16") return DType::bf16;
   if (name == "f16" || name == "float16" || name == "F16" || name == "fp16") return DType::f16;
   if (name == "i64" || name == "int64" || name == "I64") return DType::i64;
+  if (name == "i32" || name == "int32" || name == "I32") return DType::i32;
   if (name == "u8" || name == "uint8" || name == "U8") return DType::u8;
-  BOOSTER_THROW(DTypeError, "unknown dtype '", name, "' (expected f32, bf16, f16, i64 or u8)");
+  BOOSTER_THROW(DTypeError, "unknown dtype '", name, "' (expected f32, bf16, f16, i64, i32 or u8)");
 }
 
 f16_t to_f16(float f) {
@@ -39,6 +41,7 @@ double load_element(const void* p, DType t, int64_t i) {
     case DType::f16: return from_f16(static_cast<const f16_t*>(p)[i]);
     case DType::i64: return double(static_cast<const int64_t*>(p)[i]);
     case DType::u8: return static_cast<const uint8_t*>(p)[i];
+    case DType::i32: return static_cast<const int32_t*>(p)[i];
   }
   return 0;
 }
@@ -52,6 +55,7 @@ inline void store_from_double(void* p, DType t, int64_t i, double v) {
     case DType::f16: static_cast<f16_t*>(p)[i] = to_f16(float(v)); break;
     case DType::i64: static_cast<int64_t*>(p)[i] = int64_t(v); break;
     case DType::u8: static_cast<uint8_t*>(p)[i] = uint8_t(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
   }
 }
 

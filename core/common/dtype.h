@@ -7,7 +7,7 @@
 
 namespace booster {
 
-enum class DType : uint8_t { f32, bf16, f16, i64, u8 };
+enum class DType : uint8_t { f32, bf16, f16, i64, u8, i32 };
 
 /// Bytes per element.
 constexpr size_t dtype_size(DType t) {
@@ -17,11 +17,14 @@ constexpr size_t dtype_size(DType t) {
     case DType::f16: return 2;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }
 /// True for f32, bf16 and f16.
 constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+/// True for the dtypes token ids, class labels and indices come in: i64 and i32.
+constexpr bool is_index(DType t) { return t == DType::i64 || t == DType::i32; }
 /// Name as in safetensors / PyTorch ("f32", "bf16", ...).
 const char* dtype_name(DType t);
 /// Parses a dtype name ("f32", "float32", "bf16", "bfloat16", ...); throws DTypeError.
@@ -67,5 +70,6 @@ template <> struct dtype_of<bf16_t> { static constexpr DType value = DType::bf16
 template <> struct dtype_of<f16_t> { static constexpr DType value = DType::f16; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
 
 }  // namespace booster

@@ -35,6 +35,7 @@ MPI_Datatype raw_type(DType t) {
     case DType::f16: return MPI_UINT16_T;
     case DType::i64: return MPI_INT64_T;
     case DType::u8: return MPI_UINT8_T;
+    case DType::i32: return MPI_INT32_T;
   }
   return MPI_BYTE;
 }

@@ -32,6 +32,7 @@ dnnl::memory::data_type dnnl_type(DType t) {
     case DType::bf16: return dnnl::memory::data_type::bf16;
     case DType::f16: return dnnl::memory::data_type::f16;
     case DType::u8: return dnnl::memory::data_type::u8;
+    case DType::i32: return dnnl::memory::data_type::s32;
     case DType::i64: break;
   }
   BOOSTER_THROW(DTypeError, "oneDNN has no ", dtype_name(t), " type");

@@ -12,15 +12,13 @@
 
 namespace booster {
 
-// weight: [V, D], ids: [...] i64 -> [..., D]
+// weight: [V, D], ids: [...] i64 or i32 -> [..., D]
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   ProfileScope prof("embedding");
   BOOSTER_CHECK_T(ShapeError, weight.dim() == 2, "embedding: the weight must be [num_embeddings, embedding_dim], got ",
                   shape_str(weight.shape()));
-  BOOSTER_CHECK_T(DTypeError, ids.dtype() == DType::i64, "embedding: ids must be integer token ids (i64), got ",
-                  dtype_name(ids.dtype()), " ", shape_str(ids.shape()));
   const int64_t v = weight.size(0), d = weight.size(1), n = ids.numel();
-  const Tensor idc = ids.contiguous(), w = weight.detach().contiguous();
+  const Tensor idc = as_indices(ids, "embedding: ids"), w = weight.detach().contiguous();
   const int64_t* id = idc.data<int64_t>();
   for (int64_t i = 0; i < n; ++i)
     BOOSTER_CHECK_T(ValueError, id[i] >= 0 && id[i] < v, "embedding: id ", id[i], " at position ", i, " of ids ",

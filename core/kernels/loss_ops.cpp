@@ -66,11 +66,9 @@ Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& ta
   Tensor x = f32_contig(logits);
   Tensor tgt, sft;
   if (target.defined()) {
-    BOOSTER_CHECK_T(DTypeError, target.dtype() == DType::i64, op, ": target must be i64 class indices, got ",
-                    dtype_name(target.dtype()));
+    tgt = as_indices(target, std::string(op) + ": target");
     BOOSTER_CHECK_T(ShapeError, target.shape() == Shape{n}, op, ": target ", shape_str(target.shape()),
                     " does not match logits ", shape_str(logits.shape()), " (need [N])");
-    tgt = target.contiguous();
     const int64_t* t = tgt.data<int64_t>();
     for (int64_t i = 0; i < n; ++i)
       BOOSTER_CHECK(t[i] == ignore_index || (t[i] >= 0 && t[i] < c), op, ": target[", i, "] = ", t[i],

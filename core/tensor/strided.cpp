@@ -145,11 +145,9 @@ void strided_copy(const Tensor& dst, const Tensor& src) {
                    if (des == 4) row_loop<uint32_t, uint32_t>(sr, is, dr, id, n, [](uint32_t v) { return v; });
                    else if (des == 2) row_loop<uint16_t, uint16_t>(sr, is, dr, id, n, [](uint16_t v) { return v; });
                    else for (int64_t i = 0; i < n; ++i) std::memcpy(dr + i * id * des, sr + i * is * ses, des);
-                 } else if (!float_row(st, dt, sr, is, dr, id, n)) {
-                   for (int64_t i = 0; i < n; ++i) {
-                     const float v = float(load_element(sr, st, i * is));
-                     convert(&v, DType::f32, dr + i * id * int64_t(des), dt, 1);
-                   }
+                 } else if (!float_row(st, dt, sr, is, dr, id, n)) {  // integers by value, whatever their width
+                   for (int64_t i = 0; i < n; ++i)
+                     convert_serial(sr + i * is * int64_t(ses), st, dr + i * id * int64_t(des), dt, 1);
                  }
                });
 }

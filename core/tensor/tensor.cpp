@@ -136,7 +136,7 @@ double Tensor::item() const {
   BOOSTER_CHECK_T(ShapeError, numel() == 1, "item(): tensor of shape ", shape_str(shape()), " has ", numel(),
                   " elements, expected 1");
   double v = 0;
-  if (dtype() == DType::i64) return double(*static_cast<int64_t*>(raw_data()));
+  if (!is_floating(dtype())) return load_element(raw_data(), dtype(), 0);
   float f;
   convert(raw_data(), dtype(), &f, DType::f32, 1);
   v = f;
@@ -157,6 +157,12 @@ std::vector<int64_t> Tensor::to_int_vector() const {
   return std::vector<int64_t>(p, p + numel());
 }
 
+Tensor as_indices(const Tensor& t, const std::string& what) {
+  BOOSTER_CHECK_T(DTypeError, t.defined() && is_index(t.dtype()), what, " must be integer indices (i64 or i32), got ",
+                  t.defined() ? dtype_name(t.dtype()) : "an undefined tensor", t.defined() ? " " + shape_str(t.shape()) : "");
+  return t.dtype() == DType::i64 ? t.contiguous() : t.to(DType::i64);
+}
+
 namespace {
 void check_inplace_allowed(const Tensor& t, const char* op) {
   BOOSTER_CHECK_T(AutogradError, !(t.requires_grad() && t.is_leaf() && autograd::GradMode::enabled()), op,
@@ -168,7 +174,7 @@ Tensor& Tensor::fill_(double value) {
   check_inplace_allowed(*this, "fill_");
   if (lazy_record_constant(*this, value)) return *this;
   Tensor one = allocate({}, DType::f32);
-  if (dtype() == DType::i64) {
+  if (!is_floating(dtype())) {
     one = Tensor::from_ints({int64_t(value)}, {});
   } else {
     *one.data<float>() = float(value);

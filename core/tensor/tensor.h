@@ -201,6 +201,10 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+/// Token ids, class labels or indices as a contiguous i64 tensor (i32 widened, i64 as is); any
+/// other dtype is a DTypeError that names `what` ("embedding: ids", ...).
+Tensor as_indices(const Tensor& t, const std::string& what);
+
 /// Creates a tensor of `shape` viewing base's storage with explicit strides (no autograd).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, int64_t offset);
 

@@ -56,6 +56,7 @@ ConfigSchema lm_train_schema() {
       .add("data.train_bin", T::string, "", "a token file to train on instead of the text (nanoGPT's train.bin, llm.c's .bin)")
       .add("data.val_bin", T::string, "", "its validation tokens (with data.train_bin)")
       .add("data.dtype", T::string, "uint16", "a headerless token file's width: uint16 or uint32 (llm.c's header says its own)")
+      .add("data.ids_dtype", T::string, "int64", "input_ids and labels: int64 (PyTorch's) or int32 (half the bytes)")
       .add("model.vocab_size", T::integer, 0, "with token files: the vocabulary (0: the text's characters)")
       .add("train.batch_size", T::integer, 6, "windows per data-parallel rank and iteration")
       .add("train.block_size", T::integer, 64, "tokens a window (the model's n_positions)")
@@ -225,6 +226,9 @@ std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config&
   data::TokenStreamOptions o;
   o.block_size = cfg.get_int("train.block_size");
   o.dtype = cfg.get_string("data.dtype");
+  const std::string ids = cfg.get_string("data.ids_dtype");
+  BOOSTER_CHECK(ids == "int64" || ids == "int32", "data.ids_dtype must be int64 or int32, got '", ids, "'");
+  o.ids_dtype = ids == "int32" ? DType::i32 : DType::i64;
   o.random_windows = true;  // nanoGPT's get_batch, for training and for estimate_loss
   o.limit = count;
   return std::make_shared<data::TokenStream>(bin, o);

@@ -65,9 +65,7 @@ std::shared_ptr<Module> VocabParallelEmbedding1D::fresh() const {
 
 // ids [...] -> [..., E]: this rank's rows where it owns the id, zeros elsewhere, summed over tp.
 Tensor VocabParallelEmbedding1D::forward(const Tensor& ids) {
-  BOOSTER_CHECK_T(DTypeError, ids.dtype() == DType::i64, "VocabParallelEmbedding1D: ids must be integer token ids (i64), got ",
-                  dtype_name(ids.dtype()));
-  const Tensor c = ids.contiguous();
+  const Tensor c = as_indices(ids, "VocabParallelEmbedding1D: ids");
   const int64_t* id = c.data<int64_t>();
   const int64_t n = c.numel();
   std::vector<int64_t> local(static_cast<size_t>(n));
@@ -121,11 +119,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                   "must be [N, ", part.size(), "] (this rank's vocabulary columns ", part.begin, "..", part.end, "), got ",
                   shape_str(logits.shape()));
   const int64_t n = logits.size(0), c = logits.size(1);
-  BOOSTER_CHECK_T(DTypeError, targets.dtype() == DType::i64, "vocab_parallel_cross_entropy: targets must be i64, got ",
-                  dtype_name(targets.dtype()));
+  const Tensor tc = as_indices(targets, "vocab_parallel_cross_entropy: targets");
   BOOSTER_CHECK_T(ShapeError, targets.shape() == Shape{n}, "vocab_parallel_cross_entropy: targets ",
                   shape_str(targets.shape()), " do not match logits ", shape_str(logits.shape()), " (need [N])");
-  const Tensor tc = targets.contiguous();
   const int64_t* y = tc.data<int64_t>();
   for (int64_t i = 0; i < n; ++i)
     BOOSTER_CHECK(y[i] == ignore_index || (y[i] >= 0 && y[i] < part.vocab_size), "vocab_parallel_cross_entropy: target[",

@@ -33,16 +33,17 @@ struct Logical {
 };
 const std::vector<Logical> kTensors = {{"w", {8, 12}, DType::f32},   {"b", {12}, DType::f32},
                                        {"e", {6, 4}, DType::bf16},   {"s", {}, DType::f32},
-                                       {"ids", {5}, DType::i64},     {"big", {16, 20}, DType::f32}};
+                                       {"ids", {5}, DType::i64},     {"big", {16, 20}, DType::f32},
+                                       {"ids32", {2, 3}, DType::i32}};
 
 // The logical values: element i of tensor t is t*1000 + i (exact in bf16 for e's small range).
 Tensor logical(size_t t) {
   const auto& l = kTensors[t];
   std::vector<float> v(size_t(shape_numel(l.shape)));
   for (size_t i = 0; i < v.size(); ++i) v[i] = l.dtype == DType::bf16 ? float(int(t) * 4 + int(i % 7)) : float(t * 1000 + i);
-  if (l.dtype == DType::i64) {
+  if (is_index(l.dtype)) {
     std::vector<int64_t> iv(v.begin(), v.end());
-    return Tensor::from_ints(iv, l.shape);
+    return Tensor::from_ints(iv, l.shape).to(l.dtype);
   }
   return Tensor::from_vector(v, l.shape, l.dtype);
 }

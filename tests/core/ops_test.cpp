@@ -409,8 +409,27 @@ TEST(Embedding, RefusesIdsOutsideTheTableAndFloatIds) {
     embedding(w, Tensor::ones({2}));
     FAIL();
   } catch (const DTypeError& e) {
-    EXPECT_NE(std::string(e.what()).find("ids must be integer token ids (i64), got f32 [2]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("embedding: ids must be integer indices (i64 or i32), got f32 [2]"), std::string::npos)
+        << e.what();
   }
+}
+
+// i32 ids and targets give the embedding and the cross entropy (forward and gradients) of
+// the same i64 ones, the ignored index included.
+TEST(Embedding, I32IdsAndTargetsAsI64) {
+  Tensor w0 = Tensor::empty({7, 4}), head = Tensor::empty({4, 7});
+  Generator g(3);
+  g.normal_(w0), g.normal_(head);
+  const Tensor ids = Tensor::from_ints({1, 6, 1, 0, 3, 2}, {2, 3}), tgt = Tensor::from_ints({6, -100, 2, 0, 1, 1}, {6});
+  auto run = [&](DType dt) {
+    Tensor w = w0.clone().requires_grad_();
+    Tensor loss = cross_entropy(matmul(embedding(w, ids.to(dt)).reshape({6, 4}), head), tgt.to(dt), {-100, 0.1});
+    loss.backward();
+    return std::make_pair(loss.item(), w.grad().to_vector());
+  };
+  const auto a = run(DType::i64), b = run(DType::i32);
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),

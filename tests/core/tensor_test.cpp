@@ -235,6 +235,36 @@ TEST(DType, ConversionRoundTrips) {
   EXPECT_THROW(dtype_from_name("f8"), DTypeError);
 }
 
+// i32 holds token ids and labels in half an i64's bytes: conversions, item, fill and copies
+// through strided views keep every value exact (past float's 2^24 too).
+TEST(DType, I32KeepsIntegersExact) {
+  EXPECT_EQ(dtype_from_name("int32"), DType::i32);
+  EXPECT_EQ(dtype_size(DType::i32), 4u);
+  EXPECT_TRUE(is_index(DType::i32) && is_index(DType::i64) && !is_index(DType::f32) && !is_index(DType::u8));
+  const int64_t big = (int64_t(1) << 30) + 3;  // not a float
+  Tensor t = Tensor::from_ints({big, -7, 0, 50256, 65, (int64_t(1) << 24) + 1}, {2, 3}).to(DType::i32);
+  EXPECT_EQ(t.dtype(), DType::i32);
+  EXPECT_EQ(t.to_int_vector(), (std::vector<int64_t>{big, -7, 0, 50256, 65, (int64_t(1) << 24) + 1}));
+  EXPECT_EQ(t.select(0, 0).narrow(0, 0, 1).item(), double(big));
+  // A column (strided) to i64 and back: by value, not through float.
+  EXPECT_EQ(t.transpose(0, 1).contiguous().to_int_vector(),
+            (std::vector<int64_t>{big, 50256, -7, 65, 0, (int64_t(1) << 24) + 1}));
+  EXPECT_EQ(t.narrow(1, 2, 1).to(DType::i64).to_int_vector(), (std::vector<int64_t>{0, (int64_t(1) << 24) + 1}));
+  Tensor f = Tensor::empty({3}, DType::i32);
+  f.fill_(double(big));
+  EXPECT_EQ(f.to_int_vector(), (std::vector<int64_t>{big, big, big}));
+  EXPECT_EQ(t.to(DType::f32).to_vector()[3], 50256.f);
+  EXPECT_EQ(as_indices(t, "ids").dtype(), DType::i64);
+  EXPECT_EQ(as_indices(t, "ids").to_int_vector(), t.to_int_vector());
+  try {
+    as_indices(Tensor::ones({2}), "my_op: ids");
+    FAIL();
+  } catch (const DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("my_op: ids must be integer indices (i64 or i32), got f32 [2]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Allocator, AccountsBytesAndPeak) {
   MemoryTier& host = host_tier();
   const size_t before = host.bytes_in_use();

@@ -107,6 +107,37 @@ TEST(TokenStream, ConsecutiveAndRandomWindows) {
   EXPECT_NE(error_of([&] { TokenStream((d / "t.bin").string(), o); }).find("holds 41 tokens"), std::string::npos);
 }
 
+// ids_dtype i32: the same windows in half the bytes, padded as i32 by a collate; a uint32
+// file's token past 2^31 - 1 is refused by its position, and a float ids_dtype by name.
+TEST(TokenStream, I32IdsHoldTheSameWindows) {
+  const auto d = temp_dir("windows32");
+  std::vector<int64_t> tokens = iota_tokens(41, 1, 1000);
+  tokens[30] = int64_t(1) << 31;  // fits uint32, not i32
+  write_nanogpt_tokens((d / "t.bin").string(), tokens, 4);
+  TokenStreamOptions o;
+  o.block_size = 8;
+  o.random_windows = false;
+  o.dtype = "uint32";
+  TokenStream i64((d / "t.bin").string(), o);
+  o.ids_dtype = DType::i32;
+  TokenStream i32((d / "t.bin").string(), o);
+  Generator g(3);
+  const Example a = i64.get(1, g), b = i32.get(1, g);
+  EXPECT_EQ(b.at("input_ids").dtype(), DType::i32);
+  EXPECT_EQ(b.at("labels").dtype(), DType::i32);
+  EXPECT_EQ(b.at("input_ids").to_int_vector(), a.at("input_ids").to_int_vector());
+  EXPECT_EQ(b.at("labels").to_int_vector(), a.at("labels").to_int_vector());
+  Batch padded = padding_collate({{"input_ids", 0}, {"labels", -100}})({b, Example{{"input_ids", b.at("input_ids").narrow(0, 0, 3)},
+                                                                                   {"labels", b.at("labels").narrow(0, 0, 3)}}});
+  EXPECT_EQ(padded.at("labels").dtype(), DType::i32);
+  EXPECT_EQ(padded.at("labels").to_int_vector()[15], -100);
+  EXPECT_NE(error_of([&] { i32.get(3, g); }).find("token 2147483648 at position 30 does not fit ids_dtype i32"),
+            std::string::npos);
+  o.ids_dtype = DType::f32;
+  EXPECT_NE(error_of([&] { TokenStream((d / "t.bin").string(), o); }).find("ids_dtype must be i64 or i32, got f32"),
+            std::string::npos);
+}
+
 TEST(TextCache, TinyShakespeareByCharactersOnceAcrossProcesses) {
   const auto d = temp_dir("shakespeare");
   const std::string text = BOOSTER_SHARED_DIR "/data/tinyshakespeare/input.txt";

@@ -132,7 +132,8 @@ TEST_P(Collectives, BroadcastReduceSendRecv) {
 INSTANTIATE_TEST_SUITE_P(AllDtypes, Collectives,
                          ::testing::Values(Param{DType::f32, false}, Param{DType::f32, true}, Param{DType::bf16, false},
                                            Param{DType::bf16, true}, Param{DType::f16, false}, Param{DType::f16, true},
-                                           Param{DType::i64, false}, Param{DType::i64, true}),
+                                           Param{DType::i64, false}, Param{DType::i64, true}, Param{DType::i32, false},
+                                           Param{DType::i32, true}),
                          [](const auto& info) {
                            return std::string(dtype_name(info.param.dtype)) + (info.param.async_op ? "_async" : "_blocking");
                          });

@@ -56,16 +56,20 @@ void expect_io_error(const fs::path& p, const std::vector<std::string>& parts) {
 
 TEST(Safetensors, RoundTripAllDtypesAndMetadata) {
   auto dir = temp_dir("rt");
-  save_safetensors((dir / "x.safetensors").string(), sample(), {{"format", "pt"}, {"note", "hi"}});
+  StateDict all = sample();
+  all.emplace_back("e.ids32", Tensor::from_ints({int64_t(1) << 30, -3}, {2}).to(DType::i32));
+  save_safetensors((dir / "x.safetensors").string(), all, {{"format", "pt"}, {"note", "hi"}});
   SafetensorsFile f = load_safetensors((dir / "x.safetensors").string());
   EXPECT_EQ(f.metadata.at("note"), "hi");
-  ASSERT_EQ(f.tensors.size(), 4u);
+  ASSERT_EQ(f.tensors.size(), 5u);
   EXPECT_EQ(f.at("a.weight").shape(), (Shape{2, 3}));
   EXPECT_EQ(f.at("a.weight").to_vector()[5], 6.f);
   EXPECT_EQ(f.at("b.half").dtype(), DType::f16);
   EXPECT_EQ(f.at("b.half").to_vector()[1], -1.f);
   EXPECT_EQ(f.at("c.bf").dtype(), DType::bf16);
   EXPECT_EQ(f.at("d.ids").to_int_vector(), (std::vector<int64_t>{7, -8}));
+  EXPECT_EQ(f.at("e.ids32").dtype(), DType::i32);
+  EXPECT_EQ(f.at("e.ids32").to_int_vector(), (std::vector<int64_t>{int64_t(1) << 30, -3}));
 }
 
 TEST(Safetensors, ShardedDirectoryRoundTrip) {

@@ -5,7 +5,7 @@
 # lm_sample continues a prompt from, also as the Hugging Face folder export_hf writes of it;
 # the LLaMA config learns too (ZeRO-2, lazy init, checkpointed layers); a key of the wrong table
 # or of the other model family is refused by name.
-# --resume from the middle of a run reproduces it exactly.
+# --resume from the middle of a run reproduces it exactly; i32 token ids train as i64 ones.
 # Usage: shakespeare_char_short.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -51,6 +51,13 @@ want=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | sed 
   > resume_b.log 2>&1 || { cat resume_b.log; exit 1; }
 got=$(grep '"type":"eval"' runs/resume/metrics.jsonl | grep '"step":100' | tail -1 | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
 [ -n "$want" ] && [ "$want" = "$got" ] || { echo "FAIL: resumed run's step-100 validation loss $got, uninterrupted $want"; exit 1; }
+# i32 token ids (data.ids_dtype = int32) train the same model as i64 ones: the same validation loss.
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" "${common[@]}" --set data.ids_dtype=int32 --set run.name=resume32 \
+  --set checkpoint.every_iters=0 > ids32.log 2>&1 || { cat ids32.log; exit 1; }
+got32=$(grep '"type":"eval"' runs/resume32/metrics.jsonl | grep '"step":100' | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+[ "$want" = "$got32" ] || { echo "FAIL: i32 ids' step-100 validation loss $got32, i64 ids' $want"; exit 1; }
+refused bad6.log "data.ids_dtype must be int64 or int32, got 'float32'" "float token ids were taken" \
+  "$mpiexec" -np 1 "$build/examples/lm/lm_train" "${common[@]}" --set data.ids_dtype=float32
 # GPT-2's byte-level BPE trained on the training split (300 tokens): it learns, and lm_sample
 # writes from its checkpoint with the tokenizer.json saved there.
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
