@@ -51,24 +51,32 @@ bool peer_available() {
   return ok;
 }
 
-std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
-                                   bool bf16, int steps) {
-  const std::string cmd = "/usr/bin/python3 " + script + " --model " + model + " --batch " + std::to_string(batch) +
-                          " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
-                          (bf16 ? " --bf16" : "") + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
+std::optional<std::string> run_capture(const std::string& cmd) {
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return std::nullopt;
   std::string out;
   std::array<char, 512> buf{};
   while (std::fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-  const int rc = ::pclose(p);
-  std::smatch m;
-  static const std::regex re(R"(step_s=([0-9.]+) img_s=([0-9.]+) model_GFLOP_s=([0-9.]+))");
-  if (rc != 0 || !std::regex_search(out, m, re)) {
-    std::fprintf(stderr, "peer failed (%s):\n%s\n", cmd.c_str(), out.c_str());
+  if (::pclose(p) != 0) {
+    std::fprintf(stderr, "failed (%s):\n%s\n", cmd.c_str(), out.c_str());
     return std::nullopt;
   }
-  PeerResult r{std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), out.substr(0, out.find('\n'))};
+  return out;
+}
+
+std::optional<PeerResult> run_peer(const std::string& script, const std::string& model, int batch, int threads,
+                                   bool bf16, int steps) {
+  const std::string cmd = "/usr/bin/python3 " + script + " --model " + model + " --batch " + std::to_string(batch) +
+                          " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps) +
+                          (bf16 ? " --bf16" : "");
+  const std::optional<std::string> out = run_capture(cmd);
+  std::smatch m;
+  static const std::regex re(R"(step_s=([0-9.]+) img_s=([0-9.]+) model_GFLOP_s=([0-9.]+))");
+  if (!out || !std::regex_search(*out, m, re)) {
+    if (out) std::fprintf(stderr, "peer printed no result (%s):\n%s\n", cmd.c_str(), out->c_str());
+    return std::nullopt;
+  }
+  PeerResult r{std::stod(m[1]), std::stod(m[2]), std::stod(m[3]), out->substr(0, out->find('\n'))};
   return r;
 }
 
@@ -110,8 +118,14 @@ std::vector<ProfileEntry> median_entries(const std::vector<std::vector<ProfileEn
 
 }  // namespace
 
-std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups,
-                         double ceiling_gflops, int steps) {
+double StepProfile::seconds_of(const std::vector<std::string>& ops) const {
+  double s = 0;
+  for (auto& e : entries)
+    if (std::find(ops.begin(), ops.end(), e.name) != ops.end()) s += e.seconds;
+  return s;
+}
+
+StepProfile profile_steps(const std::function<void()>& step, int steps) {
   BOOSTER_CHECK(steps >= 1, "profile_step: steps must be at least 1, got ", steps);
   std::vector<std::vector<ProfileEntry>> per_step;
   std::vector<double> walls;
@@ -125,8 +139,14 @@ std::string profile_step(const std::function<void()>& step, const std::vector<Fl
     per_step.push_back(Profiler::entries());
   }
   Profiler::reset();
-  const double wall = median(walls);
-  const std::vector<ProfileEntry> entries = median_entries(per_step);
+  return {median(walls), median_entries(per_step)};
+}
+
+std::string profile_step(const std::function<void()>& step, const std::vector<FlopGroup>& groups,
+                         double ceiling_gflops, int steps) {
+  const StepProfile prof = profile_steps(step, steps);
+  const double wall = prof.wall;
+  const std::vector<ProfileEntry>& entries = prof.entries;
   double ops = 0;
   for (auto& e : entries) ops += e.seconds;
   char line[256];
@@ -140,9 +160,7 @@ std::string profile_step(const std::function<void()>& step, const std::vector<Fl
     out += line;
     double rated_s = 0, rated_gflop = 0;
     for (const FlopGroup& g : groups) {
-      double s = 0;
-      for (auto& e : entries)
-        if (std::find(g.ops.begin(), g.ops.end(), e.name) != g.ops.end()) s += e.seconds;
+      const double s = prof.seconds_of(g.ops);
       rated_s += s;
       rated_gflop += g.gflop;
       std::snprintf(line, sizeof line, "  %-22s %8.1f GFLOP in %8.2f ms = %7.1f GFLOP/s, %3.0f %% of the ceiling\n",

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/profiler.h"
+
 namespace booster::bench {
 
 /// What the peer printed.
@@ -31,6 +33,19 @@ struct FlopGroup {
   std::vector<std::string> ops;  // profile entries counted: {"linear", "linear bwd"}
   double gflop = 0;              // what they compute in one step
 };
+/// Runs a shell command and returns what it printed (stdout and stderr), or nullopt when it
+/// could not start or exited non-zero (its output on stderr).
+std::optional<std::string> run_capture(const std::string& cmd);
+/// Each op's median time over profiled steps and the median wall time of a step.
+struct StepProfile {
+  double wall = 0;
+  std::vector<ProfileEntry> entries;
+  /// Seconds of the ops named (forward and backward entries are separate names).
+  double seconds_of(const std::vector<std::string>& ops) const;
+};
+/// Runs `step` `steps` times with the per-op profiler on: each op's median time over the
+/// steps (0 in a step that did not run it), its calls in a step, the median wall time.
+StepProfile profile_steps(const std::function<void()>& step, int steps);
 /// Runs `step` `steps` times with the per-op profiler on and returns its report (forward ops
 /// by name, backward as '<op> bwd'): each op's median time over the steps (0 in a step that did
 /// not run it), its calls in a step, and the median wall time, so that one slow step on a

@@ -146,8 +146,11 @@ Tensor GPT2Model::blocks(const Tensor& hidden, int64_t begin, int64_t end) {
 GPT2LMHeadModel::GPT2LMHeadModel(const GPT2Config& c) : c_(c) {
   c.validate();
   transformer = register_module("transformer", std::make_shared<GPT2Model>(c));
-  if (!c.tie_word_embeddings)
-    register_module<UnaryModule>("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
+  if (!c.tie_word_embeddings) {
+    auto lm_head = std::make_shared<Linear>(c.n_embd, c.vocab_size, false);
+    lm_head->set_op_label("lm head");
+    register_module<UnaryModule>("lm_head", lm_head);
+  }
   gpt2_init_weights(*this, c);
 }
 

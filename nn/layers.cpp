@@ -27,7 +27,11 @@ Linear::Linear(Tensor w, Tensor b)
   bias = register_parameter("bias", b, b.defined() && b.requires_grad());
 }
 
-std::shared_ptr<Module> Linear::fresh() const { return std::make_shared<Linear>(in_, out_, has_bias_, dtype_); }
+std::shared_ptr<Module> Linear::fresh() const {
+  auto l = std::make_shared<Linear>(in_, out_, has_bias_, dtype_);
+  l->set_op_label(label_);
+  return l;
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) : v_(num_embeddings), d_(embedding_dim) {
   BOOSTER_CHECK(v_ > 0 && d_ > 0, "Embedding: num_embeddings and embedding_dim must be positive, got ", v_, " x ", d_);

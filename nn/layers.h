@@ -18,7 +18,9 @@ class Linear : public UnaryModule {
   /// this way, so an optimizer built before the replacement still updates them.
   Linear(Tensor weight, Tensor bias);
   std::string type_name() const override { return "Linear"; }
-  Tensor forward(const Tensor& x) override { return linear(x, weight, bias.defined() ? bias.get() : Tensor()); }
+  Tensor forward(const Tensor& x) override { return linear(x, weight, bias.defined() ? bias.get() : Tensor(), label_); }
+  /// Names this layer's op in the profiler (a string literal: a language model's "lm head").
+  void set_op_label(const char* label) { label_ = label; }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   TensorSlot weight, bias;
@@ -28,6 +30,7 @@ class Linear : public UnaryModule {
   int64_t in_, out_;
   bool has_bias_;
   DType dtype_;
+  const char* label_ = "linear";
 };
 
 /// A lookup table (torch.nn.Embedding): ids [...] i64 -> [..., embedding_dim]; weight
@@ -42,7 +45,7 @@ class Embedding : public UnaryModule {
   Tensor forward(const Tensor& ids) override { return embedding(weight, ids); }
   /// A head tied to this table: hidden [..., embedding_dim] -> logits [..., num_embeddings]
   /// (a vocabulary-parallel table gives its rows' logits).
-  virtual Tensor project(const Tensor& hidden) { return linear(hidden, weight); }
+  virtual Tensor project(const Tensor& hidden) { return linear(hidden, weight, Tensor(), "lm head"); }
   int64_t num_embeddings() const { return v_; }
   int64_t embedding_dim() const { return d_; }
   TensorSlot weight;

@@ -140,8 +140,11 @@ Tensor LlamaModel::layers_range(const Tensor& hidden, int64_t begin, int64_t end
 LlamaForCausalLM::LlamaForCausalLM(const LlamaConfig& c) : c_(c) {
   c.validate();
   model = register_module("model", std::make_shared<LlamaModel>(c));
-  if (!c.tie_word_embeddings)
-    register_module<UnaryModule>("lm_head", std::make_shared<Linear>(c.hidden_size, c.vocab_size, false));
+  if (!c.tie_word_embeddings) {
+    auto lm_head = std::make_shared<Linear>(c.hidden_size, c.vocab_size, false);
+    lm_head->set_op_label("lm head");
+    register_module<UnaryModule>("lm_head", lm_head);
+  }
   llama_init_weights(*this, c);
 }
 

@@ -229,8 +229,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 // x: [*, K], w: [N, K], b: [N] -> [*, N]
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  ProfileScope prof_("linear");
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const char* label) {
+  ProfileScope prof_(label);
   kernels::check_same_dtype("linear", {&x, &w, &b});
   kernels::check_floating("linear", x);
   BOOSTER_CHECK_T(ShapeError, w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1), "linear: input ",
@@ -250,7 +250,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   // storage is swapped between forward and backward (ZeRO-3 releases it after the forward
   // and gathers it again before the backward, same values) is read where it lives then, and
   // the released storage is not held by the graph.
-  return autograd::record("linear", {x, w, b}, y.view(out_shape), [x2, w, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
+  return autograd::record(label, {x, w, b}, y.view(out_shape), [x2, w, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
     Tensor g2 = g[0].contiguous().view({m, n});
     Tensor wd = w.detach();
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy

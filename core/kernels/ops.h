@@ -16,8 +16,9 @@ namespace booster {
 // ---- matmul family (matmul_ops.cpp) ----
 /// a: [..., M, K] x b: [..., K, N] -> [..., M, N]; b may be 2-D (shared by every batch).
 Tensor matmul(const Tensor& a, const Tensor& b);
-/// x: [*, K], w: [N, K], b: [N] (optional) -> [*, N].
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
+/// x: [*, K], w: [N, K], b: [N] (optional) -> [*, N]. `label` (a string literal) names the op in
+/// the profiler and its backward (the vocabulary heads' "lm head").
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b = Tensor(), const char* label = "linear");
 /// linear() with several weights on one input, as one product: x: [*, K], w_i: [N_i, K],
 /// b_i: [N_i] (a bias for each weight or none) -> [*, N_i] each, the outputs views of the
 /// columns of one [*, sum N_i] result (attention's q, k and v from one product; the

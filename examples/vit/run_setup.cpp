@@ -14,6 +14,7 @@
 #include "optim/adam.h"
 #include "optim/lamb.h"
 #include "optim/lars.h"
+#include "plugins/registry.h"
 
 namespace booster::examples {
 
@@ -204,6 +205,17 @@ std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::
   BOOSTER_CHECK(name == "linear_warmup", "train.lr_scheduler = '", name,
                 "': expected \"cosine_warmup\" or \"linear_warmup\"");
   return std::make_shared<optim::LinearWarmupLR>(optimizer, total_steps, warmup);
+}
+
+std::shared_ptr<Plugin> make_bench_plugin(const std::string& config, const std::string& precision, std::string& mixed) {
+  mixed = precision;
+  if (config == "none") return nullptr;
+  Config cfg = Config::from_file(config);
+  std::shared_ptr<Plugin> plugin = plugins::make_plugin(cfg);
+  if (!plugin->control_precision()) return plugin;
+  cfg.set("plugin." + plugin->precision_option() + "=" + precision);
+  mixed = "";
+  return plugins::make_plugin(cfg);
 }
 
 }  // namespace booster::examples

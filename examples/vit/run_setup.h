@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "booster/plugin.h"
 #include "core/common/config.h"
 #include "data/dataset.h"
 #include "data/image_processor.h"
@@ -49,5 +50,10 @@ std::string describe_optimizer(const optim::Optimizer& optimizer);
 /// train.lr_scheduler over total_steps optimizer steps, warmup_ratio of them warming up.
 std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,
                                                       int64_t total_steps);
+
+/// A benchmark row's plugin: the [plugin] table of `config` (or none for "none"); a plugin
+/// that owns precision takes `precision` as its own argument, and `mixed` (the Booster's
+/// mixed_precision) becomes "" then, else stays `precision`.
+std::shared_ptr<Plugin> make_bench_plugin(const std::string& config, const std::string& precision, std::string& mixed);
 
 }  // namespace booster::examples

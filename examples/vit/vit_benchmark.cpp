@@ -30,6 +30,7 @@
 #include "plugins/galvatron/galvatron_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "plugins/registry.h"
+#include "run_setup.h"
 #include "tp_formulas.h"
 
 using namespace booster;
@@ -48,18 +49,8 @@ class StepBench {
     if (heads > 0) c_.num_attention_heads = heads;  // the same shapes and FLOPs, heads that divide by more ranks
     host_tier().reset_peak();
     model_ = std::make_shared<nn::ViTForImageClassification>(c_);
-    std::shared_ptr<Plugin> plugin;
-    std::string mixed = precision;
-    if (config != "none") {
-      // A plugin that owns precision takes this row's precision as its own argument.
-      Config cfg = Config::from_file(config);
-      plugin = plugins::make_plugin(cfg);
-      if (plugin->control_precision()) {
-        cfg.set("plugin." + plugin->precision_option() + "=" + precision);
-        plugin = plugins::make_plugin(cfg);
-        mixed = "";
-      }
-    }
+    std::string mixed;
+    std::shared_ptr<Plugin> plugin = examples::make_bench_plugin(config, precision, mixed);
     booster_.emplace(plugin, mixed, split_batch);
     pipelined_ = plugin && plugin->support_pipeline();
     hybrid_ = std::dynamic_pointer_cast<plugins::HybridParallelPlugin>(plugin);

@@ -84,7 +84,7 @@ Tensor VocabParallelEmbedding1D::forward(const Tensor& ids) {
 }
 
 Tensor VocabParallelHead::logits(const Tensor& hidden, const Tensor& weight) const {
-  Tensor y = linear(dist::reduce_backward(hidden, tp_), weight);
+  Tensor y = linear(dist::reduce_backward(hidden, tp_), weight, Tensor(), "lm head");
   return gather_ ? gather_vocab(y, tp_, part_) : y;
 }
 

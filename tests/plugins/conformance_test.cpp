@@ -121,6 +121,8 @@ const std::vector<PluginCase> kCases = {
     {"gemini_auto", kGemini + "placement_policy = 'auto'\nwarmup_non_model_data_ratio = 1.0\n"},
     {"galvatron_ddp", kGalvatron},
     {"galvatron_sdp_checkpoint", kGalvatron + "sdp = true\nglobal_checkpoint = true\n"},
+    // Galvatron's pipeline: 2 stages of the plan, each stage's ranks data parallel (np 4: dp 2 a stage).
+    {"galvatron_pp2", kGalvatron + "pp_deg = 2\nchunks = 2\n", 1, 2},
     {"galvatron_tp2_strided_zero2", kGalvatron + "global_tp_deg = 2\nglobal_tp_consec = false\ndefault_dp_type = 'zero2'\n",
      1, 1, false, 2},
     {"galvatron_mixed", kGalvatron, 1, 1, false, 4, kMixedPlan},
@@ -150,7 +152,7 @@ const std::vector<std::string> kLanguageModelCases = {
     "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint", "tp2", "tp2_zero2", "tp2_pp2",
     "tp2_gathered_logits", "pp2_zero2", "tp2_sequence_parallel", "sp2_all_to_all", "sp2_all_to_all_zero2",
     "tp2_sequence_parallel_pp2", "sp2_all_to_all_pp2", "galvatron_tp2_strided_zero2", "galvatron_ulysses2_zero2",
-    "galvatron_tp2_megatron_sp", "galvatron_mixed"};
+    "galvatron_tp2_megatron_sp", "galvatron_mixed", "galvatron_pp2"};
 
 const std::vector<PluginCase>& conf_cases() {
   static const std::vector<PluginCase> cases = [] {
@@ -289,7 +291,7 @@ void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pip
   auto opt = std::make_shared<optim::SGD>(model->named_parameters(), sgd());
   auto boosted = booster.boost(model, opt);
   for (int s = 0; s < K; ++s) {
-    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp, &booster);
     boosted.optimizer->zero_grad();
     Tensor logits;
     auto loss = forward_backward(booster, boosted, x, y, 1.0, &logits, via_pipeline);
@@ -298,7 +300,7 @@ void training_parity(const PluginCase& c, int64_t b, int tp, int n, bool via_pip
     const double logged = booster.mean_loss(loss);
     EXPECT_NEAR(logged, ref_losses[size_t(s)], 1e-5 * std::abs(ref_losses[size_t(s)])) << "step " << s;
     if (loss.defined()) {  // the outputs (a pipeline's return_outputs) are this replica's rows of the reference's
-      Tensor want = ref_logits[size_t(s)].narrow(0, int64_t(dist::world_rank() / tp) * b, b);
+      Tensor want = ref_logits[size_t(s)].narrow(0, int64_t(replica_index(tp, &booster)) * b, b);
       const auto [first, columns] = conf_logit_columns(*boosted.model->module(), want.size(-1));  // a split head's
       want = want.narrow(-1, first, columns).contiguous();
       ASSERT_EQ(logits.shape(), want.shape());
@@ -326,7 +328,7 @@ TEST_P(Conformance, NoSyncAccumulationEqualsLargeBatch) {
   auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
-    auto [x, y] = my_slice(batch, b, m, A, tp);
+    auto [x, y] = my_slice(batch, b, m, A, tp, &booster);
     if (m < A - 1) {
       auto scope = booster.no_sync(*boosted.model, boosted.optimizer.get());
       forward_backward(booster, boosted, x, y, 1.0 / A);
@@ -355,7 +357,7 @@ TEST_P(Conformance, PlainBackwardsSynchronizeAndAccumulate) {
   auto model = conf_model(42 + uint64_t(dist::world_rank()) * (GetParam().toml.empty() ? 0 : 1));  // ranks differ
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
   for (int m = 0; m < A; ++m) {
-    auto [x, y] = my_slice(batch, b, m, A, tp);
+    auto [x, y] = my_slice(batch, b, m, A, tp, &booster);
     scale((*boosted.model)(x, y).loss, 1.0 / A).backward();
   }
   boosted.optimizer->step();
@@ -374,7 +376,7 @@ TEST_P(Conformance, EvaluationCountsEachRowOnce) {
   Booster booster = booster_for(GetParam());
   auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  auto [x, y] = my_slice(batch, b, 0, 1, tp);
+  auto [x, y] = my_slice(batch, b, 0, 1, tp, &booster);
   nn::Module& m = *boosted.model->module();
   StageCriterion ce = [&m](const TensorMap& out, const TensorMap& bt) { return conf_loss(m, out.at("logits"), bt.at("labels")); };
   PipelineResult res = booster.execute_pipeline(single_batch({{kConfInput, x}, {"labels", y}}), *boosted.model, ce,
@@ -397,7 +399,7 @@ TEST_P(Conformance, ClipByGlobalNorm) {
   Booster booster = booster_for(GetParam());
   auto model = conf_model();
   auto boosted = booster.boost(model, std::make_shared<optim::SGD>(model->named_parameters(), sgd()));
-  auto [x, y] = my_slice(batch, b, 0, 1, tp);
+  auto [x, y] = my_slice(batch, b, 0, 1, tp, &booster);
   forward_backward(booster, boosted, x, y);
   const double norm = boosted.optimizer->clip_grad_by_norm(0.05);
   EXPECT_NEAR(norm, ref_norm, 1e-5 * ref_norm);
@@ -452,7 +454,7 @@ TEST_P(Conformance, LazyInitEqualsEager) {
   EXPECT_FALSE(nn::is_lazy(*lr.model->module()));
   expect_params_close(*lr.model, *er.model, 0, "lazy against eager, at boost");
   for (int s = 0; s < 2; ++s) {
-    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp, &eb);
     for (auto* r : {&er, &lr}) {
       r->optimizer->zero_grad();
       forward_backward(r == &er ? eb : lb, *r, x, y);
@@ -476,7 +478,7 @@ TEST_P(Conformance, GradientCheckpointingMatchesPlain) {
   auto pr = pb.boost(pm, std::make_shared<optim::SGD>(pm->named_parameters(), sgd()));
   auto cr = cb.boost(cm, std::make_shared<optim::SGD>(cm->named_parameters(), sgd()));
   for (int s = 0; s < 2; ++s) {
-    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp);
+    auto [x, y] = my_slice(conf_batch(s, n * b), b, 0, 1, tp, &pb);
     double losses[2];
     for (int k = 0; k < 2; ++k) {
       Booster& bo = k ? cb : pb;
@@ -500,7 +502,7 @@ TEST_P(Conformance, CheckpointRoundTripAcrossConfigurations) {
   auto train = [&](Booster& bo, BoostResult<ConfModel>& r, int from, int to, int tp_of) {
     const int64_t rows = b * tp_of;
     for (int s = from; s < to; ++s) {
-      auto [x, y] = my_slice(conf_batch(s, dist::world_size() * b), rows, 0, 1, tp_of);
+      auto [x, y] = my_slice(conf_batch(s, dist::world_size() * b), rows, 0, 1, tp_of, &bo);
       r.optimizer->zero_grad();
       forward_backward(bo, r, x, y);
       r.optimizer->step();

@@ -103,6 +103,9 @@ TEST(Galvatron, PipelineOfMixedStagesMatchesOneProcess) {
   pipeline_parity("pp2_uneven", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "pipedream_flush", "tp_sizes_enc": "1,2,2,1",
     "tp_consecutive_flags": "1,1,0,1", "dp_types_enc": "0,0,0,1", "checkpoint": "1,0,0,0", "pp_division": "1,3",
     "default_dp_type": "zero2"})");
+  // Every layer data parallel over its stage's 2 ranks (the plan a pp_deg alone gives).
+  pipeline_parity("pp2_ddp", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "pipedream_flush", "tp_sizes_enc": "1,1,1,1",
+    "default_dp_type": "ddp"})");
 }
 
 TEST(Galvatron, PlanWrittenReadsBackTheSame) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "booster/booster.h"
 #include "core/dist/runtime.h"
 #include "core/tensor/random.h"
 #include "nn/vit.h"
@@ -40,9 +41,15 @@ inline std::pair<Tensor, Tensor> global_batch(int step, int64_t rows) {
 
 // Rows [dp_rank * b, (dp_rank + 1) * b) of a batch (a data-parallel replica's ranks, tp
 // consecutive ones, see the same rows).
+/// The data-parallel replica whose rows this rank sees: the plugin's dp_rank() (a layout may
+/// put its pipeline stages outermost, as Galvatron's does), else world rank / tp.
+inline int replica_index(int tp = 1, const Booster* booster = nullptr) {
+  return booster && booster->plugin() ? booster->plugin()->dp_rank() : dist::world_rank() / tp;
+}
+
 inline std::pair<Tensor, Tensor> my_slice(const std::pair<Tensor, Tensor>& batch, int64_t b, int part = 0, int parts = 1,
-                                   int tp = 1) {
-  const int64_t start = (int64_t(dist::world_rank() / tp) * parts + part) * b;
+                                   int tp = 1, const Booster* booster = nullptr) {
+  const int64_t start = (int64_t(replica_index(tp, booster)) * parts + part) * b;
   return {batch.first.narrow(0, start, b).contiguous(), batch.second.narrow(0, start, b).contiguous()};
 }
 

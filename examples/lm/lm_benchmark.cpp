@@ -1,0 +1,374 @@
+// lm_benchmark: a language model's training step (forward, backward, AdamW with llm.c's
+// settings: lr 1e-4, betas 0.9 / 0.999, eps 1e-8, no weight decay) per plugin configuration
+// and precision: tokens/s, model GFLOP/s and its share of the oneDNN matmul ceiling measured
+// in the same run (model FLOPs: 6 x the parameters other than the position embeddings x
+// tokens, plus the causal half of attention's products, 6 x B x T^2 x C x layers), the
+// causal attention's own share, the time of each part of the step (attention, head + loss,
+// linears, norms, optimizer, communication, the rest), the peak RSS, and the PyTorch peer's
+// same step (bench/torch_lm_bench.py) alternated round by round, with the ratio. A table on
+// rank 0 and, with --json FILE, one line a configuration (the peer's first when measured).
+// With --init (llm.c's gpt2_124M.bin) and --tokens (llm.c's token file, consecutive batches
+// as llm.c's loader without shuffling) it trains from those weights on those tokens and
+// prints llm.c's "step N: train loss X (took Y ms)" line for every step (scripts/lm_vs_peers.sh);
+// --write-llmc FILE writes the model it would train as llm.c's checkpoint and exits.
+//   mpirun -np 1 lm_benchmark --model gpt2 --batch 4 --seq 1024 --precisions fp32
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
+
+#include "booster/booster.h"
+#include "ceiling.h"
+#include "core/dist/collectives.h"
+#include "core/dist/runtime.h"
+#include "data/token_stream.h"
+#include "lm_setup.h"
+#include "nn/llmc.h"
+#include "optim/adam.h"
+#include "peer.h"
+#include "run_setup.h"
+
+using namespace booster;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Shape3 {
+  int64_t layers = 0, width = 0, params = 0, position_params = 0;
+};
+
+// A GPT-2 (no dropout: llm.c's) or LLaMA preset, or llm.c's checkpoint.
+examples::LmModel build_model(const std::string& preset, const std::string& init, Shape3& s) {
+  examples::LmModel m;
+  if (!init.empty()) {
+    auto g = nn::gpt2_from_llmc(init);
+    s = {g->config().n_layer, g->config().n_embd, 0, g->config().n_positions * g->config().n_embd};
+    m.module = g, m.lm = g.get(), m.family = "gpt2";
+  } else if (preset.rfind("gpt2", 0) == 0 || preset.rfind("shakespeare-char", 0) == 0) {
+    if (preset.find("llama") == std::string::npos) {
+      nn::GPT2Config c = nn::GPT2Config::preset(preset);
+      c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0;
+      auto g = std::make_shared<nn::GPT2LMHeadModel>(c);
+      s = {c.n_layer, c.n_embd, 0, c.n_positions * c.n_embd};
+      m.module = g, m.lm = g.get(), m.family = "gpt2";
+    }
+  }
+  if (!m.module) {
+    nn::LlamaConfig c = nn::LlamaConfig::preset(preset);  // throws listing the names
+    auto l = std::make_shared<nn::LlamaForCausalLM>(c);
+    s = {c.num_hidden_layers, c.hidden_size, 0, 0};
+    m.module = l, m.lm = l.get(), m.family = "llama";
+  }
+  for (auto& [n, p] : m.module->named_parameters()) s.params += p.numel();
+  return m;
+}
+
+// One boosted training step of a plugin configuration and precision, timed round by round.
+class LmStep {
+ public:
+  LmStep(const std::string& config, const std::string& precision, const std::string& preset, const std::string& init,
+         const std::string& tokens, int batch, int seq, uint64_t seed)
+      : batch_(batch), seq_(seq) {
+    manual_seed(seed);
+    model_ = build_model(preset, init, shape_);
+    std::string mixed;
+    std::shared_ptr<Plugin> plugin = examples::make_bench_plugin(config, precision, mixed);
+    booster_.emplace(plugin, mixed);
+    pipelined_ = plugin && plugin->support_pipeline();
+    dp_ = plugin ? plugin->dp_size() : dist::world_size();
+    optim::AdamOptions o;  // llm.c's gpt2_update(model, 1e-4, 0.9, 0.999, 1e-8, 0.0, step)
+    o.lr = 1e-4, o.beta1 = 0.9, o.beta2 = 0.999, o.eps = 1e-8, o.weight_decay = 0.0;
+    boosted_ = booster_->boost(model_.module, std::make_shared<optim::AdamW>(model_.module->named_parameters(), o));
+    criterion_ = examples::token_cross_entropy(model_);
+    const int replica = plugin ? plugin->dp_rank() : dist::world_rank();
+    if (!tokens.empty()) {
+      file_ = std::make_shared<data::TokenFile>(tokens);
+      replica_ = replica;
+    } else {  // random ids, each replica its own
+      Tensor ids = Tensor::empty({batch, seq + 1});
+      Generator(seed + 1, uint64_t(replica)).uniform_(ids, 0, double(model_.lm->vocab_size()));
+      ids = ids.to(DType::i64);
+      x_ = ids.narrow(1, 0, seq).contiguous(), y_ = ids.narrow(1, 1, seq).contiguous();
+    }
+  }
+
+  /// One untimed step (primitive creation, first allocations) unless training from tokens,
+  /// whose every step is the run's.
+  void warm_up() {
+    if (!file_) step();
+    dist::barrier();
+  }
+
+  /// Seconds per step over `steps` steps, all ranks together.
+  double seconds(int steps, bool print_steps) {
+    dist::barrier();
+    GradSync* sync = boosted_.model->grad_sync();
+    if (sync) sync->reset_wait_seconds();
+    dist::reset_traffic();
+    auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      const auto s0 = Clock::now();
+      const double loss = step();
+      if (print_steps && dist::world_rank() == 0)
+        std::printf("step %d: train loss %f (took %f ms)\n", steps_done_ - 1, loss,
+                    1e3 * std::chrono::duration<double>(Clock::now() - s0).count());
+      std::fflush(stdout);
+    }
+    dist::barrier();
+    comm_mb_ = double(dist::traffic_bytes()) / steps / (1 << 20);
+    sync_wait_s_ = dist::all_reduce_scalar((sync ? sync->wait_seconds() : 0.0) / steps, dist::ReduceOp::max);
+    return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
+  }
+
+  /// The profile of `steps` more steps: each op's median, the parts of the step.
+  bench::StepProfile profile(int steps) {
+    return bench::profile_steps([this] { step(); }, steps);
+  }
+
+  double tokens_per_step() const { return double(batch_) * seq_ * dp_; }
+  /// Model FLOPs of one step (all ranks), and the causal attention products' share of it.
+  double step_flop() const { return 6.0 * double(shape_.params - shape_.position_params) * tokens_per_step() + attention_flop(); }
+  double attention_flop() const { return 6.0 * double(batch_) * dp_ * double(seq_) * seq_ * shape_.width * shape_.layers; }
+  /// The ceiling summed over ranks: the MLP's raw matmul at this batch (measured now).
+  double ceiling_gflops(const std::string& precision) {
+    const int64_t m = int64_t(batch_) * seq_;
+    std::optional<bench::RawMatmul> c(std::in_place, m, shape_.width, 4 * shape_.width, dtype_from_name(precision));
+    if (!c->ok()) c.emplace(m, shape_.width, 4 * shape_.width, DType::f32);
+    return dist::all_reduce_scalar(c->gflops(), dist::ReduceOp::sum);
+  }
+  double comm_mb() const { return comm_mb_; }
+  /// Seconds a step of the last seconds() waited for gradient communication after backward
+  /// (the slowest rank; DDP's and ZeRO's GradSync).
+  double sync_wait_seconds() const { return sync_wait_s_; }
+  int64_t params() const { return shape_.params; }
+  const examples::LmModel& model() const { return model_; }
+
+ private:
+  // The step's loss (the global batch's mean).
+  double step() {
+    Tensor x = x_, y = y_;
+    if (file_) next_batch(x, y);
+    boosted_.optimizer->zero_grad();
+    Tensor loss;
+    if (pipelined_) {
+      const StageCriterion ce = on_keys(criterion_);
+      loss = booster_->execute_pipeline(single_batch({{"input_ids", x}, {"labels", y}}), *boosted_.model, ce,
+                                        boosted_.optimizer.get())
+                 .loss;
+    } else {
+      Tensor logits = boosted_.model->forward_named({{"input_ids", x}}).at("logits");
+      loss = criterion_(logits, y);
+      booster_->backward(loss, *boosted_.optimizer);
+    }
+    boosted_.optimizer->step();
+    ++steps_done_;
+    return booster_->mean_loss(loss);
+  }
+  // llm.c's loader without shuffling: batch k is tokens [k B T, k B T + B T + 1) of the
+  // replica's share (replica r reads the batch after r others, as llm.c's processes do).
+  void next_batch(Tensor& x, Tensor& y) {
+    const int64_t bt = int64_t(batch_) * seq_, n = (file_->size() - 1) / (bt * dp_);
+    BOOSTER_CHECK(n >= 1, file_->path(), ": ", file_->size(), " tokens, fewer than one batch of ", bt * dp_ + 1);
+    const int64_t start = ((steps_done_ % n) * dp_ + replica_) * bt;
+    std::vector<int64_t> ids(size_t(bt + 1));
+    for (int64_t i = 0; i <= bt; ++i) ids[size_t(i)] = (*file_)[start + i];
+    Tensor all = Tensor::from_ints(ids, {bt + 1});
+    x = all.narrow(0, 0, bt).view({batch_, seq_}).contiguous();
+    y = all.narrow(0, 1, bt).contiguous().view({batch_, seq_});
+  }
+
+  int batch_, seq_, dp_ = 1, replica_ = 0, steps_done_ = 0;
+  Shape3 shape_;
+  examples::LmModel model_;
+  std::optional<Booster> booster_;
+  BoostResult<nn::Module> boosted_;
+  Criterion criterion_;
+  std::shared_ptr<data::TokenFile> file_;
+  Tensor x_, y_;
+  bool pipelined_ = false;
+  double comm_mb_ = 0, sync_wait_s_ = 0;
+};
+
+// The parts of a step, by the profiler's op names (forward, and backward as "<op> bwd").
+const std::vector<std::pair<std::string, std::vector<std::string>>> kParts = {
+    {"attention", {"causal attention", "causal_attention"}},  // the forward scope, the backward node
+    {"head+loss", {"lm head", "cross_entropy", "vocab_parallel_cross_entropy"}},  // the vocabulary's [tokens, V]
+    {"linears", {"linear", "matmul"}},
+    {"norms", {"layer_norm", "rms_norm"}},
+    {"optimizer", {"optimizer step"}},
+    {"communication", {"zero reduce-scatter wait", "zero all-gather wait", "zero all-gather"}},  // + GradSync's wait
+};
+
+double part_seconds(const bench::StepProfile& p, const std::vector<std::string>& ops) {
+  std::vector<std::string> both = ops;
+  for (auto& o : ops) both.push_back(o + " bwd");
+  return p.seconds_of(both);
+}
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return dist::all_reduce_scalar(double(ru.ru_maxrss) / 1024.0, dist::ReduceOp::max);
+}
+
+// The peer's last line: "step_s=S tokens_s=R peak_rss_mb=M loss=L".
+struct LmPeer {
+  double step_s = 0, tokens_s = 0, rss_mb = 0;
+};
+std::optional<LmPeer> run_lm_peer(const std::string& script, const std::string& model, int batch, int seq, int steps,
+                                  int threads, bool bf16) {
+  const std::string cmd = "/usr/bin/python3 " + script + " --model " + model + " --batch " + std::to_string(batch) +
+                          " --seq " + std::to_string(seq) + " --steps " + std::to_string(steps + 1) + " --threads " +
+                          std::to_string(threads) + (bf16 ? " --bf16" : "");
+  const std::optional<std::string> out = bench::run_capture(cmd);
+  static const std::regex re(R"(step_s=([0-9.]+) tokens_s=([0-9.]+) peak_rss_mb=([0-9.]+))");
+  std::smatch m;
+  if (!out || !std::regex_search(*out, m, re)) {
+    std::fprintf(stderr, "the PyTorch peer failed (%s):\n%s\n", cmd.c_str(), out ? out->c_str() : "");
+    return std::nullopt;
+  }
+  return LmPeer{std::stod(m[1]), std::stod(m[2]), std::stod(m[3])};
+}
+
+// What llm.c's train_gpt2 reads from its working folder: gpt2_124M.bin (the model this
+// benchmark would train, vocabulary padded to 50,304 for GPT-2's as llm.c pads it) and
+// dev/data/tinyshakespeare/tiny_shakespeare_{train,val}.bin (the text's characters as
+// tokens, nanoGPT's 90 / 10 split).
+void write_llmc_folder(const std::string& dir, const std::string& preset, const std::string& text, uint64_t seed) {
+  namespace fs = std::filesystem;
+  manual_seed(seed);
+  Shape3 s;
+  examples::LmModel m = build_model(preset, "", s);
+  auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get());
+  BOOSTER_CHECK(g != nullptr, "--write-llmc: llm.c trains GPT-2; ", preset, " is a ", m.module->type_name());
+  fs::create_directories(fs::path(dir) / "dev/data/tinyshakespeare");
+  nn::save_llmc(*g, (fs::path(dir) / "gpt2_124M.bin").string(), g->config().vocab_size == 50257 ? 50304 : 0);
+  const data::TextCache cache = data::tokenize_text_cached(text, (fs::path(dir) / "cache").string());
+  for (auto [bin, name] : {std::pair{cache.train_bin, "train"}, std::pair{cache.val_bin, "val"}}) {
+    data::TokenFile f(bin);
+    std::vector<int64_t> ids(size_t(f.size()));
+    for (int64_t i = 0; i < f.size(); ++i) ids[size_t(i)] = f[i];
+    data::write_llmc_tokens((fs::path(dir) / "dev/data/tinyshakespeare" / (std::string("tiny_shakespeare_") + name + ".bin")).string(), ids);
+  }
+  std::printf("wrote %s: gpt2_124M.bin (%s, %lld parameters) and tinyshakespeare's %lld characters as llm.c's tokens\n",
+              dir.c_str(), preset.c_str(), (long long)s.params, (long long)cache.vocab_size);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Language-model training-step benchmark per plugin configuration and precision"};
+  std::string configs = "none", precisions = "fp32", preset = "gpt2", json_path, init, tokens, write_llmc;
+  std::string text = std::string(BOOSTER_SOURCE_DIR) + "/../shared/data/tinyshakespeare/input.txt";
+  std::string peer_script = std::string(BOOSTER_SOURCE_DIR) + "/bench/torch_lm_bench.py";
+  int batch = 4, seq = 1024, steps = 3, rounds = 1, profile_steps = 2;
+  uint64_t seed = 1337;
+  bool no_peer = false, print_steps = false, show_profile = false;
+  app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
+  app.add_option("--precisions", precisions, "comma-separated: fp32, bf16");
+  app.add_option("--model", preset, "a GPT-2 preset (gpt2, gpt2-medium, gpt2-tiny, ...) or a LLaMA one (llama-tiny, ...)");
+  app.add_option("--batch", batch, "sequences per data-parallel rank")->check(CLI::PositiveNumber);
+  app.add_option("--seq", seq, "tokens a sequence")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed steps per round")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", rounds, "rounds of ours then the peer, alternated; medians reported")->check(CLI::PositiveNumber);
+  app.add_option("--profile-steps", profile_steps, "steps the parts' profile takes medians over (0: no profile)");
+  app.add_option("--json", json_path, "also append JSON lines here");
+  app.add_option("--peer-script", peer_script, "torch_lm_bench.py");
+  app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
+  app.add_option("--init", init, "start from llm.c's GPT-2 checkpoint (gpt2_124M.bin layout)");
+  app.add_option("--tokens", tokens, "train on llm.c's (or nanoGPT's uint16) token file, consecutive batches");
+  app.add_flag("--profile", show_profile, "also print every op of the profiled steps");
+  app.add_flag("--print-steps", print_steps, "print llm.c's 'step N: train loss X (took Y ms)' line for each step");
+  app.add_option("--write-llmc", write_llmc, "write the model and --text's tokens in llm.c's files to this folder and exit");
+  app.add_option("--text", text, "--write-llmc: the text whose characters are the tokens");
+  app.add_option("--seed", seed, "the model's and the random tokens' seed");
+  CLI11_PARSE(app, argc, argv);
+  dist::launch_from_openmpi();
+  const bool master = dist::world_rank() == 0;
+  if (!write_llmc.empty()) {
+    if (master) write_llmc_folder(write_llmc, preset, text, seed);
+    return 0;
+  }
+  const bool peer = master && !no_peer && init.empty() && bench::peer_available();
+  std::ofstream json;
+  if (master && !json_path.empty()) json.open(json_path, std::ios::app);
+  if (master)
+    std::printf("%-24s %-5s %5s | %9s %8s %6s %6s | %9s %8s | %10s %6s %9s\n", "config", "prec", "ranks", "tokens/s",
+                "GFLOP/s", "ceil%", "attn%", "rss MB", "comm MB", "torch t/s", "ratio", "torch MB");
+  for (auto& cfg : bench::split_list(configs)) {
+    for (auto& prec : bench::split_list(precisions)) {
+      LmStep sb(cfg, prec, preset, init, tokens, batch, seq, seed);
+      sb.warm_up();
+      std::vector<double> ours, ceilings, shares, theirs, ratios, peer_rss;
+      for (int r = 0; r < rounds; ++r) {
+        if (r > 0) sb.warm_up();
+        const double before = sb.ceiling_gflops(prec);
+        ours.push_back(sb.seconds(steps, print_steps));
+        ceilings.push_back(std::max(before, sb.ceiling_gflops(prec)));
+        shares.push_back(sb.step_flop() / ours.back() / 1e9 / ceilings.back());
+        if (peer) {  // one process with this rank's threads: compare per process
+          if (auto p = run_lm_peer(peer_script, preset, batch, seq, steps, dist::omp_threads(), prec == "bf16")) {
+            theirs.push_back(p->tokens_s), peer_rss.push_back(p->rss_mb);
+            ratios.push_back(sb.tokens_per_step() / ours.back() / dist::world_size() / p->tokens_s);
+          }
+        }
+      }
+      const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
+      nlohmann::json parts;
+      double attention_share = 0;
+      if (profile_steps > 0) {
+        const bench::StepProfile p = sb.profile(profile_steps);
+        if (show_profile && master) std::printf("per-op profile (medians of %d steps):\n%s", profile_steps, Profiler::report(p.entries).c_str());
+        double named = 0;
+        for (auto& [part, ops] : kParts) {
+          const double s = part_seconds(p, ops);
+          parts[part + "_ms"] = 1e3 * s, named += s;
+        }
+        parts["communication_ms"] = parts["communication_ms"].get<double>() + 1e3 * sb.sync_wait_seconds();
+        named += sb.sync_wait_seconds();
+        parts["other_ms"] = 1e3 * std::max(0.0, p.wall - named), parts["step_ms"] = 1e3 * p.wall;
+        const double attn_s = part_seconds(p, kParts[0].second);
+        // The causal half's FLOPs of this rank against this rank's share of the ceiling.
+        if (attn_s > 0) attention_share = sb.attention_flop() / dist::world_size() / attn_s / 1e9 / (ceiling / dist::world_size());
+      }
+      const double rss = peak_rss_mb();
+      if (!master) continue;
+      const double tps = sb.tokens_per_step() / step_s;
+      const bool have_peer = !theirs.empty();
+      std::printf("%-24s %-5s %5d | %9.1f %8.1f %5.0f%% %5.0f%% | %9.0f %8.1f | %10s %6s %9s\n", cfg.c_str(),
+                  prec.c_str(), dist::world_size(), tps, sb.step_flop() / step_s / 1e9, 100 * share, 100 * attention_share,
+                  rss, sb.comm_mb(), have_peer ? std::to_string(bench::median(theirs)).substr(0, 7).c_str() : "-",
+                  have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-",
+                  have_peer ? std::to_string(int64_t(bench::median(peer_rss))).c_str() : "-");
+      if (profile_steps > 0) std::printf("  parts (ms, medians of %d steps): %s\n", profile_steps, parts.dump().c_str());
+      nlohmann::json base{{"model", init.empty() ? preset : "llm.c checkpoint " + init}, {"precision", prec}, {"ranks", dist::world_size()},
+                          {"batch_per_rank", batch}, {"seq", seq}, {"parameters", sb.params()}};
+      std::vector<nlohmann::json> lines;
+      if (have_peer) {
+        nlohmann::json j = base;
+        j["peer"] = "pytorch", j["config"] = "torch", j["tokens_per_s"] = bench::median(theirs);
+        j["peak_rss_mb"] = bench::median(peer_rss), j["threads"] = dist::omp_threads();
+        lines.push_back(j);
+      }
+      nlohmann::json j = base;
+      j["peer"] = "ours", j["config"] = cfg, j["tokens_per_s"] = tps, j["model_gflops"] = sb.step_flop() / step_s / 1e9;
+      j["ceiling_gflops"] = ceiling, j["ceiling_share"] = share, j["round_ceiling_shares"] = shares;
+      j["attention_ceiling_share"] = attention_share, j["peak_rss_mb"] = rss, j["comm_mb_per_step"] = sb.comm_mb();
+      j["parts"] = parts, j["rounds"] = rounds;
+      if (have_peer) j["ratio_per_process"] = bench::median(ratios), j["round_ratios"] = ratios;
+      lines.push_back(j);  // ours last
+      for (auto& l : lines) {
+        std::printf("%s\n", l.dump().c_str());
+        if (json.is_open()) json << l.dump() << "\n";
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
