@@ -64,7 +64,7 @@ class GPT(nn.Module):
         for blk in self.h:
             x = blk(x, self.mask)
         logits = self.ln_f(x) @ self.wte.weight.t()  # the tied head
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def load_llmc(path):

@@ -1,10 +1,13 @@
 // Cross entropy from logits, in f32 whatever the logits' dtype: class-index targets with
 // ignore_index and label smoothing (torch.nn.functional.cross_entropy semantics), and
-// soft targets (Mixup). Forward saves the softmax; backward is (p - q) / count.
+// soft targets (Mixup). Forward saves (p sum(q) - q); backward scales it by 1 / count. Class
+// indices run on AVX-512 where the CPU has it (cross_entropy_avx512.h), without a target matrix.
 #include <cmath>
 
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
+#include "core/kernels/avx512_cpu.h"
+#include "core/kernels/cross_entropy_avx512.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 
@@ -78,23 +81,30 @@ Tensor cross_entropy_impl(const char* op, const Tensor& logits, const Tensor& ta
                     " does not match logits ", shape_str(logits.shape()));
     sft = f32_contig(soft);
   }
-  Tensor grad_base = Tensor::empty({n, c}), q = Tensor::empty({n, c}), rows = Tensor::empty({n});
+  Tensor grad_base = Tensor::empty({n, c}), rows = Tensor::empty({n});
   const bool ref = use_reference();
   const int64_t* tp = tgt.defined() ? tgt.data<int64_t>() : nullptr;
   const float* sp = sft.defined() ? sft.data<float>() : nullptr;
-  const int64_t counted =
-      ref ? ce_rows<double>(x.data<float>(), grad_base.data<float>(), q.data<float>(), tp, sp, rows.data<float>(), n, c,
-                            smoothing, ignore_index, false)
-          : ce_rows<float>(x.data<float>(), grad_base.data<float>(), q.data<float>(), tp, sp, rows.data<float>(), n, c,
-                           smoothing, ignore_index, true);
+  int64_t counted = 0;
+  if (tp && !ref && avx512::cpu_ok()) {  // class indices: one pass, no [N, C] target matrix
+    counted = cross_entropy_rows(x.data<float>(), grad_base.data<float>(), tp, rows.data<float>(), n, c, smoothing,
+                                 ignore_index);
+  } else {
+    Tensor q = Tensor::empty({n, c});
+    counted = ref ? ce_rows<double>(x.data<float>(), grad_base.data<float>(), q.data<float>(), tp, sp, rows.data<float>(),
+                                    n, c, smoothing, ignore_index, false)
+                  : ce_rows<float>(x.data<float>(), grad_base.data<float>(), q.data<float>(), tp, sp, rows.data<float>(),
+                                   n, c, smoothing, ignore_index, true);
+    // grad_base = p * sum(q) - q, per row
+    float* gb = grad_base.data<float>();
+    const float* qp = q.data<float>();
+#pragma omp parallel for simd if (!ref && n * c > kGrain)
+    for (int64_t i = 0; i < n * c; ++i) gb[i] -= qp[i];
+  }
   double total = 0;
   for (int64_t i = 0; i < n; ++i) total += rows.data<float>()[i];
   const double denom = double(counted);  // 0 rows counted -> NaN, as PyTorch
   Tensor loss = Tensor::scalar(total / denom);
-  // grad_base = p * sum(q) - q, per row
-  float* gb = grad_base.data<float>();
-  const float* qp = q.data<float>();
-  for (int64_t i = 0; i < n * c; ++i) gb[i] -= qp[i];
   const DType dt = logits.dtype();
   return autograd::record(op, {logits}, loss, [grad_base, denom, dt](const std::vector<Tensor>& g) {
     return std::vector<Tensor>{scale(grad_base, g[0].item() / denom).to(dt)};
