@@ -460,6 +460,20 @@ TEST(CrossEntropy, WideRowsOnAvx512MatchTheReference) {
   }
 }
 
+// The backward scales its saved gradient in place only when the graph goes after it: a
+// retained graph's second backward adds the same gradient again.
+TEST(CrossEntropy, RetainedGraphGivesTheSameGradientTwice) {
+  Tensor x = Tensor::empty({3, 40});
+  Generator(6).normal_(x);
+  x.requires_grad_();
+  Tensor loss = cross_entropy(x, Tensor::from_ints({1, 39, 0}, {3}));
+  loss.backward(Tensor(), true);
+  const auto once = x.grad().to_vector();
+  loss.backward();
+  const auto twice = x.grad().to_vector();
+  for (size_t i = 0; i < once.size(); ++i) ASSERT_EQ(twice[i], 2 * once[i]) << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, ::testing::ValuesIn(booster::testing::op_cases()),
                          [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
 
