@@ -260,115 +260,134 @@ void write_llmc_folder(const std::string& dir, const std::string& preset, const 
               dir.c_str(), preset.c_str(), (long long)s.params, (long long)cache.vocab_size);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Language-model training-step benchmark per plugin configuration and precision"};
+// The command line.
+struct Options {
   std::string configs = "none", precisions = "fp32", preset = "gpt2", json_path, init, tokens, write_llmc;
   std::string text = std::string(BOOSTER_SOURCE_DIR) + "/../shared/data/tinyshakespeare/input.txt";
   std::string peer_script = std::string(BOOSTER_SOURCE_DIR) + "/bench/torch_lm_bench.py";
   int batch = 4, seq = 1024, steps = 3, rounds = 1, profile_steps = 2;
   uint64_t seed = 1337;
   bool no_peer = false, print_steps = false, show_profile = false;
-  app.add_option("--configs", configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
-  app.add_option("--precisions", precisions, "comma-separated: fp32, bf16");
-  app.add_option("--model", preset, "a GPT-2 preset (gpt2, gpt2-medium, gpt2-tiny, ...) or a LLaMA one (llama-tiny, ...)");
-  app.add_option("--batch", batch, "sequences per data-parallel rank")->check(CLI::PositiveNumber);
-  app.add_option("--seq", seq, "tokens a sequence")->check(CLI::PositiveNumber);
-  app.add_option("--steps", steps, "timed steps per round")->check(CLI::PositiveNumber);
-  app.add_option("--rounds", rounds, "rounds of ours then the peer, alternated; medians reported")->check(CLI::PositiveNumber);
-  app.add_option("--profile-steps", profile_steps, "steps the parts' profile takes medians over (0: no profile)");
-  app.add_option("--json", json_path, "also append JSON lines here");
-  app.add_option("--peer-script", peer_script, "torch_lm_bench.py");
-  app.add_flag("--no-peer", no_peer, "skip the PyTorch peer");
-  app.add_option("--init", init, "start from llm.c's GPT-2 checkpoint (gpt2_124M.bin layout)");
-  app.add_option("--tokens", tokens, "train on llm.c's (or nanoGPT's uint16) token file, consecutive batches");
-  app.add_flag("--profile", show_profile, "also print every op of the profiled steps");
-  app.add_flag("--print-steps", print_steps, "print llm.c's 'step N: train loss X (took Y ms)' line for each step");
-  app.add_option("--write-llmc", write_llmc, "write the model and --text's tokens in llm.c's files to this folder and exit");
-  app.add_option("--text", text, "--write-llmc: the text whose characters are the tokens");
-  app.add_option("--seed", seed, "the model's and the random tokens' seed");
+};
+
+// One configuration and precision's figures (every rank takes part; rank 0's are reported).
+struct Row {
+  std::vector<double> ours, ceilings, shares, theirs, ratios, peer_rss;
+  double step_s = 0, ceiling = 0, share = 0, attention_share = 0, rss = 0;
+  nlohmann::json parts;
+};
+
+Row measure(const Options& o, LmStep& sb, const std::string& prec, bool peer) {
+  Row r;
+  sb.warm_up();
+  for (int round = 0; round < o.rounds; ++round) {
+    if (round > 0) sb.warm_up();
+    const double before = sb.ceiling_gflops(prec);
+    r.ours.push_back(sb.seconds(o.steps, o.print_steps));
+    r.ceilings.push_back(std::max(before, sb.ceiling_gflops(prec)));
+    r.shares.push_back(sb.step_flop() / r.ours.back() / 1e9 / r.ceilings.back());
+    if (!peer) continue;  // one process with this rank's threads: compare per process
+    if (auto p = run_lm_peer(o.peer_script, o.preset, o.batch, o.seq, o.steps, dist::omp_threads(), prec == "bf16")) {
+      r.theirs.push_back(p->tokens_s), r.peer_rss.push_back(p->rss_mb);
+      r.ratios.push_back(sb.tokens_per_step() / r.ours.back() / dist::world_size() / p->tokens_s);
+    }
+  }
+  r.step_s = bench::median(r.ours), r.ceiling = bench::median(r.ceilings), r.share = bench::median(r.shares);
+  if (o.profile_steps > 0) {
+    const bench::StepProfile p = sb.profile(o.profile_steps);
+    if (o.show_profile && dist::world_rank() == 0)
+      std::printf("per-op profile (medians of %d steps):\n%s", o.profile_steps, Profiler::report(p.entries).c_str());
+    double named = sb.sync_wait_seconds();
+    for (auto& [part, ops] : kParts) {
+      const double s = part_seconds(p, ops);
+      r.parts[part + "_ms"] = 1e3 * s, named += s;
+    }
+    r.parts["communication_ms"] = r.parts["communication_ms"].get<double>() + 1e3 * sb.sync_wait_seconds();
+    r.parts["other_ms"] = 1e3 * std::max(0.0, p.wall - named), r.parts["step_ms"] = 1e3 * p.wall;
+    // The causal half's FLOPs of this rank against this rank's share of the ceiling.
+    const double attn_s = part_seconds(p, kParts[0].second);
+    if (attn_s > 0) r.attention_share = sb.attention_flop() / attn_s / 1e9 / r.ceiling;
+  }
+  r.rss = peak_rss_mb();
+  return r;
+}
+
+// The table's row and the JSON lines (the peer's first, ours last).
+void report(const Options& o, const LmStep& sb, const std::string& cfg, const std::string& prec, const Row& r,
+            std::ofstream& json) {
+  const double tps = sb.tokens_per_step() / r.step_s;
+  const bool have_peer = !r.theirs.empty();
+  std::printf("%-24s %-5s %5d | %9.1f %8.1f %5.0f%% %5.0f%% | %9.0f %8.1f | %10s %6s %9s\n", cfg.c_str(), prec.c_str(),
+              dist::world_size(), tps, sb.step_flop() / r.step_s / 1e9, 100 * r.share, 100 * r.attention_share, r.rss,
+              sb.comm_mb(), have_peer ? std::to_string(bench::median(r.theirs)).substr(0, 7).c_str() : "-",
+              have_peer ? std::to_string(bench::median(r.ratios)).substr(0, 4).c_str() : "-",
+              have_peer ? std::to_string(int64_t(bench::median(r.peer_rss))).c_str() : "-");
+  if (o.profile_steps > 0) std::printf("  parts (ms, medians of %d steps): %s\n", o.profile_steps, r.parts.dump().c_str());
+  const nlohmann::json base{{"model", o.init.empty() ? o.preset : "llm.c checkpoint " + o.init}, {"precision", prec},
+                            {"ranks", dist::world_size()}, {"batch_per_rank", o.batch}, {"seq", o.seq},
+                            {"parameters", sb.params()}};
+  std::vector<nlohmann::json> lines;
+  if (have_peer) {
+    nlohmann::json j = base;
+    j["peer"] = "pytorch", j["config"] = "torch", j["tokens_per_s"] = bench::median(r.theirs);
+    j["peak_rss_mb"] = bench::median(r.peer_rss), j["threads"] = dist::omp_threads();
+    lines.push_back(j);
+  }
+  nlohmann::json j = base;
+  j["peer"] = "ours", j["config"] = cfg, j["tokens_per_s"] = tps, j["model_gflops"] = sb.step_flop() / r.step_s / 1e9;
+  j["ceiling_gflops"] = r.ceiling, j["ceiling_share"] = r.share, j["round_ceiling_shares"] = r.shares;
+  j["attention_ceiling_share"] = r.attention_share, j["peak_rss_mb"] = r.rss, j["comm_mb_per_step"] = sb.comm_mb();
+  j["parts"] = r.parts, j["rounds"] = o.rounds;
+  if (have_peer) j["ratio_per_process"] = bench::median(r.ratios), j["round_ratios"] = r.ratios;
+  lines.push_back(j);
+  for (auto& l : lines) {
+    std::printf("%s\n", l.dump().c_str());
+    if (json.is_open()) json << l.dump() << "\n";
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Language-model training-step benchmark per plugin configuration and precision"};
+  Options o;
+  app.add_option("--configs", o.configs, "comma-separated plugin configs (TOML with a [plugin] table) or none");
+  app.add_option("--precisions", o.precisions, "comma-separated: fp32, bf16");
+  app.add_option("--model", o.preset, "a GPT-2 preset (gpt2, gpt2-medium, gpt2-tiny, ...) or a LLaMA one (llama-tiny, ...)");
+  app.add_option("--batch", o.batch, "sequences per data-parallel rank")->check(CLI::PositiveNumber);
+  app.add_option("--seq", o.seq, "tokens a sequence")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "timed steps per round")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "rounds of ours then the peer, alternated; medians reported")->check(CLI::PositiveNumber);
+  app.add_option("--profile-steps", o.profile_steps, "steps the parts' profile takes medians over (0: no profile)");
+  app.add_option("--json", o.json_path, "also append JSON lines here");
+  app.add_option("--peer-script", o.peer_script, "torch_lm_bench.py");
+  app.add_flag("--no-peer", o.no_peer, "skip the PyTorch peer");
+  app.add_option("--init", o.init, "start from llm.c's GPT-2 checkpoint (gpt2_124M.bin layout)");
+  app.add_option("--tokens", o.tokens, "train on llm.c's (or nanoGPT's uint16) token file, consecutive batches");
+  app.add_flag("--profile", o.show_profile, "also print every op of the profiled steps");
+  app.add_flag("--print-steps", o.print_steps, "print llm.c's 'step N: train loss X (took Y ms)' line for each step");
+  app.add_option("--write-llmc", o.write_llmc, "write the model and --text's tokens in llm.c's files to this folder and exit");
+  app.add_option("--text", o.text, "--write-llmc: the text whose characters are the tokens");
+  app.add_option("--seed", o.seed, "the model's and the random tokens' seed");
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   const bool master = dist::world_rank() == 0;
-  if (!write_llmc.empty()) {
-    if (master) write_llmc_folder(write_llmc, preset, text, seed);
+  if (!o.write_llmc.empty()) {
+    if (master) write_llmc_folder(o.write_llmc, o.preset, o.text, o.seed);
     return 0;
   }
-  const bool peer = master && !no_peer && init.empty() && bench::peer_available();
+  const bool peer = master && !o.no_peer && o.init.empty() && bench::peer_available();
   std::ofstream json;
-  if (master && !json_path.empty()) json.open(json_path, std::ios::app);
+  if (master && !o.json_path.empty()) json.open(o.json_path, std::ios::app);
   if (master)
     std::printf("%-24s %-5s %5s | %9s %8s %6s %6s | %9s %8s | %10s %6s %9s\n", "config", "prec", "ranks", "tokens/s",
                 "GFLOP/s", "ceil%", "attn%", "rss MB", "comm MB", "torch t/s", "ratio", "torch MB");
-  for (auto& cfg : bench::split_list(configs)) {
-    for (auto& prec : bench::split_list(precisions)) {
-      LmStep sb(cfg, prec, preset, init, tokens, batch, seq, seed);
-      sb.warm_up();
-      std::vector<double> ours, ceilings, shares, theirs, ratios, peer_rss;
-      for (int r = 0; r < rounds; ++r) {
-        if (r > 0) sb.warm_up();
-        const double before = sb.ceiling_gflops(prec);
-        ours.push_back(sb.seconds(steps, print_steps));
-        ceilings.push_back(std::max(before, sb.ceiling_gflops(prec)));
-        shares.push_back(sb.step_flop() / ours.back() / 1e9 / ceilings.back());
-        if (peer) {  // one process with this rank's threads: compare per process
-          if (auto p = run_lm_peer(peer_script, preset, batch, seq, steps, dist::omp_threads(), prec == "bf16")) {
-            theirs.push_back(p->tokens_s), peer_rss.push_back(p->rss_mb);
-            ratios.push_back(sb.tokens_per_step() / ours.back() / dist::world_size() / p->tokens_s);
-          }
-        }
-      }
-      const double step_s = bench::median(ours), ceiling = bench::median(ceilings), share = bench::median(shares);
-      nlohmann::json parts;
-      double attention_share = 0;
-      if (profile_steps > 0) {
-        const bench::StepProfile p = sb.profile(profile_steps);
-        if (show_profile && master) std::printf("per-op profile (medians of %d steps):\n%s", profile_steps, Profiler::report(p.entries).c_str());
-        double named = 0;
-        for (auto& [part, ops] : kParts) {
-          const double s = part_seconds(p, ops);
-          parts[part + "_ms"] = 1e3 * s, named += s;
-        }
-        parts["communication_ms"] = parts["communication_ms"].get<double>() + 1e3 * sb.sync_wait_seconds();
-        named += sb.sync_wait_seconds();
-        parts["other_ms"] = 1e3 * std::max(0.0, p.wall - named), parts["step_ms"] = 1e3 * p.wall;
-        const double attn_s = part_seconds(p, kParts[0].second);
-        // The causal half's FLOPs of this rank against this rank's share of the ceiling.
-        if (attn_s > 0) attention_share = sb.attention_flop() / dist::world_size() / attn_s / 1e9 / (ceiling / dist::world_size());
-      }
-      const double rss = peak_rss_mb();
-      if (!master) continue;
-      const double tps = sb.tokens_per_step() / step_s;
-      const bool have_peer = !theirs.empty();
-      std::printf("%-24s %-5s %5d | %9.1f %8.1f %5.0f%% %5.0f%% | %9.0f %8.1f | %10s %6s %9s\n", cfg.c_str(),
-                  prec.c_str(), dist::world_size(), tps, sb.step_flop() / step_s / 1e9, 100 * share, 100 * attention_share,
-                  rss, sb.comm_mb(), have_peer ? std::to_string(bench::median(theirs)).substr(0, 7).c_str() : "-",
-                  have_peer ? std::to_string(bench::median(ratios)).substr(0, 4).c_str() : "-",
-                  have_peer ? std::to_string(int64_t(bench::median(peer_rss))).c_str() : "-");
-      if (profile_steps > 0) std::printf("  parts (ms, medians of %d steps): %s\n", profile_steps, parts.dump().c_str());
-      nlohmann::json base{{"model", init.empty() ? preset : "llm.c checkpoint " + init}, {"precision", prec}, {"ranks", dist::world_size()},
-                          {"batch_per_rank", batch}, {"seq", seq}, {"parameters", sb.params()}};
-      std::vector<nlohmann::json> lines;
-      if (have_peer) {
-        nlohmann::json j = base;
-        j["peer"] = "pytorch", j["config"] = "torch", j["tokens_per_s"] = bench::median(theirs);
-        j["peak_rss_mb"] = bench::median(peer_rss), j["threads"] = dist::omp_threads();
-        lines.push_back(j);
-      }
-      nlohmann::json j = base;
-      j["peer"] = "ours", j["config"] = cfg, j["tokens_per_s"] = tps, j["model_gflops"] = sb.step_flop() / step_s / 1e9;
-      j["ceiling_gflops"] = ceiling, j["ceiling_share"] = share, j["round_ceiling_shares"] = shares;
-      j["attention_ceiling_share"] = attention_share, j["peak_rss_mb"] = rss, j["comm_mb_per_step"] = sb.comm_mb();
-      j["parts"] = parts, j["rounds"] = rounds;
-      if (have_peer) j["ratio_per_process"] = bench::median(ratios), j["round_ratios"] = ratios;
-      lines.push_back(j);  // ours last
-      for (auto& l : lines) {
-        std::printf("%s\n", l.dump().c_str());
-        if (json.is_open()) json << l.dump() << "\n";
-      }
-      std::fflush(stdout);
+  for (auto& cfg : bench::split_list(o.configs))
+    for (auto& prec : bench::split_list(o.precisions)) {
+      LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed);
+      const Row r = measure(o, sb, prec, peer);
+      if (master) report(o, sb, cfg, prec, r, json);
     }
-  }
   return 0;
 }
