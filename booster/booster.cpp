@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include "booster/auto_precision.h"
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/mixed_precision.h"
 #include "core/dist/collectives.h"
@@ -14,14 +15,18 @@
 
 namespace booster {
 
-Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& mixed_precision, bool split_batch)
-    : plugin_(std::move(plugin)),
-      mixed_precision_(mixed_precision == "fp32" || mixed_precision == "no" ? "" : mixed_precision),
-      split_batch_(split_batch) {
+Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& requested_precision, bool split_batch)
+    : plugin_(std::move(plugin)), split_batch_(split_batch) {
+  // "auto": bf16 where this CPU's bf16 matmul outruns fp32's (auto_precision.h); a plugin that
+  // controls precision takes its own option.
+  const std::string mixed_precision =
+      requested_precision == "auto" && !(plugin_ && plugin_->control_precision()) ? resolve_precision("auto")
+                                                                                : requested_precision;
+  mixed_precision_ = mixed_precision == "fp32" || mixed_precision == "no" || mixed_precision == "auto" ? "" : mixed_precision;
   BOOSTER_CHECK(!split_batch_ || !plugin_ || plugin_->support_split_batch(), "Booster: plugin '", plugin_->name(),
                 "' does not support split_batch (its parameters are gathered, sharded or hooked around the forward)");
   BOOSTER_CHECK(mixed_precision_.empty() || mixed_precision_ == "fp16" || mixed_precision_ == "bf16",
-                "Booster: mixed_precision '", mixed_precision, "' is not one of \"fp16\", \"bf16\", \"fp32\"");
+                "Booster: mixed_precision '", mixed_precision, "' is not one of \"fp16\", \"bf16\", \"fp32\", \"auto\"");
   if (plugin_ && plugin_->control_precision() && !mixed_precision_.empty()) {
     spdlog::warn("Booster: plugin '{}' controls precision; mixed_precision '{}' is ignored (set the plugin's "
                  "precision option instead)",

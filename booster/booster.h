@@ -25,8 +25,9 @@ struct BoostResult {
 
 class Booster {
  public:
-  /// mixed_precision: "" / "fp32" (none), "fp16" or "bf16"; ignored (with a warning) when
-  /// the plugin controls precision. split_batch: each of the process's OpenMP threads runs
+  /// mixed_precision: "" / "fp32" (none), "fp16", "bf16" or "auto" (bf16 where this CPU's
+  /// bf16 matmul outruns its fp32 one, measured: auto_precision.h); ignored (with a warning)
+  /// when the plugin controls precision. split_batch: each of the process's OpenMP threads runs
   /// its own share of every training batch through the model's forward and backward
   /// (nn::split_batch), instead of every op splitting its work over them; the gradients are
   /// the batch's, summed once. Faster where the threads sit in different L3 domains; the

@@ -80,7 +80,7 @@ ConfigSchema lm_train_schema() {
       .add("run.output_dir", T::string, "runs")
       .add("run.name", T::string, "shakespeare_char")
       .add("log.level", T::string, "info")
-      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16 or fp16")
+      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16, fp16 or auto (bf16 where this CPU runs it faster)")
       .add("sample.start", T::string, "\n")
       .add("sample.max_new_tokens", T::integer, 300)
       .add("sample.temperature", T::floating, 0.8)

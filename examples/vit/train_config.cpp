@@ -54,7 +54,7 @@ ConfigSchema vit_train_schema() {
       .add("train.seed", T::integer, 42)
       .add("train.log_every", T::integer, 10)
       .add("train.kill_after_steps", T::integer, 0, "testing: SIGKILL this process after N steps")
-      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16 or fp16 (plugins that own precision ignore it)")
+      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16, fp16 or auto (bf16 where this CPU runs it faster; plugins that own precision ignore it)")
       .add("booster.split_batch", T::boolean, false,
            "each thread runs its own share of the batch (no plugin, torch_ddp, low_level_zero)")
       .add("checkpoint.dir", T::string, "", "empty: <run.output_dir>/<run.name>/checkpoints")

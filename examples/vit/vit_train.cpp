@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "booster/auto_precision.h"
 #include "booster/booster.h"
 #include "booster/dist_coordinator.h"
 #include "booster/trainer/checkpoint_hook.h"
@@ -206,6 +207,8 @@ int train(const Config& cfg_in, const Cli& cli) {
   set_default_offload_dir((run_dir / "offload").string());  // a disk tier's nameless files, unless offload_dir says
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
   take_plan_batch(cfg, plugin.get());
+  // "auto" as measured on this CPU, so the run's config.toml says what ran (the peer mirrors it).
+  cfg.set("booster.mixed_precision=\"" + resolve_precision(cfg.get_string("booster.mixed_precision")) + "\"");
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
   RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model);
   auto [vit, optimizer, criterion, dataloader, lr_scheduler] = booster.boost(

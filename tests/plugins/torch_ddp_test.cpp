@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "booster/auto_precision.h"
 #include "booster/booster.h"
 #include "booster/checkpoint/reader.h"
 #include "booster/mixed_precision.h"
@@ -155,3 +156,21 @@ TEST(TorchDDP, DecoratesTheMixedPrecisionLeaf) {
 }
 
 }  // namespace
+
+// mixed_precision = "auto": bf16 exactly where the measured bf16 matmul runs 1.1x the fp32
+// one, the same choice on every rank, taken by the Booster and by a plugin's own precision.
+TEST(AutoPrecision, EveryRankChoosesAlikeByTheMeasuredRule) {
+  const AutoPrecision& a = auto_precision();
+  EXPECT_GT(a.fp32_gflops, 0);
+  EXPECT_GT(a.bf16_gflops, 0);
+  EXPECT_EQ(a.precision == "bf16", a.bf16_gflops >= 1.1 * a.fp32_gflops) << a.why;
+  EXPECT_NE(a.why.find(a.precision), std::string::npos) << a.why;
+  const double bf16 = a.precision == "bf16" ? 1.0 : 0.0;
+  EXPECT_EQ(dist::all_reduce_scalar(bf16, dist::ReduceOp::max), dist::all_reduce_scalar(bf16, dist::ReduceOp::min));
+  Booster b(plugins::make_plugin(Config::from_string("[plugin]\nname = 'torch_ddp'\n", "ddp.toml")), "auto");
+  EXPECT_EQ(b.mixed_precision(), a.precision == "bf16" ? "bf16" : "");
+  EXPECT_EQ(resolve_precision("fp16"), "fp16");
+  auto zero = plugins::make_plugin(Config::from_string("[plugin]\nname = 'low_level_zero'\nprecision = 'auto'\n", "z.toml"));
+  ASSERT_NE(zero, nullptr);
+  EXPECT_THROW(Booster(nullptr, "automatic"), ValueError);
+}
