@@ -72,7 +72,7 @@ std::shared_ptr<Plugin> make_plugin(const Config& cfg, const std::string& table)
   // A precision option of "auto" (Booster's, or the plugin's own) takes what auto_precision()
   // measured on this CPU.
   for (const char* key : {"precision", "mixed_precision"})
-    if (cfg.has(table + "." + key) && cfg.get_string(table + "." + key) == "auto") {
+    if (cfg.is_string(table + "." + key) && cfg.get_string(table + "." + key) == "auto") {
       Config resolved = cfg;
       resolved.set(table + "." + key + "=\"" + resolve_precision("auto") + "\"");
       return it->second(resolved, table);

@@ -228,6 +228,11 @@ const toml::value* Config::find(const std::string& key) const {
 
 bool Config::has(const std::string& key) const { return find(key) != nullptr; }
 
+bool Config::is_string(const std::string& key) const {
+  const toml::value* v = find(key);
+  return v != nullptr && v->is_string();
+}
+
 std::string Config::where(const std::string& key) const {
   auto o = overridden_.find(key);
   if (o != overridden_.end()) return o->second;

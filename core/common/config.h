@@ -58,6 +58,8 @@ class Config {
   void apply(const ConfigSchema& schema);
 
   bool has(const std::string& key) const;
+  /// True when the key holds a string (FSDP's mixed_precision may be a table instead).
+  bool is_string(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;  // integers accepted
   bool get_bool(const std::string& key) const;

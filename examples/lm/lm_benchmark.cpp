@@ -39,12 +39,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Shape3 {
+struct ModelShape {
   int64_t layers = 0, width = 0, params = 0, position_params = 0;
 };
 
 // A GPT-2 (no dropout: llm.c's) or LLaMA preset, or llm.c's checkpoint.
-examples::LmModel build_model(const std::string& preset, const std::string& init, Shape3& s) {
+examples::LmModel build_model(const std::string& preset, const std::string& init, ModelShape& s) {
   examples::LmModel m;
   if (!init.empty()) {
     auto g = nn::gpt2_from_llmc(init);
@@ -184,7 +184,7 @@ class LmStep {
   }
 
   int batch_, seq_, dp_ = 1, replica_ = 0, steps_done_ = 0;
-  Shape3 shape_;
+  ModelShape shape_;
   examples::LmModel model_;
   std::optional<Booster> booster_;
   BoostResult<nn::Module> boosted_;
@@ -243,7 +243,7 @@ std::optional<LmPeer> run_lm_peer(const std::string& script, const std::string& 
 void write_llmc_folder(const std::string& dir, const std::string& preset, const std::string& text, uint64_t seed) {
   namespace fs = std::filesystem;
   manual_seed(seed);
-  Shape3 s;
+  ModelShape s;
   examples::LmModel m = build_model(preset, "", s);
   auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get());
   BOOSTER_CHECK(g != nullptr, "--write-llmc: llm.c trains GPT-2; ", preset, " is a ", m.module->type_name());

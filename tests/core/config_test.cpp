@@ -44,6 +44,10 @@ TEST(Config, DefaultsAndTypedAccess) {
   EXPECT_EQ(c.get_string("plugin.name"), "torch_ddp");
   EXPECT_EQ(c.keys("plugin"), (std::vector<std::string>{"bucket_cap_mb", "name"}));
   EXPECT_EQ(c.where("train.lr"), "run.toml:4");
+  EXPECT_TRUE(c.is_string("plugin.name"));
+  EXPECT_FALSE(c.is_string("plugin.bucket_cap_mb"));
+  EXPECT_FALSE(c.is_string("plugin"));
+  EXPECT_FALSE(c.is_string("plugin.nothing"));
 }
 
 TEST(Config, UnknownKeyNamesFileLineAndAcceptedKeys) {
