@@ -351,33 +351,49 @@ void causal_forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const
   });
 }
 
+// Only the causal half: a block of query rows computes its probabilities, dP and dS against
+// the keys it sees (zeros written up to the next multiple of kKeyBlock past them), dQ over
+// those keys; then each block of kKeyBlock keys takes dK and dV from the query rows at or
+// after it (dS^T and P^T read through strides). Half the products of the square.
+constexpr int64_t kKeyBlock = 64;
+
 void causal_backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const float* lse, const Tensor& dout,
                          const Tensor& dq, const Tensor& dk, const Tensor& dv, float alpha) {
   const int64_t B = q.size(0), H = q.size(1), t = q.size(2), d = q.size(3), dvs = v.size(3);
-  const int64_t np = round16(t);
+  const int64_t np = round16(t), rb = std::min(kRowBlock, t);
   const Heads<float> Q(q), K(k), V(v), dO(dout), dQ(dq), dK(dk), dV(dv);
-  const int64_t bytes = Carver::bytes({t * np * 4, t * np * 4, t * np * 4, dvs * np * 4, d * np * 4});
+  const int64_t bytes = Carver::bytes({t * np * 4, t * np * 4, dvs * np * 4, d * np * 4});
   for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
     Carver c{scratch};
     float* p = c.take<float>(t * np);     // the probabilities, recomputed
     float* ds = c.take<float>(t * np);    // dP, then alpha dS
-    float* pt = c.take<float>(t * np);    // P^T
     float* vt = c.take<float>(dvs * np);  // v^T
     float* kt = c.take<float>(d * np);    // k^T
     const float* l = lse + (b * H + h) * t;
+    const bool grads_qk = dq.defined() || dk.defined();
     tiles::pack_transposed(K.at(b, h), t, d, K.st, kt, np);
-    tiles::gemm(t, np, d, Q.at(b, h), Q.st, 1, kt, np, p, np, alpha * avx512::kLog2e);
-    for (int64_t i = 0; i < t; ++i) exp2_shifted_row(p + i * np, i + 1, np, l[i]);
-    if (dv.defined()) {  // dV = P^T dO
-      tiles::pack_transposed(p, t, t, np, pt, np);
-      tiles::gemm(t, dvs, t, pt, np, 1, dO.at(b, h), dO.st, dV.at(b, h), dV.st, 1.0f);
+    if (grads_qk) tiles::pack_transposed(V.at(b, h), t, dvs, V.st, vt, np);
+    for (int64_t r0 = 0; r0 < t; r0 += rb) {
+      const int64_t rows = std::min(rb, t - r0), keys = r0 + rows;
+      const int64_t kn = std::min(np, (keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
+      float* pb = p + r0 * np;
+      float* db = ds + r0 * np;
+      tiles::gemm(rows, kn, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, pb, np, alpha * avx512::kLog2e);
+      for (int64_t i = 0; i < rows; ++i) exp2_shifted_row(pb + i * np, r0 + i + 1, kn, l[r0 + i]);
+      if (!grads_qk) continue;
+      tiles::gemm(rows, kn, dvs, dO.at(b, h) + r0 * dO.st, dO.st, 1, vt, np, db, np, 1.0f);  // dP = dO V^T
+      for (int64_t i = 0; i < rows; ++i) rows_f32::softmax_grad_row(db + i * np, pb + i * np, kn, alpha, db + i * np);
+      if (dq.defined()) tiles::gemm(rows, d, keys, db, np, 1, K.at(b, h), K.st, dQ.at(b, h) + r0 * dQ.st, dQ.st, 1.0f);
     }
-    if (!dq.defined() && !dk.defined()) return;
-    tiles::pack_transposed(V.at(b, h), t, dvs, V.st, vt, np);
-    tiles::gemm(t, np, dvs, dO.at(b, h), dO.st, 1, vt, np, ds, np, 1.0f);  // dP = dO V^T
-    for (int64_t i = 0; i < t; ++i) rows_f32::softmax_grad_row(ds + i * np, p + i * np, np, alpha, ds + i * np);
-    if (dq.defined()) tiles::gemm(t, d, t, ds, np, 1, K.at(b, h), K.st, dQ.at(b, h), dQ.st, 1.0f);
-    if (dk.defined()) tiles::gemm(t, d, t, ds, 1, np, Q.at(b, h), Q.st, dK.at(b, h), dK.st, 1.0f);
+    for (int64_t j0 = 0; j0 < t; j0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, t - j0), later = t - j0;
+      if (dv.defined())  // dV = P^T dO
+        tiles::gemm(cols, dvs, later, p + j0 * np + j0, 1, np, dO.at(b, h) + j0 * dO.st, dO.st, dV.at(b, h) + j0 * dV.st,
+                    dV.st, 1.0f);
+      if (dk.defined())  // dK = dS^T Q
+        tiles::gemm(cols, d, later, ds + j0 * np + j0, 1, np, Q.at(b, h) + j0 * Q.st, Q.st, dK.at(b, h) + j0 * dK.st,
+                    dK.st, 1.0f);
+    }
   });
 }
 
