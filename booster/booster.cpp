@@ -17,12 +17,12 @@ namespace booster {
 
 Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& requested_precision, bool split_batch)
     : plugin_(std::move(plugin)), split_batch_(split_batch) {
-  // "auto": bf16 where this CPU's bf16 matmul outruns fp32's (auto_precision.h); a plugin that
-  // controls precision takes its own option.
+  // "auto": bf16 where this CPU's bf16 matmul outruns fp32's (auto_precision.h); under a plugin
+  // that controls precision its own option decides, so nothing is measured here.
+  const bool plugin_owns = plugin_ && plugin_->control_precision();
   const std::string mixed_precision =
-      requested_precision == "auto" && !(plugin_ && plugin_->control_precision()) ? resolve_precision("auto")
-                                                                                : requested_precision;
-  mixed_precision_ = mixed_precision == "fp32" || mixed_precision == "no" || mixed_precision == "auto" ? "" : mixed_precision;
+      requested_precision != "auto" ? requested_precision : plugin_owns ? "" : resolve_precision("auto");
+  mixed_precision_ = mixed_precision == "fp32" || mixed_precision == "no" ? "" : mixed_precision;
   BOOSTER_CHECK(!split_batch_ || !plugin_ || plugin_->support_split_batch(), "Booster: plugin '", plugin_->name(),
                 "' does not support split_batch (its parameters are gathered, sharded or hooked around the forward)");
   BOOSTER_CHECK(mixed_precision_.empty() || mixed_precision_ == "fp16" || mixed_precision_ == "bf16",

@@ -4,7 +4,6 @@
 #include <functional>
 #include <map>
 
-#include "booster/auto_precision.h"
 #include "plugins/galvatron/galvatron_plugin.h"
 #include "plugins/gemini/gemini_plugin.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
@@ -69,14 +68,6 @@ std::shared_ptr<Plugin> make_plugin(const Config& cfg, const std::string& table)
     for (auto& n : plugin_names()) s += (s.empty() ? "" : ", ") + n;
     BOOSTER_THROW(ValueError, cfg.where(table + ".name"), ": unknown plugin '", name, "' (known: ", s, ")");
   }
-  // A precision option of "auto" (Booster's, or the plugin's own) takes what auto_precision()
-  // measured on this CPU.
-  for (const char* key : {"precision", "mixed_precision"})
-    if (cfg.is_string(table + "." + key) && cfg.get_string(table + "." + key) == "auto") {
-      Config resolved = cfg;
-      resolved.set(table + "." + key + "=\"" + resolve_precision("auto") + "\"");
-      return it->second(resolved, table);
-    }
   return it->second(cfg, table);
 }
 

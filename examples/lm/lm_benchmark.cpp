@@ -43,28 +43,13 @@ struct ModelShape {
   int64_t layers = 0, width = 0, params = 0, position_params = 0;
 };
 
-// A GPT-2 (no dropout: llm.c's) or LLaMA preset, or llm.c's checkpoint.
+// A GPT-2 (no dropout: llm.c's) or LLaMA preset, or llm.c's checkpoint, and its shape.
 examples::LmModel build_model(const std::string& preset, const std::string& init, ModelShape& s) {
-  examples::LmModel m;
-  if (!init.empty()) {
-    auto g = nn::gpt2_from_llmc(init);
+  examples::LmModel m = init.empty() ? examples::lm_model_from_preset(preset) : examples::lm_model_from_llmc(init);
+  if (auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get()))
     s = {g->config().n_layer, g->config().n_embd, 0, g->config().n_positions * g->config().n_embd};
-    m.module = g, m.lm = g.get(), m.family = "gpt2";
-  } else if (preset.rfind("gpt2", 0) == 0 || preset.rfind("shakespeare-char", 0) == 0) {
-    if (preset.find("llama") == std::string::npos) {
-      nn::GPT2Config c = nn::GPT2Config::preset(preset);
-      c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0;
-      auto g = std::make_shared<nn::GPT2LMHeadModel>(c);
-      s = {c.n_layer, c.n_embd, 0, c.n_positions * c.n_embd};
-      m.module = g, m.lm = g.get(), m.family = "gpt2";
-    }
-  }
-  if (!m.module) {
-    nn::LlamaConfig c = nn::LlamaConfig::preset(preset);  // throws listing the names
-    auto l = std::make_shared<nn::LlamaForCausalLM>(c);
-    s = {c.num_hidden_layers, c.hidden_size, 0, 0};
-    m.module = l, m.lm = l.get(), m.family = "llama";
-  }
+  else if (auto* l = dynamic_cast<nn::LlamaForCausalLM*>(m.module.get()))
+    s = {l->config().num_hidden_layers, l->config().hidden_size, 0, 0};  // rotary: no position parameters
   for (auto& [n, p] : m.module->named_parameters()) s.params += p.numel();
   return m;
 }

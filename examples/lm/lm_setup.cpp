@@ -18,6 +18,7 @@
 #include "data/sampler.h"
 #include "nn/json_config.h"
 #include "nn/lazy.h"
+#include "nn/llmc.h"
 #include "nn/pretrained.h"
 #include "optim/adam.h"
 
@@ -213,6 +214,19 @@ LmModel lm_model_from_config_file(const std::string& path) {
     return wrap(std::make_shared<nn::LlamaForCausalLM>(nn::LlamaConfig::from_json_string(text, path)), "llama");
   return wrap(std::make_shared<nn::GPT2LMHeadModel>(nn::GPT2Config::from_json_string(text, path)), "gpt2");
 }
+
+LmModel lm_model_from_preset(const std::string& preset) {
+  if (is_llama(preset)) {
+    nn::LlamaConfig c = nn::LlamaConfig::preset(preset);
+    c.attention_dropout = 0;
+    return wrap(std::make_shared<nn::LlamaForCausalLM>(c), "llama");
+  }
+  nn::GPT2Config c = nn::GPT2Config::preset(preset);  // throws listing its names
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0;
+  return wrap(std::make_shared<nn::GPT2LMHeadModel>(c), "gpt2");
+}
+
+LmModel lm_model_from_llmc(const std::string& path) { return wrap(nn::gpt2_from_llmc(path), "gpt2"); }
 
 LmModel lm_model_from_pretrained(const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();

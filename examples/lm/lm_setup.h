@@ -39,6 +39,10 @@ LmModel lm_model_from_config_file(const std::string& path);
 LmModel load_checkpoint_model(const std::string& checkpoints, std::string* step_dir = nullptr);
 /// The model of a Hugging Face folder (gpt2_from_pretrained or llama_from_pretrained).
 LmModel lm_model_from_pretrained(const std::string& dir);
+/// A preset's model as the preset is (its vocabulary and positions), without dropout.
+LmModel lm_model_from_preset(const std::string& preset);
+/// GPT-2 from llm.c's gpt2_124M.bin layout (nn/llmc.h).
+LmModel lm_model_from_llmc(const std::string& path);
 
 /// Text to ids and back: the run's characters (vocab.json) or its byte-level BPE
 /// (tokenizer.json); empty when the run trained on token files.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "booster/auto_precision.h"
 #include "booster/plugin_options.h"
 #include "core/dist/runtime.h"
 #include "nn/parallel/dropout.h"
@@ -109,7 +110,7 @@ GalvatronOptions GalvatronOptions::from_config(const Config& cfg, const std::str
         .add("vocab_sp", &O::vocab_sp, "vocab_tp a Ulysses degree: the embeddings and head whole on the group's rows")
         .add("embed_sdp", &O::embed_sdp, "the embeddings and head under ZeRO-3")
         .add("global_train_batch_size", &O::global_train_batch_size, "the global batch (0: the run's)")
-        .add("mixed_precision", &O::mixed_precision, "fp32, fp16 or bf16")
+        .add("mixed_precision", &O::mixed_precision, "fp32, fp16, bf16 or auto")
         .add("reduce_bucket_size_in_m", &O::reduce_bucket_size_in_m, "millions of elements a gradient bucket")
         .add("custom_policy", &O::custom_policy, "a registered shardformer policy (\"\": the model's own)");
     return bind_loss_scale(b, &O::scaler);
@@ -159,6 +160,8 @@ HybridPlan GalvatronOptions::plan(int64_t num_layers) const {
 }
 
 GalvatronPlugin::GalvatronPlugin(GalvatronOptions opts) : opts_(std::move(opts)) {
+  // "auto": what this CPU runs faster, measured once a process (booster/auto_precision.h).
+  opts_.mixed_precision = resolve_precision(opts_.mixed_precision);
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "GalvatronPlugin: call dist::launch_from_openmpi() before creating the plugin");

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "booster/auto_precision.h"
 #include "core/dist/runtime.h"
 #include "zero/model.h"
 #include "booster/plugin_options.h"
@@ -58,7 +59,7 @@ GeminiOptions GeminiOptions::from_config(const Config& cfg, const std::string& t
         .add("offload_param_frac", &O::offload_param_frac, "share of the parameters' slices on local disk (needs both other fractions 1)")
         .add("warmup_non_model_data_ratio", &O::warmup_non_model_data_ratio)
         .add("steady_cuda_cap_ratio", &O::steady_cuda_cap_ratio)
-        .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16 or fp32")
+        .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16, fp32 or auto")
         .add("master_weights", &O::zero, &zero::ZeroOptions::master_weights)
         .add("pin_memory", &O::pin_memory)
         .add("force_outputs_fp32", &O::force_outputs_fp32)
@@ -120,6 +121,8 @@ zero::ZeroOptions GeminiOptions::zero_defaults() {
 }
 
 GeminiPlugin::GeminiPlugin(GeminiOptions opts) : opts_(std::move(opts)) {
+  // "auto": what this CPU runs faster, measured once a process (booster/auto_precision.h).
+  opts_.zero.precision = resolve_precision(opts_.zero.precision);
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(), "GeminiPlugin: call dist::launch_from_openmpi() before creating the plugin");
 }

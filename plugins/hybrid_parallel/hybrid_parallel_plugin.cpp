@@ -1,6 +1,7 @@
 // HybridParallelPlugin (see hybrid_parallel_plugin.h).
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 
+#include "booster/auto_precision.h"
 #include "booster/mixed_precision.h"
 #include "core/autograd/grad_mode.h"
 #include "core/dist/collectives.h"
@@ -23,7 +24,7 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("tp_depth", &O::tp_depth, "2.5d: the grid's depth (tp_size = q^2 x tp_depth)")
         .add("pp_size", &O::pp_size, "pipeline stages")
         .add("sp_size", &O::sp_size, "sequence-parallel size (0: None)")
-        .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16 or fp32")
+        .add("precision", &O::zero, &zero::ZeroOptions::precision, "fp16, bf16, fp32 or auto")
         .add("zero_stage", &O::zero, &zero::ZeroOptions::stage, "0, 1 or 2")
         .add("enable_all_optimization", &O::enable_all_optimization)
         .add("enable_fused_normalization", &O::enable_fused_normalization)
@@ -144,6 +145,8 @@ void HybridParallelOptions::validate() const {
 HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(std::move(opts)) {
   if (opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode.empty())
     opts_.sequence_parallelism_mode = "split_gather";  // shardformer::ShardConfig's default
+  // "auto": what this CPU runs faster, measured once a process (booster/auto_precision.h).
+  opts_.zero.precision = resolve_precision(opts_.zero.precision);
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "booster/auto_precision.h"
 #include "core/dist/runtime.h"
 #include "booster/plugin_options.h"
 
@@ -13,7 +14,7 @@ LowLevelZeroOptions LowLevelZeroOptions::from_config(const Config& cfg, const st
   static const auto binder = [] {
     OptionBinder<O> b;
     b.add("stage", &O::stage, "1 or 2")
-        .add("precision", &O::precision, "fp16, bf16 or fp32")
+        .add("precision", &O::precision, "fp16, bf16, fp32 or auto")
         .add("max_norm", &O::max_norm)
         .add("norm_type", &O::norm_type)
         .add("reduce_bucket_size_in_m", &O::reduce_bucket_size_in_m, "millions of elements a bucket")
@@ -43,6 +44,8 @@ void LowLevelZeroOptions::validate() const {
 }
 
 LowLevelZeroPlugin::LowLevelZeroPlugin(LowLevelZeroOptions opts) : opts_(std::move(opts)) {
+  // "auto": what this CPU runs faster, measured once a process (booster/auto_precision.h).
+  opts_.precision = resolve_precision(opts_.precision);
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "LowLevelZeroPlugin: call dist::launch_from_openmpi() before creating the plugin");

@@ -12,6 +12,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "plugins/registry.h"
+#include "plugins/low_level_zero/low_level_zero_plugin.h"
 #include "plugins/torch_ddp/torch_ddp_plugin.h"
 #include "tests/plugins/vit_cases.h"
 
@@ -172,5 +173,10 @@ TEST(AutoPrecision, EveryRankChoosesAlikeByTheMeasuredRule) {
   EXPECT_EQ(resolve_precision("fp16"), "fp16");
   auto zero = plugins::make_plugin(Config::from_string("[plugin]\nname = 'low_level_zero'\nprecision = 'auto'\n", "z.toml"));
   ASSERT_NE(zero, nullptr);
+  // The plugin resolves its own option, from a config or from C++.
+  EXPECT_EQ(std::static_pointer_cast<plugins::LowLevelZeroPlugin>(zero)->options().precision, a.precision);
+  plugins::LowLevelZeroOptions lo;
+  lo.precision = "auto";
+  EXPECT_EQ(plugins::LowLevelZeroPlugin(lo).options().precision, a.precision);
   EXPECT_THROW(Booster(nullptr, "automatic"), ValueError);
 }
