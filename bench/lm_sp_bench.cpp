@@ -1,7 +1,9 @@
 // lm_sp_bench: per-rank activation memory and step time of a language model under each
 // sequence-parallel layout of HybridParallelPlugin on 2 ranks, in one run: the whole model on
 // each rank alone (the replica's rows and tokens), tensor parallelism of 2 without sequence
-// parallelism, split_gather (Megatron's, tp 2) and all_to_all (Ulysses, sp 2). Activations:
+// parallelism, split_gather (Megatron's, tp 2), ring (split_gather overlapped round the tp
+// group), all_to_all (Ulysses, sp 2) and ring_attn (ring attention, sp 2, zigzag shards).
+// Activations:
 // the bytes the allocator holds after the forward of a training step beyond what it held
 // before (what the graph keeps for backward, and the outputs), on GPT-2 at 1,024 tokens or a
 // tiny LLaMA at 4,096 by default. Beside each, the count of what this implementation keeps,
@@ -9,7 +11,8 @@
 //   GPT-2 block: 19 nE whole (each bias-free LayerNorm's input, normalized output and
 //     weighted output; q/k/v; the context and its copy; c_fc's and GELU's outputs); tp 2
 //     halves the 13 nE after the column-parallel projections, the 6 nE of the norms stays
-//     whole: 12.5 nE; split_gather and Ulysses split everything: 9.5 nE. Outside the blocks:
+//     whole: 12.5 nE; split_gather, Ulysses and ring attention split everything: 9.5 nE (the
+//     ring keeps f32 copies of its q, k, v and its context instead). Outside the blocks:
 //     the final norm's 3 nE, and the split embedding's rows (1 nE) under tp (tp2, split_gather).
 //   LLaMA layer: 9 nE + 4 nI whole; tp 2: 6.5 nE + 2 nI; split: half. Outside: the final
 //     norm's input (1 nE), and the split embedding's rows under tp.
@@ -58,7 +61,8 @@ std::shared_ptr<nn::Module> make_model(const std::string& family, int64_t seq) {
 // The count above for a model of `layers` layers, relative to the whole.
 double theory_ratio(const std::string& family, const std::string& mode, int64_t layers) {
   const double l = double(layers), e = family == "gpt2" ? 384 : 128, i = 344;
-  const bool split = mode == "split_gather" || mode == "all_to_all", tp = mode == "tp2" || mode == "split_gather";
+  const bool split = mode == "split_gather" || mode == "ring" || mode == "all_to_all" || mode == "ring_attn";
+  const bool tp = mode == "tp2" || mode == "split_gather" || mode == "ring";
   if (family == "gpt2") {
     const double block = mode == "whole" ? 19 : split ? 9.5 : 12.5;
     return (block * l + 3 + (tp ? 1 : 0)) / (19 * l + 3);
@@ -115,7 +119,9 @@ int main(int argc, char** argv) {
       {"whole", ""},
       {"tp2", h + "tp_size = 2\n"},
       {"split_gather", h + "tp_size = 2\nenable_sequence_parallelism = true\n"},
+      {"ring", h + "tp_size = 2\nenable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring'\n"},
       {"all_to_all", h + "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'all_to_all'\nsp_size = 2\n"},
+      {"ring_attn", h + "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring_attn'\nsp_size = 2\n"},
   };
   std::vector<Measured> got;
   for (const Mode& m : modes) got.push_back(measure(m, family, batch, seq));

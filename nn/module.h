@@ -306,4 +306,15 @@ class SkipInitGuard {
   bool prev_;
 };
 
+/// The module a replacement adopts, as T (a from_native_module's check): another type is
+/// refused naming the replacement (`who`), the type it expects (`expected`, e.g. "a Linear")
+/// and the one it got.
+template <typename T>
+T& native_as(const std::shared_ptr<Module>& native, const std::string& who, const char* expected) {
+  auto* m = dynamic_cast<T*>(native.get());
+  BOOSTER_CHECK(m != nullptr, who, ".from_native_module: expects ", expected, ", got a ",
+                native ? native->type_name() : "null module");
+  return *m;
+}
+
 }  // namespace booster::nn

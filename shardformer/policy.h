@@ -23,10 +23,11 @@ namespace booster::shardformer {
 /// What the policies shard with (Colossal-AI's ShardConfig, the fields used on a CPU).
 struct ShardConfig {
   const dist::ProcessGroup* tensor_parallel_process_group = nullptr;
-  /// Ulysses (sequence_parallelism_mode "all_to_all"): the group the tokens split over.
+  /// all_to_all (Ulysses) and ring_attn: the group the tokens split over.
   const dist::ProcessGroup* sequence_parallel_process_group = nullptr;
   bool enable_sequence_parallelism = false;
-  std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled) or "all_to_all"
+  std::string sequence_parallelism_mode;  // "split_gather" (the default when enabled), "ring", "all_to_all" or "ring_attn"
+  bool enable_sequence_overlap = false;   // split_gather overlapped: the same as mode "ring"
   bool parallel_output = true;  // vocabulary-parallel heads keep their logits split (false: gathered)
   int64_t make_vocab_size_divisible_by = 64;  // the vocabulary's padding, as Colossal-AI's
   /// 2D, 2.5D or 3D tensor parallelism: the grid the tp group is split into (null: 1D).
@@ -39,9 +40,18 @@ struct ShardConfig {
   int tp_size() const { return tensor_parallel_process_group ? tensor_parallel_process_group->size() : 1; }
   /// Ulysses is on (sequence parallelism in mode all_to_all).
   bool ulysses() const { return enable_sequence_parallelism && sequence_parallelism_mode == "all_to_all"; }
+  /// split_gather's linears move their shards round the tp group (mode ring, or split_gather
+  /// with enable_sequence_overlap).
+  bool sequence_overlap() const {
+    return enable_sequence_parallelism && (sequence_parallelism_mode == "ring" || enable_sequence_overlap);
+  }
+  /// Ring attention is on (sequence parallelism in mode ring_attn).
+  bool ring_attn() const { return enable_sequence_parallelism && sequence_parallelism_mode == "ring_attn"; }
+  /// The tokens split over an sp axis of their own, whose ranks are data parallel too.
+  bool sp_axis() const { return ulysses() || ring_attn(); }
   const dist::ProcessGroup& sp_group() const;
   /// A model's token split under sequence parallelism: over the tp group (split_gather) or
-  /// the sp group (Ulysses, whose ranks are data parallel too); null without it.
+  /// the sp group (Ulysses and ring_attn, whose ranks are data parallel too); null without it.
   std::shared_ptr<nn::SequenceSplit> token_split() const;
 };
 

@@ -21,8 +21,9 @@ const dist::ProcessGroup& ShardConfig::sp_group() const {
 std::shared_ptr<nn::SequenceSplit> ShardConfig::token_split() const {
   if (!enable_sequence_parallelism) return nullptr;
   auto s = std::make_shared<nn::SequenceSplit>();
-  s->ulysses = ulysses();
-  s->group = s->ulysses ? &sp_group() : &tp_group();
+  s->data_parallel = sp_axis();
+  s->zigzag = ring_attn();
+  s->group = s->data_parallel ? &sp_group() : &tp_group();
   return s;
 }
 

@@ -70,7 +70,8 @@ namespace {
 //
 // softmax_grad_row: ds (dP, n values in f32, in a row padded to 16) gives alpha p (dP - <dP, p>)
 // for the probabilities p (T), written to out (f32, in place or not, or bf16) with zeros past n
-// up to the padding.
+// up to the padding. `given` replaces <dP, p> by a value from elsewhere (a row whose keys are
+// split into blocks: <dO, O> of the whole row, FlashAttention's D).
 #define BOOSTER_SOFTMAX_ROWS(TARGET)                                                                                   \
   template <typename Out>                                                                                              \
   TARGET float softmax_row(float* s, int64_t n, Out* padded, Out* dst, bool spill) {                                   \
@@ -110,14 +111,17 @@ namespace {
     return _mm512_cvtss_f32(mx) + std::log2(total);                                                                                 \
   }                                                                                                                    \
   template <typename T, typename Out>                                                                                  \
-  TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out) {                        \
+  TARGET void softmax_grad_row(const float* ds, const T* p, int64_t n, float alpha, Out* out,                         \
+                                const float* given = nullptr) {                                                        \
     const int64_t full = n / 16 * 16;                                                                                  \
     const __mmask16 tail = avx512::lanes(n - full);                                                                    \
     __m512 dot = _mm512_setzero_ps();                                                                                  \
-    for (int64_t j = 0; j < full; j += 16)                                                                             \
-      dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);                                      \
-    if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);                  \
-    const __m512 d = _mm512_set1_ps(_mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);                             \
+    if (!given) {                                                                                                      \
+      for (int64_t j = 0; j < full; j += 16)                                                                           \
+        dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + j), avx512::load16(p + j), dot);                                    \
+      if (tail) dot = _mm512_fmadd_ps(_mm512_loadu_ps(ds + full), avx512::load16(p + full, tail), dot);                \
+    }                                                                                                                  \
+    const __m512 d = _mm512_set1_ps(given ? *given : _mm512_reduce_add_ps(dot)), a = _mm512_set1_ps(alpha);            \
     for (int64_t j = 0; j < full; j += 16) {                                                                           \
       const __m512 ap = _mm512_mul_ps(a, avx512::load16(p + j));                                                       \
       avx512::store16_native(out + j, _mm512_mul_ps(ap, _mm512_sub_ps(_mm512_loadu_ps(ds + j), d)));                   \
@@ -311,11 +315,13 @@ void backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   });
 }
 
-// Causal attention (query i sees keys 0..i), f32: the forward takes a block of rows' scores
-// against only the keys the block's last row sees, softmaxes each row over its own keys and
-// keeps the row's log2-sum-exp; the backward recomputes a head's probabilities from those
-// (p = 2^(s - lse): no [T, T] matrix outlives the op) and runs backward_f32's products on
-// them, the masked part zero.
+// Attention with each query's log-sum-exp (FlashAttention's block), f32, causal or not. The
+// forward takes a block of rows' scores against only the keys the block's last row sees (all
+// of them when not causal), softmaxes each row over its own keys and keeps the row's
+// log2-sum-exp; the backward recomputes a head's probabilities from those (p = 2^(s - lse): no
+// [T, T] matrix outlives the op) and runs backward_f32's products on them, the masked part
+// zero. Ring attention runs it on blocks of a row's keys: then the backward's <dP, p> is the
+// whole row's D, given.
 
 // p[j] = 2^(s[j] - lse) for j < n, 0 for n <= j < np (np a multiple of 16).
 BOOSTER_AVX512 void exp2_shifted_row(float* s, int64_t n, int64_t np, float lse) {
@@ -327,22 +333,23 @@ BOOSTER_AVX512 void exp2_shifted_row(float* s, int64_t n, int64_t np, float lse)
   }
 }
 
-void causal_forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float* lse, float alpha) {
-  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), d = q.size(3), dv = v.size(3);
-  const int64_t np = round16(t), rb = std::min(kRowBlock, t);
+void flash_forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float* lse, float alpha,
+                       bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv = v.size(3);
+  const int64_t np = round16(tk), rb = std::min(kRowBlock, tq);
   const Heads<float> Q(q), K(k), V(v), O(out);
   for_each_head(B, H, Carver::bytes({rb * np * 4, d * np * 4}), [&](int64_t b, int64_t h, char* scratch) {
     Carver c{scratch};
     float* s = c.take<float>(rb * np);  // a block of rows' scores, then probabilities
     float* kt = c.take<float>(d * np);  // k^T
-    float* l = lse + (b * H + h) * t;
-    tiles::pack_transposed(K.at(b, h), t, d, K.st, kt, np);
-    for (int64_t r0 = 0; r0 < t; r0 += rb) {
-      const int64_t rows = std::min(rb, t - r0), keys = r0 + rows, kn = round16(keys);
+    float* l = lse + (b * H + h) * tq;
+    tiles::pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0), keys = causal ? r0 + rows : tk, kn = round16(keys);
       tiles::gemm(rows, kn, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, s, np, alpha * avx512::kLog2e);
       for (int64_t i = 0; i < rows; ++i) {
         float* si = s + i * np;
-        const int64_t n = r0 + i + 1;
+        const int64_t n = causal ? r0 + i + 1 : tk;
         l[r0 + i] = rows_f32::softmax_row(si, n, si, si, false);
         std::fill(si + round16(n), si + kn, 0.0f);  // the keys after row i, up to the block's
       }
@@ -351,49 +358,145 @@ void causal_forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const
   });
 }
 
-// Only the causal half: a block of query rows computes its probabilities, dP and dS against
-// the keys it sees (zeros written up to the next multiple of kKeyBlock past them), dQ over
-// those keys; then each block of kKeyBlock keys takes dK and dV from the query rows at or
+// Causal: only the causal half. A block of query rows computes its probabilities, dP and dS
+// against the keys it sees (zeros written up to the next multiple of kKeyBlock past them), dQ
+// over those keys; then each block of kKeyBlock keys takes dK and dV from the query rows at or
 // after it (dS^T and P^T read through strides). Half the products of the square.
 constexpr int64_t kKeyBlock = 64;
 
-void causal_backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const float* lse, const Tensor& dout,
-                         const Tensor& dq, const Tensor& dk, const Tensor& dv, float alpha) {
-  const int64_t B = q.size(0), H = q.size(1), t = q.size(2), d = q.size(3), dvs = v.size(3);
-  const int64_t np = round16(t), rb = std::min(kRowBlock, t);
+void flash_backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const float* lse, const float* delta,
+                        const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, float alpha, bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dvs = v.size(3);
+  const int64_t np = round16(tk), rb = std::min(kRowBlock, tq);
   const Heads<float> Q(q), K(k), V(v), dO(dout), dQ(dq), dK(dk), dV(dv);
-  const int64_t bytes = Carver::bytes({t * np * 4, t * np * 4, dvs * np * 4, d * np * 4});
+  const int64_t bytes = Carver::bytes({tq * np * 4, tq * np * 4, dvs * np * 4, d * np * 4});
   for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
     Carver c{scratch};
-    float* p = c.take<float>(t * np);     // the probabilities, recomputed
-    float* ds = c.take<float>(t * np);    // dP, then alpha dS
+    float* p = c.take<float>(tq * np);    // the probabilities, recomputed
+    float* ds = c.take<float>(tq * np);   // dP, then alpha dS
     float* vt = c.take<float>(dvs * np);  // v^T
     float* kt = c.take<float>(d * np);    // k^T
-    const float* l = lse + (b * H + h) * t;
+    const float* l = lse + (b * H + h) * tq;
+    const float* dd = delta ? delta + (b * H + h) * tq : nullptr;
     const bool grads_qk = dq.defined() || dk.defined();
-    tiles::pack_transposed(K.at(b, h), t, d, K.st, kt, np);
-    if (grads_qk) tiles::pack_transposed(V.at(b, h), t, dvs, V.st, vt, np);
-    for (int64_t r0 = 0; r0 < t; r0 += rb) {
-      const int64_t rows = std::min(rb, t - r0), keys = r0 + rows;
+    tiles::pack_transposed(K.at(b, h), tk, d, K.st, kt, np);
+    if (grads_qk) tiles::pack_transposed(V.at(b, h), tk, dvs, V.st, vt, np);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0), keys = causal ? r0 + rows : tk;
       const int64_t kn = std::min(np, (keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
       float* pb = p + r0 * np;
       float* db = ds + r0 * np;
       tiles::gemm(rows, kn, d, Q.at(b, h) + r0 * Q.st, Q.st, 1, kt, np, pb, np, alpha * avx512::kLog2e);
-      for (int64_t i = 0; i < rows; ++i) exp2_shifted_row(pb + i * np, r0 + i + 1, kn, l[r0 + i]);
+      for (int64_t i = 0; i < rows; ++i) exp2_shifted_row(pb + i * np, causal ? r0 + i + 1 : tk, kn, l[r0 + i]);
       if (!grads_qk) continue;
       tiles::gemm(rows, kn, dvs, dO.at(b, h) + r0 * dO.st, dO.st, 1, vt, np, db, np, 1.0f);  // dP = dO V^T
-      for (int64_t i = 0; i < rows; ++i) rows_f32::softmax_grad_row(db + i * np, pb + i * np, kn, alpha, db + i * np);
+      for (int64_t i = 0; i < rows; ++i)
+        rows_f32::softmax_grad_row(db + i * np, pb + i * np, kn, alpha, db + i * np, dd ? dd + r0 + i : nullptr);
       if (dq.defined()) tiles::gemm(rows, d, keys, db, np, 1, K.at(b, h), K.st, dQ.at(b, h) + r0 * dQ.st, dQ.st, 1.0f);
     }
-    for (int64_t j0 = 0; j0 < t; j0 += kKeyBlock) {
-      const int64_t cols = std::min(kKeyBlock, t - j0), later = t - j0;
+    for (int64_t j0 = 0; j0 < tk; j0 += kKeyBlock) {
+      const int64_t cols = std::min(kKeyBlock, tk - j0), first = causal ? j0 : 0, later = tq - first;
       if (dv.defined())  // dV = P^T dO
-        tiles::gemm(cols, dvs, later, p + j0 * np + j0, 1, np, dO.at(b, h) + j0 * dO.st, dO.st, dV.at(b, h) + j0 * dV.st,
-                    dV.st, 1.0f);
+        tiles::gemm(cols, dvs, later, p + first * np + j0, 1, np, dO.at(b, h) + first * dO.st, dO.st,
+                    dV.at(b, h) + j0 * dV.st, dV.st, 1.0f);
       if (dk.defined())  // dK = dS^T Q
-        tiles::gemm(cols, d, later, ds + j0 * np + j0, 1, np, Q.at(b, h) + j0 * Q.st, Q.st, dK.at(b, h) + j0 * dK.st,
-                    dK.st, 1.0f);
+        tiles::gemm(cols, d, later, ds + first * np + j0, 1, np, Q.at(b, h) + first * Q.st, Q.st,
+                    dK.at(b, h) + j0 * dK.st, dK.st, 1.0f);
     }
+  });
+}
+
+// bf16 (AVX512-BF16 without AMX): the same blocks on vdpbf16ps tiles, as forward_bf16 and
+// backward_bf16 run them: scores, probabilities and their gradients in f32, each row rounded
+// once to bf16 for the product that reads it; the forward's P V over the pairs of keys the
+// block sees, the backward's dV = P^T dO and dK = dS^T Q from each 64-key block's rows at or
+// after it, through P and dS paired down their rows.
+
+// dst[j] = src[j] rounded to bf16, for j < n (a multiple of 16).
+BOOSTER_AVX512_BF16 void round_row(const float* src, bf16_t* dst, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) avx512::store16_native(dst + j, _mm512_loadu_ps(src + j));
+}
+
+void flash_forward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, float* lse, float alpha,
+                        bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dv = v.size(3);
+  const int64_t np = round16(tk), kp = (tk + 1) / 2, ldv = round16(dv), rb = std::min(kRowBlock, tq);
+  const Heads<bf16_t> Q(q), K(k), V(v), O(out);
+  const int64_t bytes = Carver::bytes({rb * np * 4, rb * np * 2, d / 2 * np * 4, kp * ldv * 4});
+  for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
+    Carver c{scratch};
+    float* s = c.take<float>(rb * np);            // a block of rows' scores in f32
+    bf16_t* pb = c.take<bf16_t>(rb * np);         // their probabilities, zeros up to the block's keys
+    uint32_t* kt = c.take<uint32_t>(d / 2 * np);  // k^T in pairs of d
+    uint32_t* vp = c.take<uint32_t>(kp * ldv);    // v in pairs of tokens
+    float* l = lse + (b * H + h) * tq;
+    tiles::pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
+    avx512::pack_pairs(V.at(b, h), tk, dv, V.st, vp, ldv);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0), keys = causal ? r0 + rows : tk, kn = round16(keys);
+      tiles::gemm(rows, kn, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, s, np, alpha * avx512::kLog2e);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t n = causal ? r0 + i + 1 : tk;
+        bf16_t* pr = pb + i * np;
+        l[r0 + i] = rows_bf16::softmax_row(s + i * np, n, pr, pr, false);
+        std::fill(pr + round16(n), pr + kn, bf16_t{0});
+      }
+      tiles::gemm(rows, dv, (keys + 1) / 2, reinterpret_cast<const uint32_t*>(pb), np / 2, 1, vp, ldv,
+                  O.at(b, h) + r0 * O.st, O.st, 1.0f);
+    }
+  });
+}
+
+void flash_backward_bf16(const Tensor& q, const Tensor& k, const Tensor& v, const float* lse, const Tensor& dout,
+                         const Tensor& dq, const Tensor& dk, const Tensor& dv, float alpha, bool causal) {
+  const int64_t B = q.size(0), H = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3), dvs = v.size(3);
+  const int64_t np = round16(tk), rb = std::min(kRowBlock, tq), qp = (tq + 1) / 2, kp = (tk + 1) / 2;
+  const int64_t ld = round16(d), ldv = round16(dvs);
+  const Heads<bf16_t> Q(q), K(k), V(v), dO(dout), dQ(dq), dK(dk), dV(dv);
+  const int64_t bytes = Carver::bytes({rb * np * 4, rb * np * 4, tq * np * 2, tq * np * 2, qp * np * 4, d / 2 * np * 4,
+                                       dvs / 2 * np * 4, kp * ld * 4, qp * std::max(ld, ldv) * 4});
+  for_each_head(B, H, bytes, [&](int64_t b, int64_t h, char* scratch) {
+    Carver c{scratch};
+    float* pf = c.take<float>(rb * np);             // a block of rows' probabilities, recomputed
+    float* dpf = c.take<float>(rb * np);            // their dP
+    bf16_t* P = c.take<bf16_t>(tq * np);            // the head's probabilities, rounded
+    bf16_t* dS = c.take<bf16_t>(tq * np);           // alpha dS, rounded
+    uint32_t* apack = c.take<uint32_t>(qp * np);    // P, then dS, paired down their rows
+    uint32_t* kt = c.take<uint32_t>(d / 2 * np);    // k^T in pairs of d
+    uint32_t* vt = c.take<uint32_t>(dvs / 2 * np);  // v^T in pairs of dv
+    uint32_t* kpk = c.take<uint32_t>(kp * ld);      // k in pairs of tokens
+    uint32_t* bpack = c.take<uint32_t>(qp * std::max(ld, ldv));  // dO, then q, in pairs of tokens
+    const float* l = lse + (b * H + h) * tq;
+    tiles::pack_transposed(reinterpret_cast<const float*>(K.at(b, h)), tk, d / 2, K.st / 2, reinterpret_cast<float*>(kt), np);
+    tiles::pack_transposed(reinterpret_cast<const float*>(V.at(b, h)), tk, dvs / 2, V.st / 2, reinterpret_cast<float*>(vt), np);
+    if (dq.defined()) avx512::pack_pairs(K.at(b, h), tk, d, K.st, kpk, ld);
+    for (int64_t r0 = 0; r0 < tq; r0 += rb) {
+      const int64_t rows = std::min(rb, tq - r0), keys = causal ? r0 + rows : tk;
+      const int64_t kn = std::min(np, (keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock);
+      tiles::gemm(rows, kn, d / 2, Q.words(b, h) + r0 * (Q.st / 2), Q.st / 2, 1, kt, np, pf, np, alpha * avx512::kLog2e);
+      tiles::gemm(rows, kn, dvs / 2, dO.words(b, h) + r0 * (dO.st / 2), dO.st / 2, 1, vt, np, dpf, np, 1.0f);  // dP = dO V^T
+      for (int64_t i = 0; i < rows; ++i) {
+        exp2_shifted_row(pf + i * np, causal ? r0 + i + 1 : tk, kn, l[r0 + i]);
+        round_row(pf + i * np, P + (r0 + i) * np, kn);
+        rows_bf16::softmax_grad_row(dpf + i * np, pf + i * np, kn, alpha, dS + (r0 + i) * np);
+      }
+      if (dq.defined())  // dQ = dS K
+        tiles::gemm(rows, d, (keys + 1) / 2, reinterpret_cast<const uint32_t*>(dS + r0 * np), np / 2, 1, kpk, ld,
+                    dQ.at(b, h) + r0 * dQ.st, dQ.st, 1.0f);
+    }
+    // Each 64-key block from the rows at or after it (a pair boundary: 64 is even).
+    auto from_rows = [&](const bf16_t* a, const Heads<bf16_t>& bh, const Heads<bf16_t>& grad, int64_t width) {
+      const int64_t lb = round16(width);
+      avx512::pack_pairs(a, tq, tk, np, apack, np);
+      avx512::pack_pairs(bh.at(b, h), tq, width, bh.st, bpack, lb);
+      for (int64_t j0 = 0; j0 < tk; j0 += kKeyBlock) {
+        const int64_t cols = std::min(kKeyBlock, tk - j0), first = causal ? j0 : 0;
+        tiles::gemm(cols, width, (tq - first + 1) / 2, apack + first / 2 * np + j0, 1, np, bpack + first / 2 * lb, lb,
+                    grad.at(b, h) + j0 * grad.st, grad.st, 1.0f);
+      }
+    };
+    if (dv.defined()) from_rows(P, dO, dV, dvs);  // dV = P^T dO
+    if (dk.defined()) from_rows(dS, Q, dK, d);    // dK = dS^T Q
   });
 }
 
@@ -429,20 +532,29 @@ void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v
   else backward_bf16(q, k, v, probs, dout, dq, dk, dv, float(alpha));
 }
 
-bool causal_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
-  return avx512::cpu_ok() && attention_avx512_operand_fits(q, DType::f32) &&
-         attention_avx512_operand_fits(k, DType::f32) && attention_avx512_operand_fits(v, DType::f32);
+bool flash_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const DType dt = q.dtype();
+  if (dt == DType::f32 ? !avx512::cpu_ok() : dt != DType::bf16 || !tiles::bf16_ok()) return false;
+  return attention_avx512_operand_fits(q, dt) && attention_avx512_operand_fits(k, dt) &&
+         attention_avx512_operand_fits(v, dt);
 }
 
-void causal_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                     const Tensor& lse, double alpha) {
-  causal_forward_f32(q, k, v, out, lse.data<float>(), float(alpha));
+void flash_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& lse, double alpha, bool causal) {
+  if (q.dtype() == DType::bf16) flash_forward_bf16(q, k, v, out, lse.data<float>(), float(alpha), causal);
+  else flash_forward_f32(q, k, v, out, lse.data<float>(), float(alpha), causal);
 }
 
-void causal_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-                                      const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                      double alpha) {
-  causal_backward_f32(q, k, v, lse.data<float>(), dout, dq, dk, dv, float(alpha));
+void flash_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                                     const Tensor& delta, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv, double alpha, bool causal) {
+  if (q.dtype() == DType::bf16) {
+    BOOSTER_CHECK(!delta.defined(), "flash attention backward: bf16 takes <dO, O> from each row (no blocks of rows)");
+    flash_backward_bf16(q, k, v, lse.data<float>(), dout, dq, dk, dv, float(alpha), causal);
+  } else {
+    flash_backward_f32(q, k, v, lse.data<float>(), delta.defined() ? delta.data<float>() : nullptr, dout, dq, dk, dv,
+                       float(alpha), causal);
+  }
 }
 
 }  // namespace booster::kernels

@@ -25,16 +25,21 @@ void attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v,
 void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, double alpha);
 
-/// Causal attention (query i attends to keys 0..i), f32 on AVX-512: true when q, k, v (the
-/// same [B, h, T, d] shape) fit, checked at run time.
-bool causal_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
-/// Forward into out (a [B, h, T, dv] view, last stride 1) and lse (contiguous [B, h, T]:
-/// each query's log2-sum-exp of its scores in log2 units, all the backward keeps).
-void causal_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                     const Tensor& lse, double alpha);
-/// Backward from lse and dout (last stride 1): the probabilities recomputed a head at a time.
-void causal_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
-                                      const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                                      double alpha);
+/// Attention keeping each query's log-sum-exp (FlashAttention's block), f32 on AVX-512, bf16
+/// with AVX512-BF16 and no AMX (the other attention kernels' rule): true when q [B, h, Tq, d],
+/// k and v [B, h, Tk, d] fit, checked at run time.
+bool flash_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
+/// Forward into out (a [B, h, Tq, dv] view, last stride 1) and lse (contiguous [B, h, Tq]:
+/// each query's log2-sum-exp of its scores in log2 units, all the backward keeps). causal:
+/// Tq == Tk and query i sees keys 0..i; else every query sees every key.
+void flash_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                    const Tensor& lse, double alpha, bool causal);
+/// Backward from lse and dout (last stride 1), the probabilities recomputed a head at a time,
+/// into dq, dk, dv (overwritten, in q's dtype; each may be undefined). delta (contiguous
+/// [B, h, Tq] f32, or undefined: taken from the row) is each query's <dO, O> over all its keys,
+/// for a block of them (f32 only).
+void flash_attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& lse,
+                                     const Tensor& delta, const Tensor& dout, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv, double alpha, bool causal);
 
 }  // namespace booster::kernels

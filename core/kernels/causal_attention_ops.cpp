@@ -2,8 +2,9 @@
 // work and keeping no [T, T] matrix: the forward keeps one log-sum-exp a query and the
 // backward recomputes each probability from it (FlashAttention's algorithm). On AVX-512 the
 // products run on the register tiles of the own attention kernels (attention_avx512.h: a
-// block of rows against only the keys it sees; bf16 widened to f32 around them, the results
-// rounded once); elsewhere an online softmax in rows, heads in parallel. The reference (the
+// block of rows against only the keys it sees; bf16 on vdpbf16ps where the CPU has
+// AVX512-BF16 and no AMX, else widened to f32 around them, the results rounded once);
+// elsewhere an online softmax in rows, heads in parallel. The reference (the
 // test oracle, and the path with attention dropout) is the composite of the score product, a
 // -inf mask above the diagonal, softmax, dropout and the context product.
 #include <cmath>
@@ -21,18 +22,6 @@
 
 namespace booster {
 namespace {
-
-// One head's [T, d] rows of a [B, h, T, d] view, as f32.
-std::vector<float> head_rows(const Tensor& x, int64_t b, int64_t h) {
-  Tensor rows = x.select(0, b).select(0, h).to(DType::f32).contiguous();
-  return std::vector<float>(rows.data<float>(), rows.data<float>() + rows.numel());
-}
-
-// Writes one head's f32 rows into a [B, h, T, d] tensor of any layout and dtype.
-void put_rows(Tensor& x, int64_t b, int64_t h, const std::vector<float>& rows) {
-  Tensor dst = x.select(0, b).select(0, h);
-  dst.copy_(Tensor::from_vector(rows, dst.shape()).to(x.dtype()));
-}
 
 inline float dot(const float* a, const float* b, int64_t d) {
   float s = 0;
@@ -52,28 +41,31 @@ Tensor causal_composite(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   return matmul(p, v);
 }
 
-// The AVX-512 path: f32 operands with their last stride 1 (bf16 or other layouts copied to
-// that), the outputs and gradients in the inputs' dtype.
+// The AVX-512 path: operands with their last stride 1 (other layouts copied to that) in f32,
+// or in bf16 where the bf16 kernels run (AVX512-BF16 without AMX; elsewhere bf16 is widened to
+// f32 around the f32 kernels, the results rounded once); the outputs and gradients in the
+// inputs' dtype.
 Tensor causal_avx512(const Tensor& q, const Tensor& k, const Tensor& v, double alpha) {
   const DType dt = q.dtype();
-  auto f32 = [](const Tensor& x) {
-    return kernels::attention_avx512_operand_fits(x, DType::f32) ? x.detach() : x.detach().to(DType::f32).contiguous();
+  const DType kt = dt == DType::bf16 && kernels::flash_attention_avx512_fits(q, k, v) ? DType::bf16 : DType::f32;
+  auto as_kernel = [kt](const Tensor& x) {
+    return kernels::attention_avx512_operand_fits(x, kt) ? x.detach() : x.detach().to(kt).contiguous();
   };
-  const Tensor qd = f32(q), kd = f32(k), vd = f32(v);
+  const Tensor qd = as_kernel(q), kd = as_kernel(k), vd = as_kernel(v);
   const int64_t nb = q.size(0), nh = q.size(1), t = q.size(2), d = q.size(3);
-  Tensor out = Tensor::empty({nb, t, nh, d}).permute({0, 2, 1, 3});  // heads merge by a view
+  Tensor out = Tensor::empty({nb, t, nh, d}, kt).permute({0, 2, 1, 3});  // heads merge by a view
   Tensor lse = Tensor::empty({nb, nh, t});
-  kernels::causal_attention_forward_avx512(qd, kd, vd, out, lse, alpha);
+  kernels::flash_attention_forward_avx512(qd, kd, vd, out, lse, alpha, true);
   const bool gq = q.requires_grad(), gk = k.requires_grad(), gv = v.requires_grad();
-  return autograd::record("causal_attention", {q, k, v}, out.to(dt), [qd, kd, vd, lse, alpha, dt, gq, gk, gv](const std::vector<Tensor>& g) {
+  return autograd::record("causal_attention", {q, k, v}, out.to(dt), [qd, kd, vd, lse, alpha, dt, kt, gq, gk, gv](const std::vector<Tensor>& g) {
     Tensor gout = g[0].detach();
-    if (!kernels::attention_avx512_operand_fits(gout, DType::f32)) gout = gout.to(DType::f32).contiguous();
+    if (!kernels::attention_avx512_operand_fits(gout, kt)) gout = gout.to(kt).contiguous();
     // Laid out as q, k and v are (split from one stacked projection, their gradients are the
     // pieces of one again, which its backward reads in place).
-    std::vector<Tensor> grads = empty_same_layouts({gq ? qd : Tensor(), gk ? kd : Tensor(), gv ? vd : Tensor()}, DType::f32);
-    kernels::causal_attention_backward_avx512(qd, kd, vd, lse, gout, grads[0], grads[1], grads[2], alpha);
+    std::vector<Tensor> grads = empty_same_layouts({gq ? qd : Tensor(), gk ? kd : Tensor(), gv ? vd : Tensor()}, kt);
+    kernels::flash_attention_backward_avx512(qd, kd, vd, lse, Tensor(), gout, grads[0], grads[1], grads[2], alpha, true);
     for (auto& x : grads)
-      if (x.defined() && dt != DType::f32) x = x.to(dt);
+      if (x.defined()) x = x.to(dt);
     return grads;
   });
 }
@@ -92,69 +84,138 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
   const double alpha = scale_.value_or(1.0 / std::sqrt(double(q.size(-1))));
   if (dropout_p > 0.0 || kernels::use_reference()) return causal_composite(q, k, v, dropout_p, alpha);
   if (kernels::avx512::cpu_ok() && (q.dtype() == DType::f32 || q.dtype() == DType::bf16)) return causal_avx512(q, k, v, alpha);
-  const int64_t nb = q.size(0), nh = q.size(1), t = q.size(2), d = q.size(3);
-  Tensor qd = q.detach(), kd = k.detach(), vd = v.detach();
-  Tensor out = Tensor::empty({nb, t, nh, d}, q.dtype()).permute({0, 2, 1, 3});  // heads merge by a view
-  Tensor lse = Tensor::empty({nb, nh, t});                                        // log-sum-exp a query
-  const float a = float(alpha);
-#pragma omp parallel for schedule(dynamic) collapse(2)
+  // Elsewhere: the reference rows of the blocks below, the sequence one causal block.
+  const AttentionBlock blk = attention_block_forward(q, k, v, true, alpha);
+  const Tensor qd = q.detach(), kd = k.detach(), vd = v.detach();
+  const DType dt = q.dtype();
+  return autograd::record("causal_attention", {q, k, v}, blk.out.to(dt), [qd, kd, vd, blk, alpha, dt](const std::vector<Tensor>& g) {
+    const Tensor delta = sum(mul(g[0].detach().to(DType::f32), blk.out), {3});  // <dO, O> a query
+    std::vector<Tensor> grads = attention_block_backward(qd, kd, vd, g[0], blk.lse, delta, true, alpha);
+    for (auto& x : grads) x = x.to(dt);
+    return grads;
+  });
+}
+
+namespace {
+
+// Rows of query i see keys [0, seen(i)).
+inline int64_t seen(bool causal, int64_t i, int64_t tk) { return causal ? i + 1 : tk; }
+
+// A head's dropout factors: 0 for a dropped probability, 1 / (1 - p) for a kept one (1 without dropout).
+struct HeadDropout {
+  const BlockDropout& d;
+  Generator gen;
+  int64_t head;
+  HeadDropout(const BlockDropout& drop, int64_t bh) : d(drop), gen(drop.seed), head(bh) {}
+  float factor(int64_t i, int64_t j) const {
+    if (d.p <= 0) return 1.0f;
+    const uint64_t c = uint64_t((head * d.rows + d.row_offset + i) * d.keys + d.key_offset + j);
+    return double(gen.at(c) >> 11) * 0x1.0p-53 < d.p ? 0.0f : float(1.0 / (1.0 - d.p));
+  }
+};
+
+// The reference block forward: one head's rows, an online softmax over each row's keys.
+void block_forward_rows(const float* q, const float* k, const float* v, int64_t tq, int64_t tk, int64_t d, bool causal,
+                        float a, const HeadDropout& drop, float* o, float* lse) {
+  std::vector<float> s(static_cast<size_t>(tk));
+  for (int64_t i = 0; i < tq; ++i) {
+    const int64_t n = seen(causal, i, tk);
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, s[size_t(j)] = a * dot(q + i * d, k + j * d, d));
+    float sum = 0;
+    float* oi = o + i * d;
+    std::fill(oi, oi + d, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = std::exp(s[size_t(j)] - m), kept = p * drop.factor(i, j);
+      sum += p;
+      for (int64_t c = 0; c < d; ++c) oi[c] += kept * v[j * d + c];
+    }
+    for (int64_t c = 0; c < d; ++c) oi[c] /= sum;
+    lse[i] = m + std::log(sum);
+  }
+}
+
+// The reference block backward: p = exp(a q.k - lse), f its dropout factor, dS = p (f dO.v - delta) a.
+void block_backward_rows(const float* q, const float* k, const float* v, const float* dout, const float* lse,
+                         const float* delta, int64_t tq, int64_t tk, int64_t d, bool causal, float a,
+                         const HeadDropout& drop, float* dq, float* dk, float* dv) {
+  std::fill(dq, dq + tq * d, 0.0f);
+  std::fill(dk, dk + tk * d, 0.0f);
+  std::fill(dv, dv + tk * d, 0.0f);
+  for (int64_t i = 0; i < tq; ++i) {
+    const float* qi = q + i * d;
+    const float* doi = dout + i * d;
+    for (int64_t j = 0; j < seen(causal, i, tk); ++j) {
+      const float* kj = k + j * d;
+      const float p = std::exp(a * dot(qi, kj, d) - lse[i]), f = drop.factor(i, j);
+      const float ds = p * (f * dot(doi, v + j * d, d) - delta[i]) * a;
+      for (int64_t c = 0; c < d; ++c) {
+        dv[j * d + c] += p * f * doi[c];
+        dq[i * d + c] += ds * kj[c];
+        dk[j * d + c] += ds * qi[c];
+      }
+    }
+  }
+}
+
+Tensor f32_contiguous(const Tensor& x) { return x.detach().to(DType::f32).contiguous(); }
+
+void check_block(const char* who, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  BOOSTER_CHECK_T(ShapeError, q.dim() == 4 && k.dim() == 4 && k.shape() == v.shape() && q.size(0) == k.size(0) &&
+                                  q.size(1) == k.size(1) && q.size(3) == k.size(3) && (!causal || q.size(2) == k.size(2)),
+                  who, ": q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ", shape_str(v.shape()),
+                  " must be [B, h, Tq, d] and [B, h, Tk, d]", causal ? " with Tq == Tk (causal)" : "");
+}
+
+}  // namespace
+
+AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double alpha,
+                                       const BlockDropout& dropout) {
+  ProfileScope prof_("attention block");
+  check_block("attention_block_forward", q, k, v, causal);
+  const Tensor qd = f32_contiguous(q), kd = f32_contiguous(k), vd = f32_contiguous(v);
+  const int64_t nb = q.size(0), nh = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3);
+  AttentionBlock r{Tensor::empty({nb, nh, tq, d}), Tensor::empty({nb, nh, tq})};
+  if (kernels::avx512::cpu_ok() && !kernels::use_reference() && dropout.p <= 0) {
+    kernels::flash_attention_forward_avx512(qd, kd, vd, r.out, r.lse, alpha, causal);
+    r.lse = scale(r.lse, std::log(2.0));  // log2 units -> natural
+    return r;
+  }
+#pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t h = 0; h < nh; ++h) {
-      const auto qr = head_rows(qd, b, h), kr = head_rows(kd, b, h), vr = head_rows(vd, b, h);
-      std::vector<float> o(static_cast<size_t>(t * d), 0.0f), s(static_cast<size_t>(t));
-      float* l = lse.data<float>() + (b * nh + h) * t;
-      for (int64_t i = 0; i < t; ++i) {
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) m = std::max(m, s[size_t(j)] = a * dot(&qr[size_t(i * d)], &kr[size_t(j * d)], d));
-        float sum = 0;
-        float* oi = &o[size_t(i * d)];
-        for (int64_t j = 0; j <= i; ++j) {
-          const float p = std::exp(s[size_t(j)] - m);
-          sum += p;
-          const float* vj = &vr[size_t(j * d)];
-          for (int64_t c = 0; c < d; ++c) oi[c] += p * vj[c];
-        }
-        for (int64_t c = 0; c < d; ++c) oi[c] /= sum;
-        l[i] = m + std::log(sum);
-      }
-      put_rows(out, b, h, o);
+      const int64_t hq = (b * nh + h) * tq, hk = (b * nh + h) * tk;
+      block_forward_rows(qd.data<float>() + hq * d, kd.data<float>() + hk * d, vd.data<float>() + hk * d, tq, tk, d,
+                         causal, float(alpha), HeadDropout(dropout, b * nh + h), r.out.data<float>() + hq * d,
+                         r.lse.data<float>() + hq);
     }
-  return autograd::record("causal_attention", {q, k, v}, out, [qd, kd, vd, out, lse, a](const std::vector<Tensor>& g) {
-    const int64_t nb = qd.size(0), nh = qd.size(1), t = qd.size(2), d = qd.size(3);
-    Tensor gout = g[0].detach(), od = out.detach();
-    Tensor dq = Tensor::empty(qd.shape(), qd.dtype()), dk = Tensor::empty(kd.shape(), kd.dtype()),
-           dv = Tensor::empty(vd.shape(), vd.dtype());
-#pragma omp parallel for schedule(dynamic) collapse(2)
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t h = 0; h < nh; ++h) {
-        const auto qr = head_rows(qd, b, h), kr = head_rows(kd, b, h), vr = head_rows(vd, b, h);
-        const auto gr = head_rows(gout, b, h), orow = head_rows(od, b, h);
-        std::vector<float> gq(static_cast<size_t>(t * d), 0.0f), gk(gq), gv(gq);
-        const float* l = lse.data<float>() + (b * nh + h) * t;
-        for (int64_t i = 0; i < t; ++i) {
-          const float* qi = &qr[size_t(i * d)];
-          const float* doi = &gr[size_t(i * d)];
-          const float di = dot(doi, &orow[size_t(i * d)], d);  // D_i = dO_i . O_i
-          float* dqi = &gq[size_t(i * d)];
-          for (int64_t j = 0; j <= i; ++j) {
-            const float* kj = &kr[size_t(j * d)];
-            const float p = std::exp(a * dot(qi, kj, d) - l[i]);
-            const float ds = p * (dot(doi, &vr[size_t(j * d)], d) - di) * a;
-            float* dvj = &gv[size_t(j * d)];
-            float* dkj = &gk[size_t(j * d)];
-            for (int64_t c = 0; c < d; ++c) {
-              dvj[c] += p * doi[c];
-              dqi[c] += ds * kj[c];
-              dkj[c] += ds * qi[c];
-            }
-          }
-        }
-        put_rows(dq, b, h, gq);
-        put_rows(dk, b, h, gk);
-        put_rows(dv, b, h, gv);
-      }
-    return std::vector<Tensor>{dq, dk, dv};
-  });
+  return r;
+}
+
+std::vector<Tensor> attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                             const Tensor& lse, const Tensor& delta, bool causal, double alpha,
+                                             const BlockDropout& dropout) {
+  ProfileScope prof_("attention block");
+  check_block("attention_block_backward", q, k, v, causal);
+  const Tensor qd = f32_contiguous(q), kd = f32_contiguous(k), vd = f32_contiguous(v), gd = f32_contiguous(dout);
+  const Tensor ld = f32_contiguous(lse), dd = f32_contiguous(delta);
+  const int64_t nb = q.size(0), nh = q.size(1), tq = q.size(2), tk = k.size(2), d = q.size(3);
+  std::vector<Tensor> g{Tensor::empty(qd.shape()), Tensor::empty(kd.shape()), Tensor::empty(vd.shape())};
+  if (kernels::avx512::cpu_ok() && !kernels::use_reference() && dropout.p <= 0) {
+    const Tensor l2 = scale(ld, 1.0 / std::log(2.0)).contiguous();  // natural -> log2 units
+    kernels::flash_attention_backward_avx512(qd, kd, vd, l2, dd, gd, g[0], g[1], g[2], alpha, causal);
+    return g;
+  }
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t hq = (b * nh + h) * tq, hk = (b * nh + h) * tk;
+      block_backward_rows(qd.data<float>() + hq * d, kd.data<float>() + hk * d, vd.data<float>() + hk * d,
+                          gd.data<float>() + hq * d, ld.data<float>() + hq, dd.data<float>() + hq, tq, tk, d, causal,
+                          float(alpha), HeadDropout(dropout, b * nh + h), g[0].data<float>() + hq * d, g[1].data<float>() + hk * d,
+                          g[2].data<float>() + hk * d);
+    }
+  return g;
 }
 
 }  // namespace booster

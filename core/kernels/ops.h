@@ -44,6 +44,31 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p = 0.0,
                         std::optional<double> scale = std::nullopt);
 
+/// One block of FlashAttention, without autograd (ring attention's steps): q [B, h, Tq, d]
+/// over k, v [B, h, Tk, d] (causal: Tq == Tk and query i sees keys 0..i; else all). out: f32
+/// contiguous [B, h, Tq, d]; lse: f32 [B, h, Tq], each query's natural log-sum-exp of alpha q.k
+/// over the block's keys. Blocks of one row combine by their lse.
+struct AttentionBlock {
+  Tensor out, lse;
+};
+/// Attention dropout inside blocks: row i drops key j's probability (the kept ones scaled by
+/// 1 / (1 - p)) where the counter-based draw Generator(seed).at(c) falls below p, c = (head *
+/// rows + row_offset + i) * keys + key_offset + j: a block's mask is the same in its forward
+/// and its backward, and the blocks of a sequence draw disjoint counters. The lse stays the
+/// undropped softmax's. Runs on the reference rows (as causal_attention's dropout path does).
+struct BlockDropout {
+  double p = 0;
+  uint64_t seed = 0;
+  int64_t row_offset = 0, rows = 0, key_offset = 0, keys = 0;
+};
+AttentionBlock attention_block_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double alpha,
+                                       const BlockDropout& dropout = {});
+/// The block's {dq, dk, dv} (f32 contiguous) from the whole rows' lse and delta (f32 [B, h, Tq]:
+/// <dO, O> of the rows' final output): p = exp(alpha q.k - lse), dS = alpha p (dO.v - delta).
+std::vector<Tensor> attention_block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                                             const Tensor& lse, const Tensor& delta, bool causal, double alpha,
+                                             const BlockDropout& dropout = {});
+
 /// Rotary position embedding of x [B, T, heads, d] at positions past .. past + T - 1
 /// (transformers' LLaMA): frequency i = theta^(-2i / d) rotates the pair (x_i, x_{i + d/2}),
 /// x cos + rotate_half(x) sin.

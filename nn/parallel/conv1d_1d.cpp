@@ -3,14 +3,14 @@
 
 #include "core/dist/functional.h"
 #include "nn/parallel/linear_1d.h"
+#include "nn/parallel/ring_linear.h"
 
 namespace booster::nn {
 
 namespace {
 std::pair<Tensor, Tensor> conv1d_handles(const std::shared_ptr<Module>& native, const char* who) {
-  auto* c = dynamic_cast<Conv1D*>(native.get());
-  BOOSTER_CHECK(c != nullptr, who, ".from_native_module: expects a Conv1D, got a ", native ? native->type_name() : "null module");
-  return {c->weight.get(), c->bias.defined() ? c->bias.get() : Tensor()};
+  auto& c = native_as<Conv1D>(native, who, "a Conv1D");
+  return {c.weight.get(), c.bias.defined() ? c.bias.get() : Tensor()};
 }
 // A fresh copy of a Conv1D subclass of `w`'s and `b`'s shapes (released tensors stay released).
 template <typename T, typename... Args>
@@ -44,8 +44,10 @@ std::shared_ptr<UnaryModule> GPT2FusedLinearConv1DCol::from_native_module(const 
 
 // x: [..., in] (a sequence shard [B, T/tp, in] under sequence parallelism) -> [..., out/tp]
 Tensor GPT2FusedLinearConv1DCol::forward(const Tensor& x) {
-  if (opts_.tokens_split())  // Megatron's gather, the input kept as the shard for backward
-    return sequence_gathered_linear(x, weight, bias.defined() ? bias.get() : Tensor(), tp_, opts_.seq_dim, true);
+  if (opts_.tokens_split()) {  // Megatron's gather, the input kept as the shard for backward
+    const Tensor b = bias.defined() ? bias.get() : Tensor();
+    return opts_.ring ? ring_gathered_linear(x, weight, b, tp_, true) : sequence_gathered_linear(x, weight, b, tp_, opts_.seq_dim, true);
+  }
   return Conv1D::forward(dist::reduce_backward(x, tp_));
 }
 
@@ -66,12 +68,16 @@ Tensor GPT2FusedLinearConv1DRow::forward(const Tensor& x) {
   const int64_t in = weight->size(0), out = weight->size(1);
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && x.size(-1) == in, "GPT2FusedLinearConv1D_Row: input ", shape_str(x.shape()),
                   " does not end in this rank's ", in, " features");
-  Shape os = x.shape();
-  os.back() = out;
-  const Tensor partial = matmul(x.reshape({-1, in}), weight).view(os);
   const bool split = opts_.tokens_split();
-  Tensor y = split ? dist::reducescatter_forward_gather_backward(partial, opts_.seq_dim, tp_)
-                   : dist::reduce_forward(partial, tp_);
+  Tensor y;
+  if (split && opts_.ring) {
+    y = ring_scattered_linear(x, weight, tp_, true);
+  } else {
+    Shape os = x.shape();
+    os.back() = out;
+    const Tensor partial = matmul(x.reshape({-1, in}), weight).view(os);
+    y = split ? dist::reducescatter_forward_gather_backward(partial, opts_.seq_dim, tp_) : dist::reduce_forward(partial, tp_);
+  }
   if (!bias.defined()) return y;
   // On sequence shards each rank adds the bias to its own tokens: its gradient is completed over tp.
   return add(y, split ? dist::reduce_backward(bias.get(), tp_) : bias.get());

@@ -11,10 +11,9 @@ TPDropout::TPDropout(double p, std::shared_ptr<Generator> gen, bool parallel_inp
 std::shared_ptr<UnaryModule> TPDropout::from_native_module(const std::shared_ptr<Module>& native,
                                                            std::shared_ptr<Generator> gen, bool parallel_input) {
   if (auto done = std::dynamic_pointer_cast<TPDropout>(native)) return done;
-  auto* d = dynamic_cast<Dropout*>(native.get());
-  BOOSTER_CHECK(d != nullptr, "DropoutFor", parallel_input ? "Parallel" : "Replicated",
-                "Input.from_native_module: expects a Dropout, got a ", native ? native->type_name() : "null module");
-  return std::make_shared<TPDropout>(d->p(), std::move(gen), parallel_input);
+  const auto& d = native_as<Dropout>(native, std::string("DropoutFor") + (parallel_input ? "Parallel" : "Replicated") + "Input",
+                                     "a Dropout");
+  return std::make_shared<TPDropout>(d.p(), std::move(gen), parallel_input);
 }
 
 }  // namespace booster::nn

@@ -36,10 +36,8 @@ std::shared_ptr<Module> SequenceParallelLayerNorm::fresh() const {
 std::shared_ptr<UnaryModule> SequenceParallelRMSNorm::from_native_module(const std::shared_ptr<Module>& native,
                                                                          const dist::ProcessGroup& tp) {
   if (auto done = std::dynamic_pointer_cast<SequenceParallelRMSNorm>(native)) return done;
-  auto* n = dynamic_cast<LlamaRMSNorm*>(native.get());
-  BOOSTER_CHECK(n != nullptr, "SequenceParallelRMSNorm.from_native_module: expects a LlamaRMSNorm, got a ",
-                native ? native->type_name() : "null module");
-  return std::make_shared<SequenceParallelRMSNorm>(n->weight.get(), n->eps(), tp);
+  auto& n = native_as<LlamaRMSNorm>(native, "SequenceParallelRMSNorm", "a LlamaRMSNorm");
+  return std::make_shared<SequenceParallelRMSNorm>(n.weight.get(), n.eps(), tp);
 }
 
 // x: [B, T/tp, C] -> [B, T/tp, C]

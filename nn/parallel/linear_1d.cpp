@@ -3,9 +3,10 @@
 
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
-#include "core/kernels/ops.h"
 #include "core/dist/functional.h"
+#include "core/kernels/ops.h"
 #include "core/tensor/lazy.h"
+#include "nn/parallel/ring_linear.h"
 
 namespace booster::nn {
 
@@ -83,10 +84,8 @@ Tensor sequence_gathered_linear(const Tensor& x, const Tensor& weight, const Ten
 }
 
 std::pair<Tensor, Tensor> linear_handles(const std::shared_ptr<Module>& native, const std::string& who) {
-  auto* lin = dynamic_cast<Linear*>(native.get());
-  BOOSTER_CHECK(lin != nullptr, who, ".from_native_module: expects a Linear, got a ",
-                native ? native->type_name() : "null module");
-  return {lin->weight.get(), lin->bias.defined() ? lin->bias.get() : Tensor()};
+  auto& lin = native_as<Linear>(native, who, "a Linear");
+  return {lin.weight.get(), lin.bias.defined() ? lin.bias.get() : Tensor()};
 }
 
 std::shared_ptr<Linear> Linear1DCol::from_native_module(const std::shared_ptr<Module>& native,
@@ -102,7 +101,8 @@ std::shared_ptr<Linear> Linear1DCol::from_native_module(const std::shared_ptr<Mo
 Tensor Linear1DCol::forward(const Tensor& x) {
   Tensor y;
   if (!opts_.input_gathered && opts_.tokens_split() && opts_.seq_len < 0) {  // even shards: Megatron's gather, kept as the shard
-    y = sequence_gathered_linear(x, weight, bias.defined() ? bias.get() : Tensor(), tp_, opts_.seq_dim, false);
+    const Tensor b = bias.defined() ? bias.get() : Tensor();
+    y = opts_.ring ? ring_gathered_linear(x, weight, b, tp_, false) : sequence_gathered_linear(x, weight, b, tp_, opts_.seq_dim, false);
   } else {
     Tensor in = opts_.input_gathered ? x
                  : opts_.tokens_split() ? dist::gather_forward_reducescatter_backward(x, opts_.seq_dim, tp_, opts_.seq_len)
@@ -123,9 +123,9 @@ std::shared_ptr<Linear> Linear1DRow::from_native_module(const std::shared_ptr<Mo
 // x: [..., in/tp] -> [..., out] (a balanced sequence shard of it under sequence parallelism)
 Tensor Linear1DRow::forward(const Tensor& x) {
   Tensor in = opts_.parallel_input ? x : dist::split_forward_gather_backward(x, -1, tp_);
-  Tensor partial = linear(in, weight, Tensor());
-  Tensor y = opts_.tokens_split() ? dist::reducescatter_forward_gather_backward(partial, opts_.seq_dim, tp_, true)
-                                  : dist::reduce_forward(partial, tp_);
+  Tensor y = opts_.tokens_split() && opts_.ring ? ring_scattered_linear(in, weight, tp_, false)
+             : opts_.tokens_split() ? dist::reducescatter_forward_gather_backward(linear(in, weight, Tensor()), opts_.seq_dim, tp_, true)
+                                    : dist::reduce_forward(linear(in, weight, Tensor()), tp_);
   if (!bias.defined()) return y;
   // Under sequence parallelism each rank adds the bias to its own tokens: its gradient is
   // a partial sum, completed over tp in backward.

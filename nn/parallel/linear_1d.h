@@ -19,6 +19,8 @@ struct Linear1DOptions {
   bool parallel_input = true;    // row: the input is already split along its features
   bool seq_parallel = false;     // activations outside the pair are sequence shards: a column
                                  // linear all-gathers its input, a row linear reduce-scatters its output
+  bool ring = false;             // sequence parallel: the gather and the reduce-scatter go round the
+                                 // group a shard at a time, overlapped with the products (mode ring)
   bool input_gathered = false;   // column, sequence parallel: the layer before already all-gathered
                                  // the input (and reduce-scatters its gradient), so nothing to do here
   int64_t seq_dim = 1;           // the sequence dim of [B, T, C] activations

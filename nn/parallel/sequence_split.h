@@ -6,8 +6,11 @@
 // reduce-scatter the tokens); under all_to_all (Ulysses) it is a group of its own whose
 // ranks are data parallel too: each computes its shard's share of the gradients, which the
 // gradient synchronization over dp x sp must sum, not average, inside the split (and
-// average outside it, where every rank holds all of them). So with `ulysses` the gradient
-// entering the split is scaled by sp on the way back and the one leaving it by 1 / sp.
+// average outside it, where every rank holds all of them). So with `data_parallel` the
+// gradient entering the split is scaled by sp on the way back and the one leaving it by 1 / sp.
+// Under ring_attn the group is the sp one too, and the split is zigzag: the sequence is cut
+// into 2 x sp chunks and rank r holds chunks r and 2 sp - 1 - r (ring_attention.h), so the
+// causal work is the same on every rank.
 // A model that generates with a cache turns the split off (SequenceSplitOff): one token at a
 // time does not split, and its layers then run whole.
 #pragma once
@@ -21,7 +24,8 @@ namespace booster::nn {
 
 struct SequenceSplit {
   const dist::ProcessGroup* group = nullptr;
-  bool ulysses = false;  // the group is data parallel too (see above)
+  bool data_parallel = false;  // the group is data parallel too (all_to_all, ring_attn; see above)
+  bool zigzag = false;         // ring_attn's split (see above)
   bool on = true;        // off while the model generates with a cache
   /// [B, T, ...] -> this rank's balanced share of the T tokens. `who` names the model in the
   /// error when `divisible` and T does not divide by the group (a pipeline's last stage must

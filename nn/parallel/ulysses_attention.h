@@ -4,17 +4,14 @@
 // holds all the tokens of heads / sp heads, attention runs whole there, and the context
 // goes back to token shards through one more. Token shards are balanced (a ViT's 197 tokens
 // over 2 ranks: 99 and 98); the heads (and LLaMA's key/value heads) divide by the group
-// size. One exchange (ulysses_attention) serves the ViT's, GPT-2's and LLaMA's attentions,
-// under HybridParallelPlugin and GalvatronPlugin alike. Generating with a cache runs the
-// adopted model's own attention on whole sequences (forward_cached is not replaced).
+// size. One exchange (ulysses_attention) serves the ViT's attention (below), GPT-2's and
+// LLaMA's (sp_attention.h), under HybridParallelPlugin and GalvatronPlugin alike.
 #pragma once
 
 #include <functional>
 #include <memory>
 
 #include "core/dist/process_group.h"
-#include "nn/gpt2.h"
-#include "nn/llama.h"
 #include "nn/vit.h"
 
 namespace booster::nn {
@@ -47,40 +44,6 @@ class UlyssesViTSelfAttention : public ViTSelfAttention {
  private:
   const dist::ProcessGroup& sp_;
   int64_t tokens_;
-};
-
-/// GPT-2's causal attention on token shards (the sequence splits evenly over sp).
-class UlyssesGPT2Attention : public GPT2Attention {
- public:
-  UlyssesGPT2Attention(const GPT2Attention& native, const dist::ProcessGroup& sp);
-  static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
-                                                         const dist::ProcessGroup& sp);
-  std::string type_name() const override { return "UlyssesGPT2Attention"; }
-  /// hidden: [B, T / sp, E] -> [B, T / sp, E]
-  Tensor forward(const Tensor& hidden) override;
-
- protected:
-  std::shared_ptr<Module> fresh() const override;
-
- private:
-  const dist::ProcessGroup& sp_;
-};
-
-/// LLaMA's grouped-query attention on token shards: rotary embeddings at the tokens' own
-/// positions, applied after the exchange (each rank then holds the whole sequence).
-class UlyssesLlamaAttention : public LlamaAttention {
- public:
-  UlyssesLlamaAttention(const LlamaAttention& native, const dist::ProcessGroup& sp);
-  static std::shared_ptr<UnaryModule> from_native_module(const std::shared_ptr<Module>& native,
-                                                         const dist::ProcessGroup& sp);
-  std::string type_name() const override { return "UlyssesLlamaAttention"; }
-  Tensor forward(const Tensor& hidden) override;
-
- protected:
-  std::shared_ptr<Module> fresh() const override;
-
- private:
-  const dist::ProcessGroup& sp_;
 };
 
 }  // namespace booster::nn

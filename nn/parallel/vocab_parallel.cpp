@@ -47,10 +47,7 @@ std::shared_ptr<Embedding> VocabParallelEmbedding1D::from_native_module(const st
                                                                         const dist::ProcessGroup& tp, int64_t divisible_by,
                                                                         bool gather_output) {
   if (auto done = std::dynamic_pointer_cast<VocabParallelEmbedding1D>(native)) return done;
-  auto* e = dynamic_cast<Embedding*>(native.get());
-  BOOSTER_CHECK(e != nullptr, "VocabParallelEmbedding1D.from_native_module: expects an Embedding, got a ",
-                native ? native->type_name() : "null module");
-  Tensor w = e->weight.get();
+  Tensor w = native_as<Embedding>(native, "VocabParallelEmbedding1D", "an Embedding").weight.get();
   VocabPartition part = shard_rows(w, tp, divisible_by, "VocabParallelEmbedding1D weight");
   return std::make_shared<VocabParallelEmbedding1D>(w, tp, part, gather_output);
 }

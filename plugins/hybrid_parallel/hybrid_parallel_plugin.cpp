@@ -31,7 +31,9 @@ HybridParallelOptions HybridParallelOptions::from_config(const Config& cfg, cons
         .add("enable_flash_attention", &O::enable_flash_attention)
         .add("enable_jit_fused", &O::enable_jit_fused)
         .add("enable_sequence_parallelism", &O::enable_sequence_parallelism)
-        .add("sequence_parallelism_mode", &O::sequence_parallelism_mode, "split_gather or all_to_all (\"\": split_gather when enabled)")
+        .add("sequence_parallelism_mode", &O::sequence_parallelism_mode,
+             "split_gather, ring, all_to_all or ring_attn (\"\": split_gather when enabled)")
+        .add("enable_sequence_overlap", &O::enable_sequence_overlap, "split_gather's communication overlapped (mode ring)")
         .add("parallel_output", &O::parallel_output, "vocabulary-parallel logits stay split (false: gathered)")
         .add("make_vocab_size_divisible_by", &O::make_vocab_size_divisible_by)
         .add("num_microbatches", &O::num_microbatches, "0: None")
@@ -88,22 +90,24 @@ void HybridParallelOptions::validate() const {
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
   if (enable_sequence_parallelism) {
-    BOOSTER_CHECK(m == "split_gather" || m == "all_to_all", who, "sequence_parallelism_mode '", m,
-                  "' is not implemented; split_gather and all_to_all are");
-    if (m == "split_gather") {
-      BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode split_gather shards over the tensor-parallel group and "
-                                      "needs tp_size > 1, got tp_size ", tp_size);
-      BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size,
-                    " with split_gather: the sequence is split over the tp group (leave sp_size unset)");
+    BOOSTER_CHECK(!enable_sequence_overlap || m == "split_gather" || m == "ring", who, "enable_sequence_overlap overlaps ",
+                  "split_gather's communication with the linears (mode ring); sequence_parallelism_mode ", m,
+                  " has no gather around the linears to overlap");
+    if (m == "split_gather" || m == "ring") {
+      BOOSTER_CHECK(tp_size > 1, who, "sequence_parallelism_mode ", m, " shards over the tensor-parallel group and "
+                    "needs tp_size > 1, got tp_size ", tp_size);
+      BOOSTER_CHECK(sp_size == 0 || sp_size == 1 || sp_size == tp_size, who, "sp_size ", sp_size, " with ", m,
+                    ": the sequence is split over the tp group (leave sp_size unset)");
     } else {
-      BOOSTER_CHECK(sp_size > 1, who, "sequence_parallelism_mode all_to_all (Ulysses) splits the sequence over sp_size "
-                                      "ranks; set sp_size > 1, got ", sp_size);
-      BOOSTER_CHECK(tp_size == 1, who, "sequence_parallelism_mode all_to_all runs on whole weights here (tp_size 1), ",
+      BOOSTER_CHECK(sp_size > 1, who, "sequence_parallelism_mode ", m, m == "all_to_all" ? " (Ulysses)" : " (ring attention)",
+                    " splits the sequence over sp_size ranks; set sp_size > 1, got ", sp_size);
+      BOOSTER_CHECK(tp_size == 1, who, "sequence_parallelism_mode ", m, " runs on whole weights here (tp_size 1), ",
                     "got tp_size ", tp_size);
     }
   } else {
     BOOSTER_CHECK(sp_size == 0 || sp_size == 1, who, "sp_size ", sp_size,
                   " needs enable_sequence_parallelism = true");
+    BOOSTER_CHECK(!enable_sequence_overlap, who, "enable_sequence_overlap needs enable_sequence_parallelism = true");
   }
   BOOSTER_CHECK(num_microbatches >= 0, who, "num_microbatches must be >= 0 (0: None), got ", num_microbatches);
   BOOSTER_CHECK(microbatch_size >= 0, who, "microbatch_size must be >= 0 (0: None), got ", microbatch_size);
@@ -150,10 +154,11 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
-  const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size, sp = ulysses() ? opts_.sp_size : 1;
+  const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size, sp = sp_axis() ? opts_.sp_size : 1;
   BOOSTER_CHECK(world % (tp * pp * sp) == 0, "HybridParallelPlugin: the world size ", world,
                 " is not divisible by tp_size ", tp, " x pp_size ", pp, sp > 1 ? " x sp_size " + std::to_string(sp) : "");
-  // (dp, pp, sp, tp), or (pp, dp, sp, tp): Ulysses' sp ranks consecutive, inside each data-parallel replica.
+  // (dp, pp, sp, tp), or (pp, dp, sp, tp): the sp ranks (Ulysses', ring attention's) consecutive, inside each
+  // data-parallel replica.
   const int dp = world / (tp * pp * sp);
   std::vector<std::pair<std::string, int>> axes = {{"dp", dp}, {"pp", pp}, {"sp", sp}, {"tp", tp}};
   if (!opts_.dp_outside) std::swap(axes[0], axes[1]);
@@ -218,12 +223,13 @@ void set_checkpointing_ratio(nn::Module& root, double ratio) {
 }
 }  // namespace
 
-bool HybridParallelPlugin::ulysses() const {
-  return opts_.enable_sequence_parallelism && opts_.sequence_parallelism_mode == "all_to_all";
+bool HybridParallelPlugin::sp_axis() const {
+  const std::string& m = opts_.sequence_parallelism_mode;
+  return opts_.enable_sequence_parallelism && (m == "all_to_all" || m == "ring_attn");
 }
 
 const dist::ProcessGroup& HybridParallelPlugin::grad_group() const {
-  return ulysses() ? mesh_->group(std::vector<std::string>{"dp", "sp"}) : mesh_->group("dp");
+  return sp_axis() ? mesh_->group(std::vector<std::string>{"dp", "sp"}) : mesh_->group("dp");
 }
 
 std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
@@ -232,7 +238,7 @@ std::pair<int, int> HybridParallelPlugin::dp_rank_size() const {
 
 void HybridParallelPlugin::configure(BoostedObjects& o) {
   auto module = o.model->module();
-  const auto& dp = grad_group();  // Ulysses: the sp ranks are data parallel too
+  const auto& dp = grad_group();  // Ulysses, ring attention: the sp ranks are data parallel too
   const auto& tp = mesh_->group("tp");
   BOOSTER_CHECK(!(opts_.pp_size > 1 && opts_.enable_sequence_parallelism) || dynamic_cast<nn::CausalLM*>(module.get()),
                 "HybridParallelPlugin: sequence parallelism with pp_size > 1 runs for language models (their token ",
@@ -244,7 +250,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
   if (opts_.gradient_checkpointing_ratio > 0) set_checkpointing_ratio(*module, opts_.gradient_checkpointing_ratio);
   if (opts_.pp_size > 1) broadcast_module_state(*module, mesh_->group("pp"), true, true);
   broadcast_module_state(*module, tp, true);
-  if (opts_.tp_size > 1 || ulysses()) {
+  if (opts_.tp_size > 1 || sp_axis()) {
     std::shared_ptr<shardformer::Policy> policy = opts_.custom_policy_object
                                          ? opts_.custom_policy_object
                                          : !opts_.custom_policy.empty() ? shardformer::make_policy(opts_.custom_policy) : shardformer::auto_policy(*module);
@@ -255,6 +261,7 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     sc.sequence_parallel_process_group = &mesh_->group("sp");
     sc.enable_sequence_parallelism = opts_.enable_sequence_parallelism;
     sc.sequence_parallelism_mode = opts_.sequence_parallelism_mode;
+    sc.enable_sequence_overlap = opts_.enable_sequence_overlap;
     sc.parallel_output = opts_.parallel_output;
     sc.make_vocab_size_divisible_by = opts_.make_vocab_size_divisible_by;
     sc.grid = grid_.get();

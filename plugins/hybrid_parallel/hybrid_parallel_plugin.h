@@ -1,11 +1,13 @@
 // HybridParallelPlugin (Colossal-AI's name, arguments, defaults and checks): tensor
 // parallelism through a shardformer policy (ViT, GPT-2 and LLaMA built in, custom_policy for
 // any other model), 1D or, as legacy Colossal-AI's tensor modes, on a 2D, 2.5D or 3D grid
-// (tp_mode); sequence parallelism: split_gather over the tp group, all_to_all (Ulysses) over
-// an sp axis whose ranks are data parallel too; data parallelism over the dp group (DDP at
+// (tp_mode); sequence parallelism: split_gather over the tp group (ring: its gather and
+// reduce-scatter overlapped with the linears, round the group), all_to_all (Ulysses) and
+// ring_attn (ring attention, causal language models) over an sp axis whose ranks are data
+// parallel too; data parallelism over the dp group (DDP at
 // zero_stage 0, the ZeRO-1/2 optimizer of LowLevelZeroPlugin otherwise) and fp16 / bf16 /
 // fp32 with the shared loss-scaling rule. Ranks form a (dp, pp, sp, tp) mesh, tp innermost
-// (dp_outside; (pp, dp, sp, tp) otherwise; sp is 1 but under Ulysses). Pipeline parallelism
+// (dp_outside; (pp, dp, sp, tp) otherwise; sp is 1 but under Ulysses and ring attention). Pipeline parallelism
 // (pp_size > 1): each stage keeps the layers of its model chunks (the others' tensors are
 // released and the optimizer's groups filtered to what it holds) and runs them through
 // execute_pipeline with the 1F1B or the interleaved schedule; DDP or ZeRO-1/2 synchronize a
@@ -42,6 +44,9 @@ struct HybridParallelOptions {
   bool enable_jit_fused = false;
   bool enable_sequence_parallelism = false;
   std::string sequence_parallelism_mode;  // "" (None): split_gather when enabled
+  /// split_gather's gather and reduce-scatter overlapped with the linears' products, round the
+  /// tp group a shard at a time: the same as sequence_parallelism_mode "ring".
+  bool enable_sequence_overlap = false;
   bool parallel_output = true;
   int64_t make_vocab_size_divisible_by = 64;  // a vocabulary-parallel head's padding (Colossal-AI's default)
   int64_t num_microbatches = 0;  // 0: None
@@ -112,9 +117,9 @@ class HybridParallelPlugin : public Plugin {
  private:
   LayoutCheckpointIO checkpoint_io_;
   HybridParallelOptions opts_;
-  /// Ulysses (sequence_parallelism_mode all_to_all) is on.
-  bool ulysses() const;
-  /// The group gradients are synchronized over: dp, or dp x sp under Ulysses.
+  /// The tokens split over an sp axis: sequence_parallelism_mode all_to_all (Ulysses) or ring_attn.
+  bool sp_axis() const;
+  /// The group gradients are synchronized over: dp, or dp x sp under Ulysses and ring attention.
   const dist::ProcessGroup& grad_group() const;
   /// Keeps this stage's layers: releases every other tensor and drops it from the optimizer.
   void keep_stage_layers(BoostedObjects& o);

@@ -4,7 +4,7 @@
 #include "nn/gpt2.h"
 #include "nn/llama.h"
 #include "nn/parallel/conv1d_1d.h"
-#include "nn/parallel/ulysses_attention.h"
+#include "nn/parallel/sp_attention.h"
 #include "nn/parallel/vocab_parallel.h"
 #include "shardformer/policies/factories.h"
 
@@ -20,23 +20,26 @@ const Model& model_of(const nn::Module& model, const std::string& policy, const 
   return *m;
 }
 
-// What both policies refuse: a grid; Ulysses beside tensor parallelism; a mode not done.
+// What both policies refuse: a grid; Ulysses or ring attention beside tensor parallelism; a
+// mode not done.
 void common_checks(const std::string& policy, const ShardConfig& config) {
   BOOSTER_CHECK(!config.grid, policy, ": tensor parallelism of a language model is 1D; the ",
                 config.grid ? config.grid->describe() : "", " (tp_mode 2d, 2.5d, 3d) is the ViT's");
   if (!config.enable_sequence_parallelism) return;
   const std::string& m = config.sequence_parallelism_mode;
-  BOOSTER_CHECK(m == "split_gather" || m == "all_to_all", policy, ": sequence_parallelism_mode '", m,
-                "' is not implemented for language models; split_gather and all_to_all are");
-  BOOSTER_CHECK(!config.ulysses() || config.tp_size() == 1, policy, ": Ulysses (all_to_all) runs on whole weights here; ",
+  BOOSTER_CHECK(m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", policy,
+                ": sequence_parallelism_mode '", m, "' is not implemented for language models");
+  BOOSTER_CHECK(!config.sp_axis() || config.tp_size() == 1, policy, ": ", m, " runs on whole weights here; ",
                 "the tensor-parallel size must be 1, got ", config.tp_size());
 }
 
-// The tensor-parallel linears' options: under split_gather, on token shards (the model's
-// own split, set by preprocess; or, without one, always: a Galvatron layer splits them).
+// The tensor-parallel linears' options: under split_gather (and ring, its overlapped form), on
+// token shards (the model's own split, set by preprocess; or, without one, always: a Galvatron
+// layer splits them).
 nn::Linear1DOptions tp_options(const ShardConfig& config, const std::shared_ptr<nn::SequenceSplit>& split) {
   nn::Linear1DOptions o;
-  o.seq_parallel = config.enable_sequence_parallelism && !config.ulysses();
+  o.seq_parallel = config.enable_sequence_parallelism && !config.sp_axis();
+  o.ring = config.sequence_overlap();
   o.split = split;
   return o;
 }
@@ -46,9 +49,12 @@ ModuleFactory sp_norm(bool rms) {
                : nn::SequenceParallelLayerNorm::from_native_module(m, c.tp_group());
   };
 }
-template <typename Ulysses>
-ModuleFactory ulysses_attention() {
-  return [](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) { return Ulysses::from_native_module(m, c.sp_group()); };
+// Ulysses' or ring attention's replacement of an attention, over the sp group.
+template <typename Attention>
+ModuleFactory sp_attention() {
+  return [](const std::shared_ptr<nn::Module>& m, const ShardConfig& c) {
+    return Attention::from_native_module(m, c.sp_group(), c.ring_attn() ? nn::SequenceMode::ring : nn::SequenceMode::ulysses);
+  };
 }
 // A vocabulary that leaves a rank only padding (checked for every rank, so all refuse alike).
 void vocabulary_splits(const ShardConfig& config, int64_t vocab_size) {
@@ -88,6 +94,7 @@ ModuleFactory conv_row(nn::Linear1DOptions o) {
 void GPT2LMHeadModelPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& config) const {
   const auto& c = model_of<nn::GPT2LMHeadModel>(model, name(), "GPT2LMHeadModel").config();
   common_checks(name(), config);
+  if (config.ring_attn()) return;
   if (config.ulysses()) return divides(name(), "n_head", c.n_head, config.sp_group().size(), "sp_size");
   const int tp = config.tp_size();
   divides(name(), "n_head", c.n_head, tp);
@@ -104,8 +111,8 @@ std::map<std::string, ModulePolicyDescription> GPT2LMHeadModelPolicy::module_pol
   const auto& gpt2 = model_of<nn::GPT2LMHeadModel>(model, name(), "GPT2LMHeadModel");
   const auto& c = gpt2.config();
   std::map<std::string, ModulePolicyDescription> p;
-  if (config.ulysses()) {  // whole weights; the attention exchanges heads for tokens
-    p["GPT2Block"].sub_module_replacement = {{"attn", ulysses_attention<nn::UlyssesGPT2Attention>()}};
+  if (config.sp_axis()) {  // whole weights; the attention exchanges heads for tokens, or passes keys round
+    p["GPT2Block"].sub_module_replacement = {{"attn", sp_attention<nn::SequenceParallelGPT2Attention>()}};
     return p;
   }
   const nn::Linear1DOptions o = tp_options(config, gpt2.transformer->sequence_split);  // split_gather: token shards
@@ -126,6 +133,7 @@ std::map<std::string, ModulePolicyDescription> GPT2LMHeadModelPolicy::module_pol
 void LlamaForCausalLMPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& config) const {
   const auto& c = model_of<nn::LlamaForCausalLM>(model, name(), "LlamaForCausalLM").config();
   common_checks(name(), config);
+  if (config.ring_attn()) return;
   const int tp = config.ulysses() ? config.sp_group().size() : config.tp_size();
   const char* size = config.ulysses() ? "sp_size" : "tp_size";
   BOOSTER_CHECK(c.num_attention_heads % tp == 0, name(), ": num_attention_heads ", c.num_attention_heads,
@@ -148,8 +156,8 @@ std::map<std::string, ModulePolicyDescription> LlamaForCausalLMPolicy::module_po
   const auto& c = llama.config();
   const int tp = config.tp_size();
   std::map<std::string, ModulePolicyDescription> p;
-  if (config.ulysses()) {  // whole weights; the attention exchanges heads for tokens
-    p["LlamaDecoderLayer"].sub_module_replacement = {{"self_attn", ulysses_attention<nn::UlyssesLlamaAttention>()}};
+  if (config.sp_axis()) {  // whole weights; the attention exchanges heads for tokens, or passes keys round
+    p["LlamaDecoderLayer"].sub_module_replacement = {{"self_attn", sp_attention<nn::SequenceParallelLlamaAttention>()}};
     return p;
   }
   const nn::Linear1DOptions o = tp_options(config, llama.model->sequence_split);  // split_gather: token shards

@@ -69,9 +69,16 @@ void ViTPolicy::config_sanity_check(const nn::Module& model, const ShardConfig& 
                 " does not divide by tp_size ", tp);
   BOOSTER_CHECK(c.intermediate_size % tp == 0, name(), ": intermediate_size ", c.intermediate_size,
                 " does not divide by tp_size ", tp);
+  BOOSTER_CHECK(!config.sequence_overlap() || config.sequence_parallelism_mode != "split_gather", name(),
+                ": enable_sequence_overlap is not supported for ViT (its sequence-parallel LayerNorm gathers the "
+                "tokens before the linears and its shards are uneven, 197 tokens); use split_gather without it");
   BOOSTER_CHECK(!config.enable_sequence_parallelism || config.sequence_parallelism_mode == "split_gather", name(),
                 ": sequence_parallelism_mode '", config.sequence_parallelism_mode,
-                "' is not supported for ViT; use split_gather or all_to_all");
+                "' is not supported for ViT", config.ring_attn() ? " (ring_attn is ring attention for causal language "
+                "models, over a zigzag split into 2 x sp_size equal chunks; the ViT's tokens attend both ways)"
+                : config.sequence_overlap() ? " (ring overlaps the gather inside the column-parallel linears; the ViT's "
+                "sequence-parallel LayerNorm gathers the tokens before them, and its 197 tokens split unevenly)" : "",
+                "; use split_gather or all_to_all");
 }
 
 std::map<std::string, ModulePolicyDescription> ViTPolicy::module_policy(const nn::Module& model,

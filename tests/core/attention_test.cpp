@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <cmath>
+#include <optional>
 
 #include "core/autograd/node.h"
 #include "core/kernels/attention_avx512.h"
@@ -294,4 +295,49 @@ TEST(CausalAttention, MatchesTheMaskedCompositeWithGradients) {
       expect_close(a.k.grad(), b.k.grad(), tol * 2, tag + "dk");
       expect_close(a.v.grad(), b.v.grad(), tol * 2, tag + "dv");
     }
+}
+
+// FlashAttention's blocks (ring attention's steps), on the fast path and the reference: a
+// causal sequence of 100 cut at 40 into a causal block (rows and keys 0..39), a full block
+// (rows 40..99 over keys 0..39) and a causal one (rows and keys 40..99); the rows' two blocks
+// combined by their log-sum-exps give causal attention's context, and the blocks' gradients,
+// from the whole rows' lse and <dO, O>, sum to its gradients.
+TEST(AttentionBlock, BlocksCombineToCausalAttentionWithGradients) {
+  const int64_t t = 100, cut = 40;
+  Heads a(DType::f32, 7, 2, t, 3, 16);
+  Tensor ref = causal_attention(Heads::view(a.q), Heads::view(a.k), Heads::view(a.v));
+  Generator g(11);
+  Tensor w = Tensor::empty(ref.shape());
+  g.normal_(w);
+  sum(mul(ref, w)).backward();
+  const Tensor q = Heads::view(a.q.detach()), k = Heads::view(a.k.detach()), v = Heads::view(a.v.detach());
+  auto rows = [](const Tensor& x, int64_t b, int64_t n) { return x.narrow(2, b, n); };
+  for (bool reference : {false, true}) {
+    std::optional<kernels::ReferenceGuard> guard;
+    if (reference) guard.emplace();
+    const std::string tag = reference ? "reference: " : "fast: ";
+    AttentionBlock head = attention_block_forward(rows(q, 0, cut), rows(k, 0, cut), rows(v, 0, cut), true, 0.25);
+    AttentionBlock left = attention_block_forward(rows(q, cut, t - cut), rows(k, 0, cut), rows(v, 0, cut), false, 0.25);
+    AttentionBlock diag = attention_block_forward(rows(q, cut, t - cut), rows(k, cut, t - cut), rows(v, cut, t - cut), true, 0.25);
+    // the later rows: the two blocks weighted by their shares of the combined log-sum-exp
+    const auto la = left.lse.to_vector(), lb = diag.lse.to_vector(), oa = left.out.to_vector(), ob = diag.out.to_vector();
+    std::vector<float> lt(la.size()), ot(oa.size());
+    for (size_t i = 0; i < la.size(); ++i) {
+      const float m = std::max(la[i], lb[i]), wa = std::exp(la[i] - m), wb = std::exp(lb[i] - m);
+      lt[i] = m + std::log(wa + wb);
+      for (size_t c = 0; c < 16; ++c) ot[i * 16 + c] = (oa[i * 16 + c] * wa + ob[i * 16 + c] * wb) / (wa + wb);
+    }
+    const Tensor lse_tail = Tensor::from_vector(lt, left.lse.shape()), tail = Tensor::from_vector(ot, left.out.shape());
+    expect_close(concat({head.out, tail}, 2), ref, 2e-5, tag + "context");
+    const Tensor lse = concat({head.lse, lse_tail}, 2), go = w.contiguous();
+    const Tensor delta = sum(mul(go, ref.detach()), {3});
+    auto back = [&](int64_t r0, int64_t rn, int64_t k0, int64_t kn, bool causal) {
+      return attention_block_backward(rows(q, r0, rn), rows(k, k0, kn), rows(v, k0, kn), rows(go, r0, rn),
+                                      rows(lse, r0, rn), delta.narrow(2, r0, rn), causal, 0.25);
+    };
+    auto gh = back(0, cut, 0, cut, true), gl = back(cut, t - cut, 0, cut, false), gd = back(cut, t - cut, cut, t - cut, true);
+    expect_close(concat({gh[0], add(gl[0], gd[0])}, 2), Heads::view(a.q.grad()), 5e-5, tag + "dq");
+    expect_close(concat({add(gh[1], gl[1]), gd[1]}, 2), Heads::view(a.k.grad()), 5e-5, tag + "dk");
+    expect_close(concat({add(gh[2], gl[2]), gd[2]}, 2), Heads::view(a.v.grad()), 5e-5, tag + "dv");
+  }
 }

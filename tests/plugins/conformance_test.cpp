@@ -50,6 +50,9 @@ const std::string kPipeline = "[plugin]\nname = 'hybrid_parallel'\npp_size = 2\n
 const std::string kUlysses = "[plugin]\nname = 'hybrid_parallel'\nprecision = 'fp32'\nenable_sequence_parallelism = true\n"
                              "sequence_parallelism_mode = 'all_to_all'\nsp_size = 2\n";
 
+const std::string kRing = "[plugin]\nname = 'hybrid_parallel'\nprecision = 'fp32'\nenable_sequence_parallelism = true\n"
+                          "sequence_parallelism_mode = 'ring_attn'\nsp_size = 2\n";
+
 const std::string kGalvatron = "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\n";
 // Layerwise plans of the tiny ViT's 4 layers: every kind of layer next to another kind.
 const std::string kMixedPlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,1", "tp_consecutive_flags": "1,0,1,1",
@@ -101,6 +104,17 @@ const std::vector<PluginCase> kCases = {
     {"tp2_sequence_parallel_pp2", kPipeline + "tp_size = 2\nenable_sequence_parallelism = true\nnum_microbatches = 2\n", 2,
      2, false, 0, "", 2, true},
     {"sp2_all_to_all_pp2", kUlysses + "pp_size = 2\nnum_microbatches = 2\n", 2, 2, false, 0, "", 2, true},
+    // split_gather overlapped (ring; the same by enable_sequence_overlap): language models (the ViT refuses it).
+    {"tp2_ring", kHybrid + "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring'\n", 2, 1, false, 0, "",
+     2, true},
+    {"tp2_sequence_overlap", kHybrid + "enable_sequence_parallelism = true\nenable_sequence_overlap = true\nzero_stage = 2\n",
+     2, 1, false, 0, "", 2, true},
+    {"tp2_ring_pp2", kPipeline + "tp_size = 2\nenable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring'\n"
+     "num_microbatches = 2\n", 2, 2, false, 0, "", 2, true},
+    // Ring attention (ring_attn) over an sp axis of 2: zigzag token shards, causal language models only.
+    {"sp2_ring_attn", kRing, 2, 1, false, 0, "", 2, true},
+    {"sp2_ring_attn_zero2", kRing + "zero_stage = 2\n", 2, 1, false, 0, "", 2, true},
+    {"sp2_ring_attn_pp2", kRing + "pp_size = 2\nnum_microbatches = 2\n", 2, 2, false, 0, "", 2, true},
     // Whole logits out of a vocabulary-parallel head (parallel_output = false; the ViT's classifier gathers anyway).
     {"tp2_gathered_logits", kHybrid + "parallel_output = false\nmake_vocab_size_divisible_by = 1\n", 2},
     {"pp2_1f1b", kPipeline + "num_microbatches = 2\n", 1, 2},
@@ -152,7 +166,8 @@ const std::vector<std::string> kLanguageModelCases = {
     "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint", "tp2", "tp2_zero2", "tp2_pp2",
     "tp2_gathered_logits", "pp2_zero2", "tp2_sequence_parallel", "sp2_all_to_all", "sp2_all_to_all_zero2",
     "tp2_sequence_parallel_pp2", "sp2_all_to_all_pp2", "galvatron_tp2_strided_zero2", "galvatron_ulysses2_zero2",
-    "galvatron_tp2_megatron_sp", "galvatron_mixed", "galvatron_pp2"};
+    "galvatron_tp2_megatron_sp", "galvatron_mixed", "galvatron_pp2", "sp2_ring_attn", "sp2_ring_attn_zero2",
+    "sp2_ring_attn_pp2", "tp2_ring", "tp2_sequence_overlap", "tp2_ring_pp2"};
 
 const std::vector<PluginCase>& conf_cases() {
   static const std::vector<PluginCase> cases = [] {
@@ -171,7 +186,7 @@ const std::vector<PluginCase>& conf_cases() {
 bool loads_here(const PluginCase& c) {
   if (!kConfTensorParallel) {
     for (const char* n : {"no_plugin", "torch_ddp", "zero2_offload", "pp2_1f1b", "gemini", "fsdp_full_shard", "galvatron_ddp",
-                          "tp2", "sp2_all_to_all"})
+                          "tp2", "sp2_all_to_all", "sp2_ring_attn"})
       if (c.name == n) return true;
     return false;
   }

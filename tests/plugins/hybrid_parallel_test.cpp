@@ -212,7 +212,7 @@ TEST(HybridParallel, BadArgumentsAreNamed) {
   auto msg = [](const std::string& extra) { return testkit::error_of([&] { hybrid(extra); }); };
   EXPECT_NE(msg("zero_stage = 3\n").find("zero_stage must be 0, 1 or 2, got 3"), std::string::npos);
   EXPECT_NE(msg("precision = 'fp8'\n").find("precision must be one of fp16, bf16, fp32, got 'fp8'"), std::string::npos);
-  EXPECT_NE(msg("enable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring'\n").find("'ring' is not implemented"),
+  EXPECT_NE(msg("enable_sequence_overlap = true\n").find("enable_sequence_overlap needs enable_sequence_parallelism = true"),
             std::string::npos);
   EXPECT_NE(testkit::error_of([] {
               plugins::make_plugin(Config::from_string(

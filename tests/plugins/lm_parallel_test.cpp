@@ -170,8 +170,12 @@ TEST(LmParallel, BadCombinationsAreNamed) {
     EXPECT_NE(e.find("GPT2Model: a sequence of 7 tokens does not split over the sequence-parallel group of 2 ranks "
                      "(split_gather, tp_size)"), std::string::npos) << e;
   }
-  e = testkit::error_of([] { hybrid(2, "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'ring_attn'\n"); });
-  EXPECT_NE(e.find("sequence_parallelism_mode 'ring_attn' is not implemented; split_gather and all_to_all are"),
+  e = testkit::error_of([] {
+    hybrid(1, "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'all_to_all'\nsp_size = 2\n"
+              "enable_sequence_overlap = true\n");
+  });
+  EXPECT_NE(e.find("enable_sequence_overlap overlaps split_gather's communication with the linears (mode ring); "
+                   "sequence_parallelism_mode all_to_all has no gather around the linears to overlap"),
             std::string::npos) << e;
   e = testkit::error_of([] { hybrid(2, "enable_sequence_parallelism = true\nsequence_parallelism_mode = 'all_to_all'\nsp_size = 2\n"); });
   EXPECT_NE(e.find("all_to_all runs on whole weights here (tp_size 1), got tp_size 2"), std::string::npos) << e;
@@ -197,9 +201,9 @@ TEST(LmParallel, BadCombinationsAreNamed) {
 
 // Sequence parallelism trains on token shards, but a model generating with a cache runs its
 // layers on whole sequences (one token at a time does not split): the same tokens as the
-// whole model's, under split_gather and Ulysses.
+// whole model's, under split_gather, ring (its overlapped form) and Ulysses.
 TEST(LmParallel, GenerationUnderSequenceParallelism) {
-  for (const char* mode : {"split_gather", "all_to_all"}) {
+  for (const char* mode : {"split_gather", "ring", "all_to_all"}) {
     const bool ulysses = std::string(mode) == "all_to_all";
     auto c = gpt2_tiny();
     manual_seed(8);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # lm_train under each language-model layout of HybridParallelPlugin on 2 ranks, 60 iterations
 # each from configs/shakespeare_char_hybrid.toml: tensor parallelism with the vocabulary split
-# and split_gather sequence parallelism (the config as it is), tensor parallelism alone with
-# whole logits, Ulysses (all_to_all, sp 2), and a two-stage pipeline of GPT-2 with its head
+# and split_gather sequence parallelism (the config as it is), the same overlapped (ring),
+# tensor parallelism alone with
+# whole logits, Ulysses (all_to_all, sp 2), ring attention (ring_attn, sp 2, zigzag token
+# shards), and a two-stage pipeline of GPT-2 with its head
 # tied across the stages. Each learns (the validation loss under 3.3, from ln 65 = 4.17) and
 # its checkpoint writes text through lm_sample at one process.
 # Usage: parallel_modes.sh MPIEXEC BUILD_DIR SOURCE_DIR
@@ -26,8 +28,10 @@ run() {  # name, then --set overrides
   echo "$name: validation loss $v"
 }
 run tp2_split_gather
+run tp2_ring --set plugin.sequence_parallelism_mode=ring
 run tp2_whole_logits --set plugin.enable_sequence_parallelism=false --set plugin.parallel_output=false
 run ulysses2 --set plugin.tp_size=1 --set plugin.sequence_parallelism_mode=all_to_all --set plugin.sp_size=2
+run ring_attn2 --set plugin.tp_size=1 --set plugin.sequence_parallelism_mode=ring_attn --set plugin.sp_size=2
 run pp2_tied --set plugin.tp_size=1 --set plugin.enable_sequence_parallelism=false --set plugin.pp_size=2 \
   --set plugin.num_microbatches=2
 echo "PASS"
