@@ -15,11 +15,16 @@ shuffling; otherwise random ids from --seed.
 Prints "step N: train loss X (took Y ms)" for each step (llm.c's line) and a last line
 "step_s=S tokens_s=R peak_rss_mb=M loss=L" (S the median step after the first, L the last
 step's loss). --bf16 runs the step under torch.autocast(bfloat16) (its oneDNN path).
-Usage: python3 bench/torch_lm_bench.py --batch 4 --seq 256 --steps 5 [--init F] [--tokens F] [--threads N] [--bf16]
+--ddp N runs N processes (torch.multiprocessing, each with --threads threads and its own
+--batch rows of random tokens) under DistributedDataParallel over gloo: the step times are rank
+0's, tokens_s counts every rank's tokens, peak_rss_mb is the largest rank's.
+Usage: python3 bench/torch_lm_bench.py --batch 4 --seq 256 --steps 5 [--init F] [--tokens F] [--threads N] [--bf16] [--ddp N]
 """
 import argparse
 import math
+import os
 import resource
+import socket
 import statistics
 import struct
 import time
@@ -56,7 +61,8 @@ class GPT(nn.Module):
         self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(max_t, c)
         self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(c)
-        self.register_buffer("mask", torch.triu(torch.ones(max_t, max_t, dtype=torch.bool), 1), persistent=False)
+        # a plain attribute, not a buffer: gloo cannot broadcast DDP's bool buffers
+        self.mask = torch.triu(torch.ones(max_t, max_t, dtype=torch.bool), 1)
 
     def forward(self, idx, targets):
         t = idx.size(1)
@@ -110,6 +116,12 @@ def token_batches(path, b, t):
         step += 1
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt2", choices=sorted(SHAPES))
@@ -121,9 +133,23 @@ def main():
     ap.add_argument("--init", help="llm.c's gpt2_124M.bin layout")
     ap.add_argument("--tokens", help="llm.c's token file")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ddp", type=int, default=1, help="processes under DistributedDataParallel (gloo)")
     a = ap.parse_args()
+    if a.ddp > 1:
+        if a.init or a.tokens:
+            raise SystemExit("--ddp trains on random tokens from --seed (no --init, --tokens)")
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(free_port())
+        torch.multiprocessing.spawn(run, args=(a,), nprocs=a.ddp)
+    else:
+        run(0, a)
+
+
+def run(rank, a):
+    ddp = a.ddp > 1
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    if ddp:
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=a.ddp)
     torch.manual_seed(a.seed)
     if a.init:
         model = load_llmc(a.init)
@@ -133,6 +159,9 @@ def main():
             if p.dim() == 2:
                 nn.init.normal_(p, 0.0, 0.02)
     v = model.wte.weight.size(0)
+    torch.manual_seed(a.seed + rank)  # each rank its own rows
+    if ddp:
+        model = nn.parallel.DistributedDataParallel(model)
     if a.tokens:
         batches = token_batches(a.tokens, a.batch, a.seq)
     else:
@@ -153,10 +182,16 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
         loss = out.item()
-        print(f"step {step}: train loss {loss:.6f} (took {times[-1] * 1e3:.6f} ms)", flush=True)
+        if rank == 0:
+            print(f"step {step}: train loss {loss:.6f} (took {times[-1] * 1e3:.6f} ms)", flush=True)
     step_s = statistics.median(times[1:] if len(times) > 1 else times)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"step_s={step_s:.6f} tokens_s={a.batch * a.seq / step_s:.3f} peak_rss_mb={rss:.1f} loss={loss:.6f}")
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024])
+    if ddp:
+        torch.distributed.all_reduce(rss, op=torch.distributed.ReduceOp.MAX)
+        torch.distributed.destroy_process_group()
+    if rank == 0:
+        print(f"step_s={step_s:.6f} tokens_s={a.ddp * a.batch * a.seq / step_s:.3f} peak_rss_mb={rss.item():.1f} "
+              f"loss={loss:.6f}")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,17 @@
 // tokens, plus the causal half of attention's products, 6 x B x T^2 x C x layers), the
 // causal attention's own share, the time of each part of the step (attention, head + loss,
 // linears, norms, optimizer, communication, the rest), the peak RSS, and the PyTorch peer's
-// same step (bench/torch_lm_bench.py) alternated round by round, with the ratio. A table on
+// same step (bench/torch_lm_bench.py: as many processes as ranks, each a rank's threads and
+// rows, under its DistributedDataParallel over gloo beyond one; alternated round by round with
+// ours on one rank, its rounds first on several) with the ratio of the tokens/s of all ranks.
+// A table on
 // rank 0 and, with --json FILE, one line a configuration (the peer's first when measured).
 // With --init (llm.c's gpt2_124M.bin) and --tokens (llm.c's token file, consecutive batches
 // as llm.c's loader without shuffling) it trains from those weights on those tokens and
 // prints llm.c's "step N: train loss X (took Y ms)" line for every step (scripts/lm_vs_peers.sh);
 // --write-llmc FILE writes the model it would train as llm.c's checkpoint and exits.
 //   mpirun -np 1 lm_benchmark --model gpt2 --batch 4 --seq 1024 --precisions fp32
+//   mpirun -np 2 lm_benchmark --model gpt2 --batch 2 --seq 1024 --configs ddp.toml   (against PyTorch's DDP)
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <thread>
 
 #include "booster/booster.h"
 #include "ceiling.h"
@@ -202,15 +207,24 @@ double peak_rss_mb() {
   return dist::all_reduce_scalar(double(ru.ru_maxrss) / 1024.0, dist::ReduceOp::max);
 }
 
+// Every rank waits here without spinning (Open MPI's waits spin on a core): while rank 0 runs
+// the peer, the other ranks leave it the machine.
+void quiet_barrier() {
+  auto w = dist::barrier(dist::ProcessGroup::world(), true);
+  while (!w->test()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // The peer's last line: "step_s=S tokens_s=R peak_rss_mb=M loss=L".
 struct LmPeer {
   double step_s = 0, tokens_s = 0, rss_mb = 0;
 };
+// ranks > 1: that many processes under PyTorch's DistributedDataParallel (gloo), batch rows each.
 std::optional<LmPeer> run_lm_peer(const std::string& script, const std::string& model, int batch, int seq, int steps,
-                                  int threads, bool bf16) {
+                                  int threads, bool bf16, int ranks) {
   const std::string cmd = "/usr/bin/python3 " + script + " --model " + model + " --batch " + std::to_string(batch) +
                           " --seq " + std::to_string(seq) + " --steps " + std::to_string(steps + 1) + " --threads " +
-                          std::to_string(threads) + (bf16 ? " --bf16" : "");
+                          std::to_string(threads) + (bf16 ? " --bf16" : "") +
+                          (ranks > 1 ? " --ddp " + std::to_string(ranks) : "");
   const std::optional<std::string> out = bench::run_capture(cmd);
   static const std::regex re(R"(step_s=([0-9.]+) tokens_s=([0-9.]+) peak_rss_mb=([0-9.]+))");
   std::smatch m;
@@ -262,8 +276,26 @@ struct Row {
   nlohmann::json parts;
 };
 
-Row measure(const Options& o, LmStep& sb, const std::string& prec, bool peer) {
+// The peer's run: as many processes as ranks, each with a rank's threads and rows (DDP over
+// gloo beyond one), run alone: the ranks wait quietly meanwhile. Rank 0's result.
+std::optional<LmPeer> peer_round(const Options& o, const std::string& prec) {
+  std::optional<LmPeer> p;
+  if (dist::world_rank() == 0)
+    p = run_lm_peer(o.peer_script, o.preset, o.batch, o.seq, o.steps, dist::omp_threads(), prec == "bf16",
+                    dist::world_size());
+  quiet_barrier();
+  return p;
+}
+
+// peer: one process, alternated round by round with ours. `alone`: the peer's rounds measured
+// before our model was built (several ranks: their models and as many PyTorch processes do not
+// fit in this machine's memory together), set against our median step.
+Row measure(const Options& o, LmStep& sb, const std::string& prec, bool peer, const std::vector<LmPeer>& alone) {
   Row r;
+  auto take = [&](const LmPeer& p, double ours_s) {
+    r.theirs.push_back(p.tokens_s), r.peer_rss.push_back(p.rss_mb);
+    r.ratios.push_back(sb.tokens_per_step() / ours_s / p.tokens_s);
+  };
   sb.warm_up();
   for (int round = 0; round < o.rounds; ++round) {
     if (round > 0) sb.warm_up();
@@ -271,13 +303,11 @@ Row measure(const Options& o, LmStep& sb, const std::string& prec, bool peer) {
     r.ours.push_back(sb.seconds(o.steps, o.print_steps));
     r.ceilings.push_back(std::max(before, sb.ceiling_gflops(prec)));
     r.shares.push_back(sb.step_flop() / r.ours.back() / 1e9 / r.ceilings.back());
-    if (!peer) continue;  // one process with this rank's threads: compare per process
-    if (auto p = run_lm_peer(o.peer_script, o.preset, o.batch, o.seq, o.steps, dist::omp_threads(), prec == "bf16")) {
-      r.theirs.push_back(p->tokens_s), r.peer_rss.push_back(p->rss_mb);
-      r.ratios.push_back(sb.tokens_per_step() / r.ours.back() / dist::world_size() / p->tokens_s);
-    }
+    if (!peer) continue;
+    if (auto p = peer_round(o, prec)) take(*p, r.ours.back());
   }
   r.step_s = bench::median(r.ours), r.ceiling = bench::median(r.ceilings), r.share = bench::median(r.shares);
+  for (const LmPeer& p : alone) take(p, r.step_s);
   if (o.profile_steps > 0) {
     const bench::StepProfile p = sb.profile(o.profile_steps);
     if (o.show_profile && dist::world_rank() == 0)
@@ -362,7 +392,9 @@ int main(int argc, char** argv) {
     if (master) write_llmc_folder(o.write_llmc, o.preset, o.text, o.seed);
     return 0;
   }
-  const bool peer = master && !o.no_peer && o.init.empty() && bench::peer_available();
+  // Every rank knows whether the peer runs (rank 0 runs it, the others wait for it).
+  const bool peer = !o.no_peer && o.init.empty() &&
+                    dist::all_reduce_scalar(master && bench::peer_available() ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
   std::ofstream json;
   if (master && !o.json_path.empty()) json.open(o.json_path, std::ios::app);
   if (master)
@@ -370,8 +402,11 @@ int main(int argc, char** argv) {
                 "GFLOP/s", "ceil%", "attn%", "rss MB", "comm MB", "torch t/s", "ratio", "torch MB");
   for (auto& cfg : bench::split_list(o.configs))
     for (auto& prec : bench::split_list(o.precisions)) {
+      std::vector<LmPeer> alone;  // several ranks: the peer first, before our model exists (see measure)
+      for (int round = 0; peer && dist::world_size() > 1 && round < o.rounds; ++round)
+        if (auto p = peer_round(o, prec)) alone.push_back(*p);
       LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed);
-      const Row r = measure(o, sb, prec, peer);
+      const Row r = measure(o, sb, prec, peer && dist::world_size() == 1, alone);
       if (master) report(o, sb, cfg, prec, r, json);
     }
   return 0;

@@ -2,7 +2,8 @@
 # lm_benchmark on tiny models: one JSON line a configuration (no plugin and DDP on 2 ranks;
 # LLaMA too) with tokens/s, shares of the ceiling in (0, 1.5) and the peak RSS; then llm.c's
 # folder written (gpt2_124M.bin and tinyshakespeare's tokens) and trained from it, printing
-# llm.c's step lines, the loss falling from the uniform guess's ln 65.
+# llm.c's step lines, the loss falling from the uniform guess's ln 65. Where Debian's
+# python3-torch is installed, DDP on 2 ranks beside PyTorch's DDP over gloo (2 processes).
 # Usage: lm_benchmark_smoke.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -36,3 +37,17 @@ cat steps.log
 first=$(grep '^step 0:' steps.log | awk '{print $5}') last=$(grep '^step 29:' steps.log | awk '{print $5}')
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 3.9 && a < 4.4 && b < a - 0.1) }' || { echo "FAIL: loss $first -> $last"; exit 1; }
 echo "PASS: loss $first -> $last over 30 steps from llm.c's files"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  "$mpiexec" -np 2 --oversubscribe "$bench" --model gpt2-tiny --batch 2 --seq 32 --steps 2 --configs ddp.toml \
+    --profile-steps 0 --json peer.json > peer.log 2>&1 || { cat peer.log; exit 1; }
+  cat peer.log
+  python3 - peer.json <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert [r["peer"] for r in rows] == ["pytorch", "ours"], rows
+assert rows[0]["tokens_per_s"] > 0 and rows[1]["ratio_per_process"] > 0, rows
+print("PASS: DDP beside PyTorch's DDP (gloo):", rows[1]["ratio_per_process"])
+PY
+else
+  echo "python3-torch not installed: the DDP peer run skipped"
+fi
