@@ -283,4 +283,16 @@ WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g) {
   return w;
 }
 
+void RingShift::wait() {
+  for (auto& w : works) w->wait();
+}
+
+RingShift ring_shift(const Tensor& mine, const ProcessGroup& g, int tag) {
+  const int n = g.size(), r = g.rank();
+  RingShift s{Tensor::empty(mine.shape(), mine.dtype()), {}};
+  s.works.push_back(recv(s.incoming, g.ranks()[size_t((r + n - 1) % n)], tag, g, true));
+  s.works.push_back(send(mine, g.ranks()[size_t((r + 1) % n)], tag, g, true));
+  return s;
+}
+
 }  // namespace booster::dist

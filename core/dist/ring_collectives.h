@@ -35,4 +35,15 @@ WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, co
 /// move as f32. With 2 ranks the result is (a + b) / 2 rounded once, as through f32 staging.
 WorkPtr ring_all_reduce(Tensor& t, ReduceOp op, const ProcessGroup& g);
 
+/// One step round the group's ring, for callers that compute while it moves (ring attention,
+/// the ring linears): `mine` goes to the next group rank while the previous one's tensor (of
+/// mine's shape and dtype) comes into `incoming`, both started now; wait() before reading it
+/// or reusing mine. Tags below kUserTagLimit, one per kind of message of the caller.
+struct RingShift {
+  Tensor incoming;
+  std::vector<WorkPtr> works;
+  void wait();
+};
+RingShift ring_shift(const Tensor& mine, const ProcessGroup& g, int tag);
+
 }  // namespace booster::dist

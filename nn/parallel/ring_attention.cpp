@@ -7,7 +7,7 @@
 #include "core/autograd/engine.h"
 #include "core/common/check.h"
 #include "core/common/profiler.h"
-#include "core/dist/collectives.h"
+#include "core/dist/ring_collectives.h"
 #include "core/kernels/ops.h"
 
 namespace booster::nn {
@@ -28,23 +28,6 @@ Step step_of(int rank, int src, int64_t t) {
   if (src == rank) return {true, 0, t, t};
   if (src < rank) return {false, 0, t, c};
   return {false, c, c, t};
-}
-
-// Sends `mine` to the next rank of the ring and receives the previous rank's into a fresh
-// tensor, both started now; wait on the returned works before reading the result.
-struct Shift {
-  Tensor incoming;
-  std::vector<dist::WorkPtr> works;
-  void wait() {
-    for (auto& w : works) w->wait();
-  }
-};
-Shift shift(const Tensor& mine, const dist::ProcessGroup& sp, int tag) {
-  const int n = sp.size(), r = sp.rank();
-  Shift s{Tensor::empty(mine.shape(), mine.dtype()), {}};
-  s.works.push_back(dist::recv(s.incoming, sp.ranks()[(r + n - 1) % n], tag, sp, true));
-  s.works.push_back(dist::send(mine, sp.ranks()[(r + 1) % n], tag, sp, true));
-  return s;
 }
 
 // out (contiguous [B, t, h, d]: heads merge by a view afterwards) and lse ([B, h, t]) take in
@@ -104,8 +87,8 @@ std::vector<Tensor> ring_backward(const Tensor& q, const Tensor& k, const Tensor
   Tensor grads = Tensor::zeros(kv.shape());                              // dK, dV of the keys held now
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
-    Shift next_kv;
-    if (s + 1 < n) next_kv = shift(kv, sp, kKeysTag);
+    dist::RingShift next_kv;
+    if (s + 1 < n) next_kv = dist::ring_shift(kv, sp, kKeysTag);
     const Step st = step_of(r, src, t);
     const Tensor kb = rows(kv.select(0, 0), 0, st.k_len), vb = rows(kv.select(0, 1), 0, st.k_len);
     std::vector<Tensor> g = attention_block_backward(rows(q, st.q_begin, st.q_len), kb, vb,
@@ -117,7 +100,7 @@ std::vector<Tensor> ring_backward(const Tensor& q, const Tensor& k, const Tensor
     add_rows(gk, g[1], 0);
     add_rows(gv, g[2], 0);
     if (n > 1) {  // these gradients follow their keys; after the last step they reach their owner
-      Shift back = shift(grads, sp, kGradsTag);
+      dist::RingShift back = dist::ring_shift(grads, sp, kGradsTag);
       back.wait();
       grads = back.incoming;
     }
@@ -149,8 +132,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const d
   Tensor kv = concat({kd.unsqueeze(0), vd.unsqueeze(0)}, 0).contiguous();  // [2, B, h, t, d], one message a step
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
-    Shift next;
-    if (s + 1 < n) next = shift(kv, sp, kKeysTag);  // on the wire while this block is multiplied
+    dist::RingShift next;
+    if (s + 1 < n) next = dist::ring_shift(kv, sp, kKeysTag);  // on the wire while this block is multiplied
     const Step st = step_of(r, src, t);
     merge(out, lse,
           attention_block_forward(rows(qd, st.q_begin, st.q_len), rows(kv.select(0, 0), 0, st.k_len),

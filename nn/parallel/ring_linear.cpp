@@ -5,7 +5,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/common/check.h"
 #include "core/common/profiler.h"
-#include "core/dist/collectives.h"
+#include "core/dist/ring_collectives.h"
 #include "core/kernels/ops.h"
 
 namespace booster::nn {
@@ -40,16 +40,11 @@ void around(const Tensor& mine, const dist::ProcessGroup& g, F&& f) {
   const int n = g.size(), r = g.rank();
   Tensor cur = mine.contiguous();
   for (int s = 0; s < n; ++s) {
-    Tensor next;
-    std::vector<dist::WorkPtr> works;
-    if (s + 1 < n) {
-      next = Tensor::empty(cur.shape(), cur.dtype());
-      works.push_back(dist::recv(next, g.ranks()[(r + n - 1) % n], kShardTag, g, true));
-      works.push_back(dist::send(cur, g.ranks()[(r + 1) % n], kShardTag, g, true));
-    }
+    dist::RingShift next;
+    if (s + 1 < n) next = dist::ring_shift(cur, g, kShardTag);
     f((r - s + n) % n, cur);
-    for (auto& w : works) w->wait();
-    if (s + 1 < n) cur = next;
+    next.wait();
+    if (s + 1 < n) cur = next.incoming;
   }
 }
 
@@ -62,13 +57,10 @@ Tensor reduce_around(const dist::ProcessGroup& g, F&& partial) {
   const int n = g.size(), r = g.rank();
   Tensor acc = partial((r + n - 1) % n).to(DType::f32).contiguous();
   for (int s = 1; s < n; ++s) {
-    Tensor incoming = Tensor::empty(acc.shape(), DType::f32);
-    auto rw = dist::recv(incoming, g.ranks()[(r + n - 1) % n], kSumTag, g, true);
-    auto sw = dist::send(acc, g.ranks()[(r + 1) % n], kSumTag, g, true);
+    dist::RingShift sum_so_far = dist::ring_shift(acc, g, kSumTag);
     const Tensor p = partial(((r - 1 - s) % n + n) % n).to(DType::f32);
-    rw->wait();
-    sw->wait();
-    acc = add(incoming, p);
+    sum_so_far.wait();
+    acc = add(sum_so_far.incoming, p);
   }
   return acc;
 }
