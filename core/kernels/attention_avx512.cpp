@@ -532,13 +532,6 @@ void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v
   else backward_bf16(q, k, v, probs, dout, dq, dk, dv, float(alpha));
 }
 
-bool flash_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const DType dt = q.dtype();
-  if (dt == DType::f32 ? !avx512::cpu_ok() : dt != DType::bf16 || !tiles::bf16_ok()) return false;
-  return attention_avx512_operand_fits(q, dt) && attention_avx512_operand_fits(k, dt) &&
-         attention_avx512_operand_fits(v, dt);
-}
-
 void flash_attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                     const Tensor& lse, double alpha, bool causal) {
   if (q.dtype() == DType::bf16) flash_forward_bf16(q, k, v, out, lse.data<float>(), float(alpha), causal);

@@ -25,10 +25,8 @@ void attention_forward_avx512(const Tensor& q, const Tensor& k, const Tensor& v,
 void attention_backward_avx512(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                                const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, double alpha);
 
-/// Attention keeping each query's log-sum-exp (FlashAttention's block), f32 on AVX-512, bf16
-/// with AVX512-BF16 and no AMX (the other attention kernels' rule): true when q [B, h, Tq, d],
-/// k and v [B, h, Tk, d] fit, checked at run time.
-bool flash_attention_avx512_fits(const Tensor& q, const Tensor& k, const Tensor& v);
+// Attention keeping each query's log-sum-exp (FlashAttention's block): the operands fit as
+// attention_avx512_fits says (f32 on AVX-512, bf16 with AVX512-BF16 and no AMX).
 /// Forward into out (a [B, h, Tq, dv] view, last stride 1) and lse (contiguous [B, h, Tq]:
 /// each query's log2-sum-exp of its scores in log2 units, all the backward keeps). causal:
 /// Tq == Tk and query i sees keys 0..i; else every query sees every key.

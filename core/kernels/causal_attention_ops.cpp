@@ -47,7 +47,7 @@ Tensor causal_composite(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 // inputs' dtype.
 Tensor causal_avx512(const Tensor& q, const Tensor& k, const Tensor& v, double alpha) {
   const DType dt = q.dtype();
-  const DType kt = dt == DType::bf16 && kernels::flash_attention_avx512_fits(q, k, v) ? DType::bf16 : DType::f32;
+  const DType kt = dt == DType::bf16 && kernels::attention_avx512_fits(q, k, v) ? DType::bf16 : DType::f32;
   auto as_kernel = [kt](const Tensor& x) {
     return kernels::attention_avx512_operand_fits(x, kt) ? x.detach() : x.detach().to(kt).contiguous();
   };

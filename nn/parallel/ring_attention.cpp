@@ -75,7 +75,8 @@ BlockDropout step_dropout(double p, uint64_t seed, const Step& st, int src, int 
 }
 
 // The backward: keys and values go round again, each with the gradients gathered for it.
-std::vector<Tensor> ring_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+// kv_mine: this rank's [k; v] ([2, B, h, t, d], f32), as the forward sent it.
+std::vector<Tensor> ring_backward(const Tensor& q, const Tensor& kv_mine, const Tensor& out, const Tensor& lse,
                                   const Tensor& gout, const dist::ProcessGroup& sp, double alpha, double dropout_p,
                                   uint64_t seed) {
   const int n = sp.size(), r = sp.rank();
@@ -83,7 +84,7 @@ std::vector<Tensor> ring_backward(const Tensor& q, const Tensor& k, const Tensor
   const Tensor go = f32(gout);
   const Tensor delta = sum(mul(go, out), {3});  // <dO, O> a query, over all its keys
   Tensor dq = Tensor::zeros(q.shape());
-  Tensor kv = concat({k.unsqueeze(0), v.unsqueeze(0)}, 0).contiguous();  // [2, B, h, t, d]
+  Tensor kv = kv_mine;
   Tensor grads = Tensor::zeros(kv.shape());                              // dK, dV of the keys held now
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
@@ -126,10 +127,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const d
   const int n = sp.size(), r = sp.rank();
   const int64_t t = q.size(2);
   const uint64_t seed = dropout_p > 0 ? default_generator().next_u64() : 0;  // the masks' key, kept for the backward
-  const Tensor qd = f32(q), kd = f32(k), vd = f32(v);
+  const Tensor qd = f32(q);
   Tensor out = Tensor::zeros({q.size(0), t, q.size(1), q.size(3)});  // [B, t, h, d]
   Tensor lse = Tensor::full({q.size(0), q.size(1), t}, -std::numeric_limits<double>::infinity());
-  Tensor kv = concat({kd.unsqueeze(0), vd.unsqueeze(0)}, 0).contiguous();  // [2, B, h, t, d], one message a step
+  const Tensor kv_mine = concat({k.detach().unsqueeze(0), v.detach().unsqueeze(0)}, 0).to(DType::f32).contiguous();
+  Tensor kv = kv_mine;  // [2, B, h, t, d], one message a step
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
     dist::RingShift next;
@@ -148,8 +150,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, const d
   const DType dt = q.dtype();
   out = out.permute({0, 2, 1, 3});  // [B, h, t, d] over [B, t, h, d] memory
   return autograd::record("ring_attention", {q, k, v}, out.to(dt),
-                          [qd, kd, vd, out, lse, &sp, alpha, dt, dropout_p, seed](const std::vector<Tensor>& g) {
-                            std::vector<Tensor> grads = ring_backward(qd, kd, vd, out, lse, g[0], sp, alpha, dropout_p, seed);
+                          [qd, kv_mine, out, lse, &sp, alpha, dt, dropout_p, seed](const std::vector<Tensor>& g) {
+                            std::vector<Tensor> grads = ring_backward(qd, kv_mine, out, lse, g[0], sp, alpha, dropout_p, seed);
                             for (auto& x : grads) x = x.to(dt);
                             return grads;
                           });

@@ -46,18 +46,15 @@ Tensor SequenceSplit::split_tokens(const Tensor& x, const char* who, bool divisi
   const int sp = group->size();
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 2, who, ": sequence parallelism splits [batch, tokens, ...], got ",
                   shape_str(x.shape()));
-  if (zigzag) {
-    BOOSTER_CHECK_T(ShapeError, x.size(1) % (2 * sp) == 0, who, ": ring_attn cuts the sequence into 2 x sp_size = ",
-                    2 * sp, " equal chunks; a sequence of ", x.size(1), " tokens does not; give sequences of a multiple of ",
-                    2 * sp);
-    return scale_gradient(dist::split_forward_gather_backward(zigzag_order(x, sp, false), 1, *group, true), 1.0 / sp);
-  }
+  BOOSTER_CHECK_T(ShapeError, !zigzag || x.size(1) % (2 * sp) == 0, who, ": ring_attn cuts the sequence into 2 x ",
+                  "sp_size = ", 2 * sp, " equal chunks; a sequence of ", x.size(1),
+                  " tokens does not; give sequences of a multiple of ", 2 * sp);
   BOOSTER_CHECK_T(ShapeError, !divisible || x.size(1) % sp == 0, who, ": a sequence of ", x.size(1),
                   " tokens does not split over the sequence-parallel group of ", sp, " ranks (",
                   data_parallel ? "all_to_all, sp_size" : "split_gather, tp_size", "); give sequences of a multiple of ", sp);
   BOOSTER_CHECK_T(ShapeError, x.size(1) >= sp, who, ": ", x.size(1), " tokens over ", sp,
                   " sequence-parallel ranks leave a rank without any");
-  Tensor y = dist::split_forward_gather_backward(x, 1, *group, true);
+  Tensor y = dist::split_forward_gather_backward(zigzag ? zigzag_order(x, sp, false) : x, 1, *group, true);
   return data_parallel ? scale_gradient(y, 1.0 / sp) : y;
 }
 
