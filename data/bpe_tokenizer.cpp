@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <unordered_map>
+#include <tuple>
+#include <queue>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/common/check.h"
@@ -136,6 +140,111 @@ std::vector<std::string> symbols(const std::string& piece) {
 
 std::string key(const std::string& a, const std::string& b) { return a + " " + b; }
 
+// The BpeTrainer's pair counts, kept up to date as pairs merge instead of counted again
+// for every merge: each distinct pre-tokenized word once, as symbol ids, with its
+// frequency; the count of every adjacent pair over them; for each pair, the words it may
+// occur in; a heap of (count, pair) entries, stale ones skipped when popped. Symbols are
+// strings (a merge giving a string already made is that symbol), ids standing for them.
+class PairCounter {
+ public:
+  explicit PairCounter(const std::vector<std::string>& bytes) {
+    for (const std::string& s : bytes) id_of(s);
+  }
+  void add_word(const std::vector<std::string>& syms, int64_t freq) {
+    std::vector<int> w;
+    for (const std::string& s : syms) w.push_back(id_of(s));
+    words_.push_back(std::move(w));
+    freq_.push_back(freq);
+    count_pairs(words_.size() - 1, +1);
+    flush();
+  }
+  const std::string& text(int id) const { return text_[size_t(id)]; }
+  /// The most frequent pair (ties: the smaller pair of strings), if it occurs twice or more.
+  std::optional<std::pair<int, int>> most_frequent() {
+    while (!heap_.empty()) {
+      const Entry e = heap_.top();
+      auto it = count_.find(key(e.pair));
+      if (it == count_.end() || it->second != e.count) {  // stale
+        heap_.pop();
+        continue;
+      }
+      if (e.count < 2) return std::nullopt;
+      return e.pair;
+    }
+    return std::nullopt;
+  }
+  /// Replaces every occurrence of `p` (left to right) by the symbol `joined`.
+  void merge(std::pair<int, int> p, const std::string& joined) {
+    const int c = id_of(joined);
+    std::vector<size_t> in = std::move(where_[key(p)]);
+    where_.erase(key(p));
+    std::sort(in.begin(), in.end());
+    in.erase(std::unique(in.begin(), in.end()), in.end());
+    for (size_t w : in) {
+      std::vector<int>& word = words_[w];
+      count_pairs(w, -1);
+      std::vector<int> next;
+      for (size_t i = 0; i < word.size(); ++i) {
+        if (i + 1 < word.size() && word[i] == p.first && word[i + 1] == p.second) next.push_back(c), ++i;
+        else next.push_back(word[i]);
+      }
+      word.swap(next);
+      count_pairs(w, +1);
+    }
+    flush();
+  }
+
+ private:
+  struct Entry {
+    int64_t count;
+    std::pair<int, int> pair;
+  };
+  static uint64_t key(std::pair<int, int> p) { return (uint64_t(uint32_t(p.first)) << 32) | uint32_t(p.second); }
+  int id_of(const std::string& s) {
+    auto [it, fresh] = ids_.emplace(s, int(text_.size()));
+    if (fresh) text_.push_back(s);
+    return it->second;
+  }
+  // Adds (+1) or removes (-1) word w's pairs from the counts, noting those that changed.
+  void count_pairs(size_t w, int sign) {
+    const std::vector<int>& word = words_[w];
+    for (size_t i = 0; i + 1 < word.size(); ++i) {
+      const std::pair<int, int> p{word[i], word[i + 1]};
+      count_[key(p)] += sign * freq_[w];
+      changed_.push_back(p);
+      if (sign > 0) where_[key(p)].push_back(w);
+    }
+  }
+  // Pushes the changed pairs' new counts.
+  void flush() {
+    std::sort(changed_.begin(), changed_.end());
+    changed_.erase(std::unique(changed_.begin(), changed_.end()), changed_.end());
+    for (const auto& p : changed_) {
+      const int64_t n = count_[key(p)];
+      if (n > 0) heap_.push({n, p});
+      else count_.erase(key(p));
+    }
+    changed_.clear();
+  }
+  struct Later {  // the heap's order: more frequent first, then the smaller pair of strings
+    const PairCounter* pc;
+    bool operator()(const Entry& x, const Entry& y) const {
+      if (x.count != y.count) return x.count < y.count;
+      return std::tie(pc->text(x.pair.first), pc->text(x.pair.second)) >
+             std::tie(pc->text(y.pair.first), pc->text(y.pair.second));
+    }
+  };
+  std::vector<std::string> text_;
+  std::unordered_map<std::string, int> ids_;
+  std::vector<std::vector<int>> words_;
+  std::vector<int64_t> freq_;
+  std::unordered_map<uint64_t, int64_t> count_;
+  std::unordered_map<uint64_t, std::vector<size_t>> where_;
+  std::vector<std::pair<int, int>> changed_;
+  std::priority_queue<Entry, std::vector<Entry>, Later> heap_{Later{this}};
+};
+
+
 }  // namespace
 
 void ByteLevelBPE::index() {
@@ -199,28 +308,15 @@ ByteLevelBPE ByteLevelBPE::train(const std::string& text, int64_t vocab_size) {
   t.tokens_ = byte_chars();
   std::map<std::string, int64_t> counts;
   for (const std::string& piece : pre_tokenize(text)) ++counts[piece];
-  std::vector<std::vector<std::string>> words;
-  std::vector<int64_t> freq;
-  for (auto& [piece, n] : counts) words.push_back(symbols(piece)), freq.push_back(n);
+  PairCounter pc(t.tokens_);
+  for (auto& [piece, n] : counts) pc.add_word(symbols(piece), n);
   while (t.vocab_size() < vocab_size) {
-    std::map<std::pair<std::string, std::string>, int64_t> pairs;  // ordered: ties go to the smaller pair
-    for (size_t w = 0; w < words.size(); ++w)
-      for (size_t i = 0; i + 1 < words[w].size(); ++i) pairs[{words[w][i], words[w][i + 1]}] += freq[w];
-    auto best = pairs.end();
-    for (auto it = pairs.begin(); it != pairs.end(); ++it)
-      if (best == pairs.end() || it->second > best->second) best = it;
-    if (best == pairs.end() || best->second < 2) break;
-    const auto [a, b] = best->first;
+    const auto best = pc.most_frequent();
+    if (!best) break;
+    const std::string& a = pc.text(best->first), &b = pc.text(best->second);
     t.merges_.emplace_back(a, b);
     t.tokens_.push_back(a + b);
-    for (auto& word : words) {
-      std::vector<std::string> next;
-      for (size_t i = 0; i < word.size(); ++i) {
-        if (i + 1 < word.size() && word[i] == a && word[i + 1] == b) next.push_back(a + b), ++i;
-        else next.push_back(word[i]);
-      }
-      word.swap(next);
-    }
+    pc.merge(*best, a + b);
   }
   t.index();
   return t;

@@ -63,6 +63,7 @@ struct SplitBackward {
   std::vector<ShareOutput> outs;
   std::vector<std::vector<Tensor>> share_args;
   std::vector<int64_t> begin;  // share s: rows [begin[s], begin[s + 1])
+  std::vector<double> mean_weight;  // share s's weight in a mean merge (they sum to 1)
   std::vector<Tensor> trained;
   std::vector<bool> arg_grad;  // which args require grad
 
@@ -123,10 +124,11 @@ struct SplitBackward {
       if (!o.tensors[i].defined()) continue;
       const Tensor& gi = g[k++];  // g has the defined outputs' gradients
       if (!gi.defined() || !o.tensors[i].requires_grad()) continue;
+      if (o.merge[i] == BatchMerge::mean && mean_weight[size_t(s)] == 0) continue;  // left out of the mean
       roots.push_back(o.tensors[i]);
       seeds.push_back(o.merge[i] == BatchMerge::concat
                           ? gi.narrow(0, b, n).contiguous()
-                          : weighted(gi, double(n) / double(begin.back())).to(o.tensors[i].dtype()));
+                          : weighted(gi, mean_weight[size_t(s)]).to(o.tensors[i].dtype()));
     }
     std::vector<Tensor> wrt = trained;
     for (size_t a = 0; a < arg_grad.size(); ++a)
@@ -135,6 +137,22 @@ struct SplitBackward {
     return autograd::grad(roots, seeds, wrt, retain, /*only_inputs=*/true);
   }
 };
+
+// Each share's weight in the mean merges, summing to 1: its given weight over all the
+// shares' (a language model's counted labels), else, or where they sum to 0, its rows.
+std::vector<double> mean_weights(const std::vector<ShareOutput>& outs, const std::vector<int64_t>& begin) {
+  const size_t shares = outs.size();
+  double total = 0;
+  bool given = true;
+  for (const ShareOutput& o : outs) {
+    given = given && o.weight >= 0;
+    total += o.weight;
+  }
+  std::vector<double> w(shares);
+  for (size_t s = 0; s < shares; ++s)
+    w[s] = given && total > 0 ? outs[s].weight / total : double(begin[s + 1] - begin[s]) / double(begin.back());
+  return w;
+}
 
 }  // namespace
 
@@ -184,6 +202,7 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     bw.outs[size_t(s)] = forward(s, bw.share_args[size_t(s)]);
   });
   const ShareOutput& first = bw.outs[0];
+  bw.mean_weight = mean_weights(bw.outs, bw.begin);
   BOOSTER_CHECK(first.merge.size() == first.tensors.size(), "split_batch: ", first.tensors.size(), " outputs but ",
                 first.merge.size(), " merge rules");
   for (int s = 1; s < shares; ++s) {
@@ -218,7 +237,8 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
       m = concat(parts, 0);
     } else {
       Tensor sum = Tensor::zeros(parts[0].shape(), DType::f32);
-      for (int s = 0; s < shares; ++s) kernels::add_(sum, weighted(parts[size_t(s)], double(rows_of(s)) / double(rows)));
+      for (int s = 0; s < shares; ++s)  // a share of weight 0 (no label counted: a NaN mean) is left out
+        if (bw.mean_weight[size_t(s)] > 0) kernels::add_(sum, weighted(parts[size_t(s)], bw.mean_weight[size_t(s)]));
       m = sum.to(parts[0].dtype());
     }
     merged.push_back(m);

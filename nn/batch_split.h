@@ -7,7 +7,9 @@
 // L3 it ran the same. The shares' parameter gradients are summed once, at the end.
 #pragma once
 
+#include <concepts>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/tensor/tensor.h"
@@ -18,13 +20,16 @@ namespace booster::nn {
 /// How one output tensor of a forward combines over batch shares.
 enum class BatchMerge {
   concat,  // rows of the batch: the shares' outputs one after the other along dim 0
-  mean,    // a mean over the batch's rows: the shares' means weighted by their rows
+  mean,    // a mean over the batch: the shares' means weighted by their weights (rows unless given)
 };
 
 /// One share's forward: its output tensors and how each combines.
 struct ShareOutput {
   std::vector<Tensor> tensors;
   std::vector<BatchMerge> merge;
+  /// The share's weight in the mean merges (the items its means are over: a language
+  /// model's counted labels); negative: its rows. Where every share's weight is 0, rows.
+  double weight = -1;
 };
 
 /// Runs forward(s, args_s) for every share s in [0, shares) at once, one thread each; args_s
@@ -62,8 +67,18 @@ concept BatchMergeable = requires(const Out& o) {
   { batch_merge(o) } -> std::same_as<std::vector<BatchMerge>>;
 };
 
+/// Outputs whose means are over something other than rows say so: batch_weight(o) is what
+/// the output's means are over (a causal LM's counted labels), set_batch_weight(o, w) sets
+/// it on the combined output (the shares' sum).
+template <typename Out>
+concept BatchWeighted = requires(Out& o) {
+  { batch_weight(std::as_const(o)) } -> std::convertible_to<double>;
+  set_batch_weight(o, 1.0);
+};
+
 /// split_batch for a forward returning Out: f(args_s) runs a share; the shares' outputs are
-/// combined tensor by tensor into one Out.
+/// combined tensor by tensor into one Out (the means by the shares' batch_weight where Out
+/// has one).
 template <BatchMergeable Out, typename F>
 Out split_batch_as(int shares, const std::vector<Tensor>& args, const std::vector<Tensor>& params, F&& f) {
   std::vector<Out> outs(static_cast<size_t>(shares));
@@ -73,10 +88,16 @@ Out split_batch_as(int shares, const std::vector<Tensor>& args, const std::vecto
     ShareOutput share;
     visit_tensors(o, [&](Tensor& t) { share.tensors.push_back(t); });
     share.merge = batch_merge(o);
+    if constexpr (BatchWeighted<Out>) share.weight = double(batch_weight(std::as_const(o)));
     return share;
   });
   size_t k = 0;
   visit_tensors(outs[0], [&](Tensor& t) { t = merged[k++]; });
+  if constexpr (BatchWeighted<Out>) {
+    double total = 0;
+    for (const Out& o : outs) total += double(batch_weight(o));
+    set_batch_weight(outs[0], total);
+  }
   return outs[0];
 }
 

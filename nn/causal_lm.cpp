@@ -54,12 +54,17 @@ Tensor lm_token_loss(const VocabParallelHead* head, const Tensor& logits, const 
   return cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}));
 }
 
-Tensor causal_lm_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& labels, const Tensor& input_ids,
-                      const char* model) {
+void causal_lm_loss(CausalLMOutput& out, const VocabParallelHead* head, const Tensor& labels, const Tensor& input_ids,
+                    const char* model) {
   BOOSTER_CHECK_T(ShapeError, labels.shape() == input_ids.shape(), model, ": labels ", shape_str(labels.shape()),
                   " must be shaped as input_ids ", shape_str(input_ids.shape()));
-  const int64_t t = logits.size(1);
-  return lm_token_loss(head, logits.narrow(1, 0, t - 1), labels.narrow(1, 1, t - 1));
+  BOOSTER_CHECK_T(DTypeError, labels.dtype() == DType::i64, model, ": labels must be i64, not ", dtype_name(labels.dtype()));
+  const int64_t t = out.logits.size(1);
+  const Tensor shifted = labels.narrow(1, 1, t - 1);
+  out.loss = lm_token_loss(head, out.logits.narrow(1, 0, t - 1), shifted);
+  const Tensor counted = shifted.contiguous();
+  const int64_t* l = counted.data<int64_t>();
+  out.loss_tokens = std::count_if(l, l + counted.numel(), [](int64_t v) { return v != -100; });
 }
 
 Tensor whole_logits(const VocabParallelHead* head, const Tensor& logits) {

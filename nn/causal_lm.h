@@ -19,6 +19,7 @@ namespace booster::nn {
 struct CausalLMOutput {
   Tensor logits;  // [B, T, vocab_size]
   Tensor loss;    // [] mean over the shifted labels that count; undefined without labels
+  int64_t loss_tokens = 0;  // the labels the loss counted (not -100)
 };
 inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>& f) {
   if (o.logits.defined()) f(o.logits);
@@ -26,9 +27,11 @@ inline void visit_tensors(CausalLMOutput& o, const std::function<void(Tensor&)>&
 }
 
 /// How an output combines over split_batch's shares: the logits' rows joined, the loss the
-/// shares' means weighted by their rows (the token mean where every row counts the same
-/// tokens, as a token stream's windows do; rows with -100 labels weigh as any other).
+/// shares' means weighted by the labels each counted, so the combined loss is the whole
+/// batch's token mean however the -100 labels fall.
 inline std::vector<BatchMerge> batch_merge(const CausalLMOutput& o) { return logits_loss_merge(o.logits, o.loss); }
+inline double batch_weight(const CausalLMOutput& o) { return double(o.loss_tokens); }
+inline void set_batch_weight(CausalLMOutput& o, double w) { o.loss_tokens = int64_t(w); }
 
 class VocabParallelHead;
 
@@ -37,10 +40,11 @@ class VocabParallelHead;
 /// vocabulary-parallel head whose logits stay split (parallel_output), the vocabulary-parallel
 /// cross entropy of this rank's columns.
 Tensor lm_token_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& targets);
-/// transformers' shifted loss: position t predicts labels[t + 1] (-100 ignored); labels
-/// shaped as input_ids [B, T] (`model` names the model in errors).
-Tensor causal_lm_loss(const VocabParallelHead* head, const Tensor& logits, const Tensor& labels, const Tensor& input_ids,
-                      const char* model);
+/// transformers' shifted loss of out.logits: position t predicts labels[t + 1] (-100
+/// ignored); labels shaped as input_ids [B, T] (`model` names the model in errors). Sets
+/// out.loss and out.loss_tokens.
+void causal_lm_loss(CausalLMOutput& out, const VocabParallelHead* head, const Tensor& labels, const Tensor& input_ids,
+                    const char* model);
 /// Whole logits [..., V] of a head's output (gathered when `head` keeps them split).
 Tensor whole_logits(const VocabParallelHead* head, const Tensor& logits);
 /// The vocabulary-parallel head of a causal LM (its tied embeddings, or root's "lm_head"), or

@@ -160,7 +160,7 @@ Tensor GPT2LMHeadModel::head(const Tensor& hidden) {
 
 CausalLMOutput GPT2LMHeadModel::forward(const Tensor& input_ids, const Tensor& labels) {
   CausalLMOutput out{head(transformer(input_ids)), Tensor()};
-  if (labels.defined()) out.loss = causal_lm_loss(vocab_head(), out.logits, labels, input_ids, "GPT2LMHeadModel");
+  if (labels.defined()) causal_lm_loss(out, vocab_head(), labels, input_ids, "GPT2LMHeadModel");
   return out;
 }
 

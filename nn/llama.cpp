@@ -154,7 +154,7 @@ Tensor LlamaForCausalLM::head(const Tensor& hidden) {
 
 CausalLMOutput LlamaForCausalLM::forward(const Tensor& input_ids, const Tensor& labels) {
   CausalLMOutput out{head(model(input_ids)), Tensor()};
-  if (labels.defined()) out.loss = causal_lm_loss(vocab_head(), out.logits, labels, input_ids, "LlamaForCausalLM");
+  if (labels.defined()) causal_lm_loss(out, vocab_head(), labels, input_ids, "LlamaForCausalLM");
   return out;
 }
 

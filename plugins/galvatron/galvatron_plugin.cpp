@@ -316,7 +316,9 @@ void GalvatronPlugin::configure(BoostedObjects& o) {
     o.optimizer = hpo;
   }
   if (pp_deg_ > 1) {
-    pipeline::ScheduleOptions so{plan_.chunks > 0 ? plan_.chunks : 0, plan_.chunks > 0 ? 0 : 4, true, true};
+    pipeline::ScheduleOptions so;
+    so.num_microbatches = plan_.chunks > 0 ? plan_.chunks : 0;
+    so.microbatch_size = plan_.chunks > 0 ? 0 : 4;
     if (plan_.pipeline_type == "gpipe") schedule_ = std::make_unique<pipeline::GPipeSchedule>(*stages_, so);
     else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);
   }

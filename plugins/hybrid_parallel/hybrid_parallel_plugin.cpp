@@ -194,7 +194,11 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
   }
   stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
   pipeline::keep_stage_modules(*module, *pm, *stages_, o.optimizer.get());
-  pipeline::ScheduleOptions so{opts_.num_microbatches, opts_.microbatch_size, opts_.enable_metadata_cache, opts_.overlap_p2p};
+  pipeline::ScheduleOptions so;
+  so.num_microbatches = opts_.num_microbatches;
+  so.microbatch_size = opts_.microbatch_size;
+  so.enable_metadata_cache = opts_.enable_metadata_cache;
+  so.overlap_p2p = opts_.overlap_p2p;
   if (grid_) so.rows_multiple = grid_->row_blocks(), so.rows_owner = grid_->describe();
   if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<pipeline::InterleavedSchedule>(*stages_, so);
   else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cmath>
+
 #include "booster/booster.h"
 #include "core/autograd/engine.h"
 #include "core/autograd/node.h"
 #include "core/common/profiler.h"
 #include "core/kernels/ops.h"
+#include "nn/gpt2.h"
 #include "nn/vit.h"
 #include "tests/support/fixtures.h"
 
@@ -19,14 +22,6 @@ namespace {
 std::shared_ptr<nn::ViTForImageClassification> model() {
   manual_seed(5);
   return std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
-}
-
-float max_diff(const Tensor& a, const Tensor& b) {
-  auto x = a.to(DType::f32).to_vector(), y = b.to(DType::f32).to_vector();
-  EXPECT_EQ(x.size(), y.size());
-  float d = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
-  return d;
 }
 
 struct Step {
@@ -62,12 +57,12 @@ TEST(SplitBatch, ViTMatchesTheWholeBatch) {
   const Step whole = run(false), split = run(true);
   EXPECT_EQ(whole.loss_node, "cross_entropy");
   EXPECT_EQ(split.loss_node, "split_batch");  // it did run as shares
-  EXPECT_LT(max_diff(whole.logits, split.logits), 1e-5);
-  EXPECT_LT(max_diff(whole.loss, split.loss), 1e-6);
+  EXPECT_LT(testkit::max_abs_diff(whole.logits, split.logits), 1e-5);
+  EXPECT_LT(testkit::max_abs_diff(whole.loss, split.loss), 1e-6);
   ASSERT_EQ(whole.grads.size(), split.grads.size());
   for (auto& [name, g] : whole.grads) {
     ASSERT_TRUE(split.grads.at(name).defined()) << name;
-    EXPECT_LT(max_diff(g, split.grads.at(name)), 1e-5) << name;
+    EXPECT_LT(testkit::max_abs_diff(g, split.grads.at(name)), 1e-5) << name;
   }
 }
 
@@ -92,9 +87,9 @@ TEST(SplitBatch, OneStageExecutePipelineRunsAsShares) {
   auto [whole, wm] = one_stage(false);
   auto [split, sm] = one_stage(true);
   EXPECT_EQ(whole.logits.size(0), 7);
-  EXPECT_LT(max_diff(whole.logits, split.logits), 1e-5);
-  EXPECT_LT(max_diff(whole.loss, split.loss), 1e-6);
-  for (auto& [name, g] : whole.grads) EXPECT_LT(max_diff(g, split.grads.at(name)), 1e-5) << name;
+  EXPECT_LT(testkit::max_abs_diff(whole.logits, split.logits), 1e-5);
+  EXPECT_LT(testkit::max_abs_diff(whole.loss, split.loss), 1e-6);
+  for (auto& [name, g] : whole.grads) EXPECT_LT(testkit::max_abs_diff(g, split.grads.at(name)), 1e-5) << name;
   // It did run as shares: a module hook is refused there, as in a split model call.
   auto handle = sm->classifier->register_forward_hook([](nn::Module&) {});
   Booster booster(nullptr, "", true);
@@ -105,6 +100,50 @@ TEST(SplitBatch, OneStageExecutePipelineRunsAsShares) {
                              boosted.model, on_keys([](const Tensor& l, const Tensor& t) { return cross_entropy(l, t); }));
   });
   EXPECT_NE(err.find("module 'classifier' has hooks"), std::string::npos) << err;
+}
+
+// A language model's loss is a mean over the labels that count: with -100 labels piled in
+// one share's rows, the shares' losses are combined by the labels each counted, not by rows,
+// and equal the whole batch's token mean, gradients too. A share with no label counted (its
+// own mean a NaN) is left out.
+TEST(SplitBatch, CausalLMLossIsTheTokenMeanWhateverTheShares) {
+  auto run_lm = [](bool split, const Tensor& labels) {
+    omp_set_num_threads(2);
+    manual_seed(3);
+    auto m = std::make_shared<nn::GPT2LMHeadModel>(nn::GPT2Config::preset("gpt2-tiny"));
+    Booster booster(nullptr, "", split);
+    auto boosted = booster.boost(m);
+    Tensor ids = Tensor::empty({5, 6}, DType::i64);
+    for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 7) % 65;
+    auto out = boosted.model(ids, labels);
+    Step s{out.logits, out.loss, out.loss.impl()->grad_fn ? out.loss.impl()->grad_fn->name() : "", {}};
+    EXPECT_EQ(out.loss_tokens, [&] {
+      int64_t n = 0;
+      for (int64_t r = 0; r < 5; ++r)
+        for (int64_t t = 1; t < 6; ++t) n += labels.data<int64_t>()[r * 6 + t] != -100;
+      return n;
+    }());
+    out.loss.backward();
+    for (auto& [name, p] : m->named_parameters()) s.grads[name] = p.grad();
+    return s;
+  };
+  for (int case_ = 0; case_ < 2; ++case_) {
+    // Shares of rows 0-1 and 2-4; case 0: the first share keeps one label, case 1: none.
+    Tensor labels = Tensor::empty({5, 6}, DType::i64);
+    for (int64_t i = 0; i < labels.numel(); ++i) labels.data<int64_t>()[i] = (i * 5 + 1) % 65;
+    for (int64_t i = 0; i < 12; ++i)
+      if (case_ == 1 || i != 4) labels.data<int64_t>()[i] = -100;
+    const Step whole = run_lm(false, labels), split = run_lm(true, labels);
+    EXPECT_EQ(split.loss_node, "split_batch") << case_;
+    EXPECT_TRUE(std::isfinite(split.loss.item())) << case_;
+    EXPECT_LT(testkit::max_abs_diff(whole.loss, split.loss), 1e-6) << case_;
+    EXPECT_LT(testkit::max_abs_diff(whole.logits, split.logits), 1e-5) << case_;
+    for (auto& [name, g] : whole.grads) {
+      if (!g.defined()) continue;
+      ASSERT_TRUE(split.grads.at(name).defined()) << name;
+      EXPECT_LT(testkit::max_abs_diff(g, split.grads.at(name)), 1e-5) << name << " case " << case_;
+    }
+  }
 }
 
 TEST(SplitBatch, InputGradientIsJoinedFromTheShares) {
@@ -122,10 +161,10 @@ TEST(SplitBatch, InputGradientIsJoinedFromTheShares) {
   auto outs = nn::split_batch(3, {x}, {w}, [&](int, const std::vector<Tensor>& a) {
     return nn::ShareOutput{{f(a[0])}, {nn::BatchMerge::mean}};
   });
-  EXPECT_LT(max_diff(outs[0], whole), 1e-6);
+  EXPECT_LT(testkit::max_abs_diff(outs[0], whole), 1e-6);
   outs[0].backward();
-  EXPECT_LT(max_diff(x.grad(), dx), 1e-6);
-  EXPECT_LT(max_diff(w.grad(), dw), 1e-6);
+  EXPECT_LT(testkit::max_abs_diff(x.grad(), dx), 1e-6);
+  EXPECT_LT(testkit::max_abs_diff(w.grad(), dw), 1e-6);
 }
 
 TEST(SplitBatch, ShareErrorsReachTheCaller) {

@@ -480,8 +480,11 @@ TEST(GalvatronSearch, VocabUlyssesIsCostedWholeAndSearchedWithSp) {
   EXPECT_FALSE(vsp_seen());
   o.sp_space = "tp+sp";
   EXPECT_TRUE(vsp_seen());
-  for (auto& c : gv::global_plans(cm, o))  // vocab Ulysses beside Ulysses layers of its degree
-    if (c.plan.vsp) EXPECT_TRUE(c.plan.layers[0].ulysses() && c.plan.layers[0].tp == c.plan.vtp) << c.plan.summary(4);
+  for (auto& c : gv::global_plans(cm, o)) {  // vocab Ulysses beside Ulysses layers of its degree
+    if (c.plan.vsp) {
+      EXPECT_TRUE(c.plan.layers[0].ulysses() && c.plan.layers[0].tp == c.plan.vtp) << c.plan.summary(4);
+    }
+  }
 }
 
 namespace {

@@ -214,7 +214,9 @@ TEST(LmParallel, GenerationUnderSequenceParallelism) {
                                                 mode + "'\n" + (ulysses ? "sp_size = 2\n" : "")));
     auto b = boost(booster, model);
     EXPECT_EQ(model->get("transformer.h.0.attn")->type_name(), ulysses ? "UlyssesGPT2Attention" : "GPT2Attention") << mode;
-    if (!ulysses) EXPECT_EQ(model->get("transformer.h.0.ln_1")->type_name(), "SequenceParallelLayerNorm");
+    if (!ulysses) {
+      EXPECT_EQ(model->get("transformer.h.0.ln_1")->type_name(), "SequenceParallelLayerNorm");
+    }
     const Tensor x = ids(2, 8, 3);
     auto out = b.model(x, x);
     EXPECT_NEAR(out.loss.item(), (*ref)(x, x).loss.item(), 1e-5) << mode;

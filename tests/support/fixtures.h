@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -40,6 +42,15 @@ inline std::filesystem::path temp_path(const std::string& tag) {
   auto p = std::filesystem::temp_directory_path() / ("booster_" + tag + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   return p;
+}
+
+/// The largest |a - b| over the elements of two tensors of one shape (compared as f32).
+inline float max_abs_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to(DType::f32).to_vector(), y = b.to(DType::f32).to_vector();
+  BOOSTER_CHECK_T(ShapeError, x.size() == y.size(), "max_abs_diff: ", x.size(), " and ", y.size(), " elements");
+  float d = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  return d;
 }
 
 /// The message of the booster error f raises, or "" when it raises none.
