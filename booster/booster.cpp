@@ -41,6 +41,7 @@ Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& requested_pr
 }
 
 void Booster::configure(BoostedObjects& o) {
+  boosted_.push_back(o.model->module().get());
   if (plugin_) plugin_->configure(o);
   BOOSTER_CHECK(o.model != nullptr, "Booster.boost: plugin '", plugin_ ? plugin_->name() : "", "' left no model");
   if (!mixed_precision_.empty()) {

@@ -5,13 +5,25 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include "booster/checkpoint_io.h"
 #include "booster/grad_sync.h"
 #include "booster/plugin.h"
+#include "nn/lora.h"
 
 namespace booster {
+
+/// What Booster::enable_lora takes (Colossal-AI's arguments): the adapters' settings, or a
+/// folder PEFT's save_pretrained (or save_lora_as_pretrained) wrote to continue from.
+struct LoraOptions {
+  std::string pretrained_dir;                   // adapter_config.json + adapter_model.safetensors
+  std::optional<nn::LoraConfig> lora_config;    // required without pretrained_dir
+  std::string bnb_quantization_config;          // QLoRA: refused (no 4-bit kernels here)
+  bool quantize = false;                        // QLoRA: refused
+};
 
 /// What boost() returns, in Colossal-AI's order (structured bindings work).
 template <typename M>
@@ -47,6 +59,36 @@ class Booster {
     configure(o);
     return {BoostedModel<M>(o.model), o.optimizer, o.criterion, o.dataloader, o.lr_scheduler};
   }
+
+  /// Colossal-AI's enable_lora, before boost(): wraps the model's target layers in LoRA
+  /// adapters in place (nn::inject_lora), freezing the rest; with pretrained_dir the saved
+  /// adapters (and their config) are loaded to train on. Build the optimizer afterwards,
+  /// over nn::trainable_parameters(*model). Refused after boost, twice, or with QLoRA.
+  template <typename M>
+  std::shared_ptr<M> enable_lora(std::shared_ptr<M> model, const LoraOptions& options) {
+    BOOSTER_CHECK(model != nullptr, "Booster.enable_lora: the model is required");
+    enable_lora_on(*model, options);
+    return model;
+  }
+  /// enable_lora(model, lora_config=...).
+  template <typename M>
+  std::shared_ptr<M> enable_lora(std::shared_ptr<M> model, const nn::LoraConfig& lora_config) {
+    LoraOptions o;
+    o.lora_config = lora_config;
+    return enable_lora(std::move(model), o);
+  }
+  /// enable_lora(model, pretrained_dir=...): continues from saved adapters.
+  template <typename M>
+  std::shared_ptr<M> enable_lora(std::shared_ptr<M> model, const std::string& pretrained_dir) {
+    LoraOptions o;
+    o.pretrained_dir = pretrained_dir;
+    return enable_lora(std::move(model), o);
+  }
+  /// Colossal-AI's save_lora_as_pretrained: PEFT's folder (adapter_config.json,
+  /// adapter_model.safetensors under PEFT's names) from a model in any layout; collective.
+  void save_lora_as_pretrained(ModelWrapper& model, const std::string& checkpoint);
+  /// What enable_lora did (null without it).
+  const nn::LoraState* lora_state() const { return lora_ ? &*lora_ : nullptr; }
 
   /// loss.backward() through the optimizer chain (which may scale or synchronize).
   void backward(const Tensor& loss, OptimizerWrapper& optimizer) { optimizer.backward(loss); }
@@ -88,7 +130,10 @@ class Booster {
 
  private:
   void configure(BoostedObjects& o);
+  void enable_lora_on(nn::Module& model, const LoraOptions& options);
   std::shared_ptr<Plugin> plugin_;
+  std::optional<nn::LoraState> lora_;
+  std::vector<const nn::Module*> boosted_;  // the modules boost() configured
   std::string mixed_precision_;
   bool split_batch_ = false;
   std::shared_ptr<CheckpointIO> checkpoint_io_;

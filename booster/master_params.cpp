@@ -12,6 +12,11 @@ MasterParams::MasterParams(const optim::NamedParams& params, DType working) : wo
   for (auto& [name, p] : params) {
     if (!is_floating(p.dtype())) continue;
     Tensor param = p;
+    if (!param.requires_grad()) {  // frozen (a LoRA base): the working precision alone, no master
+      if (is_lazy(param)) lazy_cast(param, working);
+      else param.set_data(param.detach().to(working).contiguous());
+      continue;
+    }
     Tensor master;
     if (is_lazy(param)) {  // made in fp32 alone; the working copy materializes later
       master = region_values(param, param.region() ? *param.region() : Region::whole(param.shape()), DType::f32);

@@ -19,7 +19,8 @@ class MasterParams {
     Tensor param;   // the working copy (the model's parameter handle)
     Tensor master;  // fp32, contiguous, same shape and region
   };
-  /// Masters of every floating parameter; the parameters become `working` copies.
+  /// Masters of every floating parameter that trains; the parameters become `working`
+  /// copies (frozen ones too, without a master: nothing updates them).
   MasterParams(const optim::NamedParams& params, DType working);
 
   const std::vector<Entry>& entries() const { return entries_; }

@@ -69,6 +69,10 @@ class Plugin {
   /// whole through forward and backward, nothing hooks its modules, and it reads gradients
   /// only once they are accumulated.
   virtual bool support_split_batch() const { return false; }
+  /// Colossal-AI's support_lora: whether a model with LoRA adapters (Booster::enable_lora)
+  /// trains under this plugin. Every plugin here does (only the adapters are reduced,
+  /// sharded and stepped); a layout that cannot hold them is refused when boost() shards it.
+  virtual bool support_lora() const { return true; }
 
   /// Rewrites the objects: wraps objects.model and objects.optimizer in the plugin's
   /// wrappers (and prepares communication); boost() returns what it leaves there.

@@ -1,6 +1,9 @@
 // The sharder and the policy registry (see policy.h).
 #include "shardformer/policy.h"
 
+#include "nn/lora.h"
+#include "nn/parallel/dropout.h"
+
 #include <mutex>
 
 #include "shardformer/policies/causal_lm_policy.h"
@@ -28,6 +31,20 @@ std::shared_ptr<nn::SequenceSplit> ShardConfig::token_split() const {
 }
 
 namespace {
+// A LoRA-adapted layer stays: its base is replaced as the policy says and the adapter is
+// split to match it (its dropout drawing as the tp layers' do: alike over the group for a
+// replicated input, per rank for a split one).
+void adapt_lora(nn::LoraLinear& lora, const SubModuleReplacementDescription& sub, const ShardConfig& config,
+                const std::string& path) {
+  const std::string who = (path.empty() ? "" : path + ".") + sub.suffix;
+  lora.replace("base_layer", sub.target_module(lora.base_layer.shared(), config));
+  const bool split_input = lora.shard_like_base(config.tensor_parallel_process_group, who);
+  if (dynamic_cast<nn::Dropout*>(lora.lora_dropout.get()) && config.tp_size() > 1) {
+    auto gen = split_input ? config.parallel_generator : config.replicated_generator;
+    if (gen) lora.replace("lora_dropout", nn::TPDropout::from_native_module(lora.lora_dropout.shared(), gen, split_input));
+  }
+}
+
 void rewrite(nn::Module& model, const Policy& policy, const ShardConfig& config,
              const std::function<bool(const std::string&)>& select) {
   const auto table = policy.module_policy(model, config);
@@ -55,7 +72,8 @@ void rewrite(nn::Module& model, const Policy& policy, const ShardConfig& config,
                       sub.suffix, "' to replace");
       }
       try {
-        m->replace(sub.suffix, sub.target_module(native, config));
+        if (auto lora = std::dynamic_pointer_cast<nn::LoraLinear>(native)) adapt_lora(*lora, sub, config, path);
+        else m->replace(sub.suffix, sub.target_module(native, config));
       } catch (const Error& e) {
         BOOSTER_THROW(ValueError, policy.name(), ": replacing '", (path.empty() ? "" : path + "."), sub.suffix,
                       "': ", e.what());

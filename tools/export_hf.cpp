@@ -13,6 +13,7 @@
 #include "core/autograd/grad_mode.h"
 #include "core/common/file_util.h"
 #include "nn/json_config.h"
+#include "nn/lora.h"
 #include "nn/pretrained.h"
 
 using namespace booster;
@@ -26,11 +27,14 @@ size_t export_model(const fs::path& d, const std::string& out, size_t max_shard_
   const C cfg = C::from_json_file((d / "config.json").string());
   nn::SkipInitGuard skip;
   M model(cfg);
+  const auto lora = nn::saved_lora_config(d.string());  // a LoRA run's: base and adapters, merged here
+  if (lora) nn::inject_lora(model, *lora);
   auto loaded = ckpt::load_tensors(step_checkpoint_path(d.string()), "model");
   {
     NoGradGuard ng;
     model.load_state_dict(loaded.tensors, /*strict=*/true);
   }
+  if (lora) nn::merge_and_unload(model);
   nn::save_pretrained(model, out, max_shard_bytes);
   return loaded.tensors.size();
 }

@@ -52,24 +52,34 @@ def init_params(gen):
     return {k: t.float().requires_grad_() for k, t in w.items()}
 
 
-def forward(w, ids):
-    e, nh = CONFIG["n_embd"], CONFIG["n_head"]
+def logits_of(cfg, w, ids):
+    """GPT-2's logits for transformers' config keys and tensor names (with or without the
+    "transformer." prefix; biases optional, as nanoGPT's bias = False; gelu_new or the exact
+    gelu; the head tied to wte unless lm_head.weight is given)."""
+    w = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in w.items()}
+    e, nh = cfg["n_embd"], cfg["n_head"]
     b, t = ids.shape
     d = e // nh
-    ln = lambda x, p: torch.nn.functional.layer_norm(x, (e,), w[p + ".weight"], w[p + ".bias"], 1e-5)  # noqa: E731
-    conv1d = lambda x, p: x @ w[p + ".weight"] + w[p + ".bias"]  # noqa: E731
-    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][torch.arange(t)]
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    ln = lambda x, p: torch.nn.functional.layer_norm(x, (e,), w[p + ".weight"], w.get(p + ".bias"), eps)  # noqa: E731
+    conv1d = lambda x, p: x @ w[p + ".weight"] + (w[p + ".bias"] if p + ".bias" in w else 0)  # noqa: E731
+    exact = cfg.get("activation_function", "gelu_new") == "gelu"
+    x = w["wte.weight"][ids] + w["wpe.weight"][torch.arange(t)]
     mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
-    for layer in range(CONFIG["n_layer"]):
-        h = f"transformer.h.{layer}."
+    for layer in range(cfg["n_layer"]):
+        h = f"h.{layer}."
         q, k, v = conv1d(ln(x, h + "ln_1"), h + "attn.c_attn").split(e, dim=-1)
         heads = lambda z: z.view(b, t, nh, d).transpose(1, 2)  # noqa: E731
         att = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(d) + mask, dim=-1)
-        y = (att @ heads(v)).transpose(1, 2).reshape(b, t, e)
-        x = x + conv1d(y, h + "attn.c_proj")
-        m = torch.nn.functional.gelu(conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc"), approximate="tanh")
+        x = x + conv1d((att @ heads(v)).transpose(1, 2).reshape(b, t, e), h + "attn.c_proj")
+        m = conv1d(ln(x, h + "ln_2"), h + "mlp.c_fc")
+        m = torch.nn.functional.gelu(m) if exact else torch.nn.functional.gelu(m, approximate="tanh")
         x = x + conv1d(m, h + "mlp.c_proj")
-    logits = ln(x, "transformer.ln_f") @ w["transformer.wte.weight"].t()
+    return ln(x, "ln_f") @ w.get("lm_head.weight", w["wte.weight"]).t()
+
+
+def forward(w, ids):
+    logits = logits_of(CONFIG, w, ids)
     return logits, shifted_loss(logits, ids)
 
 

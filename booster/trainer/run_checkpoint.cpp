@@ -105,7 +105,12 @@ std::string step_checkpoint_path(const std::string& step_dir, const std::string&
 
 void load_run_model(Booster& booster, ModelWrapper& model, const std::string& step_dir) {
   verify_run_checkpoint(step_dir);
+  // A LoRA run's checkpoint holds the base and the adapters under PEFT's names: the model
+  // takes the adapters of its adapter_config.json, loads, and folds them in.
+  const auto lora = nn::saved_lora_config(step_dir);
+  if (lora) nn::inject_lora(*model.module(), *lora);
   booster.load_model(model, step_checkpoint_path(step_dir));
+  if (lora) nn::merge_and_unload(*model.module());
 }
 
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir) {

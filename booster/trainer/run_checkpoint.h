@@ -41,6 +41,8 @@ proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir);
 /// run saved shards, else the single file part.ckpt.
 std::string step_checkpoint_path(const std::string& step_dir, const std::string& part = "model");
 /// Checks the step folder's side files and loads only its model (prediction, evaluation).
+/// (A LoRA run's step folder, with its adapter_config.json: the model gets the adapters,
+/// loads, and has them merged in; `booster` must be plugin-less then.)
 void load_run_model(Booster& booster, ModelWrapper& model, const std::string& step_dir);
 /// Loads model, optimizer and scheduler from a step folder and returns its progress; each
 /// rank's generator state is restored when the world size matches.

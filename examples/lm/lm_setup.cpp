@@ -4,6 +4,8 @@
 // warm-up iterations, AdamW betas (0.9, 0.99), weight decay 0.1, clipping at 1, no dropout.
 #include "lm_setup.h"
 
+#include "lora_setup.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -94,6 +96,7 @@ ConfigSchema lm_train_schema() {
     s.range(k, 1);
   for (const char* k : {"train.warmup_iters", "train.final_eval_iters", "train.log_interval", "checkpoint.every_iters", "sample.max_new_tokens"})
     s.range(k, 0);
+  add_lora_schema(s);
   return s;
 }
 
@@ -250,7 +253,7 @@ std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config&
 
 }  // namespace
 
-LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster) {
   const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
   BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
   LmRun r;
@@ -276,6 +279,7 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
     r.codec.bpe = std::make_shared<data::ByteLevelBPE>(data::ByteLevelBPE::from_tokenizer_json(cache.tokenizer_json));
   r.model = make_lm_model(cfg, vocab_size, cfg.get_int("train.block_size"));
   for (auto& p : r.model.module->parameters()) r.parameters += p.numel();
+  if (booster) enable_lora_from_config(*booster, r.model.module, cfg);  // before the optimizer: it takes what trains
   const std::string scaling = cfg.get_string("train.lr_scaling");
   BOOSTER_CHECK(scaling == "none" || scaling == "dp", "train.lr_scaling = '", scaling, "': expected \"none\" or \"dp\"");
   optim::AdamOptions ao;
@@ -283,7 +287,7 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
   ao.beta1 = cfg.get_float("train.beta1"), ao.beta2 = cfg.get_float("train.beta2");
   ao.weight_decay = cfg.get_float("train.weight_decay");
   r.optimizer =
-      std::make_shared<optim::AdamW>(optim::param_groups_no_decay(r.model.module->named_parameters(), ao.weight_decay), ao);
+      std::make_shared<optim::AdamW>(optim::param_groups_no_decay(nn::trainable_parameters(*r.model.module), ao.weight_decay), ao);
   r.scheduler = std::make_shared<optim::CosineAnnealingWarmupLR>(*r.optimizer, cfg.get_int("train.lr_decay_iters"),
                                                                  cfg.get_int("train.warmup_iters"), cfg.get_float("train.min_lr"));
   const int64_t b = cfg.get_int("train.batch_size");
@@ -314,6 +318,7 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin) {
     write_file_atomic((fs::path(step_dir) / vocab_file).string(), vocab);
     return {"config.json", vocab_file};
   };
+  if (booster) r.side_files = with_lora_side_file(std::move(r.side_files), *booster);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "booster/booster.h"
 #include "booster/plugin.h"
 #include "booster/trainer/run_checkpoint.h"
 #include "core/common/config.h"
@@ -71,8 +72,9 @@ struct LmRun {
 };
 /// The run at data-parallel size dp: an "epoch" is eval_interval iterations of random
 /// training windows (each rank its own), the test loader eval_iters random batches of the
-/// validation text.
-LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin);
+/// validation text. With a [lora] table, `booster` enables LoRA on the model before the
+/// optimizer is made (over what trains).
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster = nullptr);
 
 
 /// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped), by

@@ -20,6 +20,7 @@
 #include "core/dist/logger.h"
 #include "core/dist/runtime.h"
 #include "lm_setup.h"
+#include "lora_setup.h"
 #include "plugins/registry.h"
 #include "run_io.h"
 
@@ -69,7 +70,7 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"));
   const int dp = plugin ? plugin->dp_size() : dist::world_size();
-  examples::LmRun run = examples::make_lm_run(cfg, dp, plugin.get());
+  examples::LmRun run = examples::make_lm_run(cfg, dp, plugin.get(), &booster);
   auto [model, optimizer, criterion, loader, scheduler] =
       booster.boost(run.model.module, run.optimizer, examples::token_cross_entropy(run.model), run.train_loader, run.scheduler);
   const fs::path dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
@@ -97,6 +98,7 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
                          std::make_shared<SaveCheckpointHook>(co), records},
                .display_progress = progress,
                .log_interval = cfg.get_int("train.log_interval")});
+  examples::save_lora_from_config(booster, *model, cfg, dir);
   if (master && Profiler::enabled()) std::printf("%s", Profiler::report().c_str());  // BOOSTER_PROFILE=1
   // The final model over more validation batches than an evaluation's (its estimate moves
   // less), then the sample.

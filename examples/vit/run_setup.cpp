@@ -10,6 +10,7 @@
 #include "core/common/file_util.h"
 #include "data/idx.h"
 #include "nn/lazy.h"
+#include "nn/lora.h"
 #include "nn/pretrained.h"
 #include "optim/adam.h"
 #include "optim/lamb.h"
@@ -152,7 +153,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Mo
   const std::string scaling = cfg.get_string("train.lr_scaling"), name = cfg.get_string("train.optimizer");
   BOOSTER_CHECK(scaling == "dp" || scaling == "none", "train.lr_scaling = '", scaling, "': expected \"dp\" or \"none\"");
   const double lr = cfg.get_float("train.lr") * (scaling == "dp" ? dp : 1), wd = cfg.get_float("train.weight_decay");
-  const auto params = model.named_parameters();
+  const auto params = nn::trainable_parameters(model);  // all but what LoRA froze
   const std::vector<double> betas = cfg.get_float_list("train.betas");
   BOOSTER_CHECK(betas.size() == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1,
                 cfg.where("train.betas"), ": train.betas must be two numbers in [0, 1), (beta1, beta2)");

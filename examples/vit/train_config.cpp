@@ -4,6 +4,7 @@
 #include "train_config.h"
 
 #include "data/image.h"
+#include "lora_setup.h"
 
 namespace booster::examples {
 
@@ -84,6 +85,7 @@ ConfigSchema vit_train_schema() {
   for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing",
                         "model.gradient_checkpointing_ratio"})
     s.range(k, 0, 1);
+  add_lora_schema(s);
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include "data/transforms.h"
 #include "plugins/registry.h"
 #include "run_io.h"
+#include "lora_setup.h"
 #include "run_setup.h"
 #include "train_config.h"
 
@@ -92,7 +93,7 @@ int eval_only(Config& cfg, const Cli& cli) {
   nn::ViTConfig c = nn::ViTConfig::from_json_file((fs::path(*step_dir) / "config.json").string());
   Booster booster;
   auto model = booster.boost(std::make_shared<nn::ViTForImageClassification>(c)).model;
-  booster.load_model(*model, step_checkpoint_path(*step_dir));
+  load_run_model(booster, *model, *step_dir);  // a LoRA run's adapters merged in
   Trainer trainer(booster, model, nullptr, make_criterion(0));
   trainer.evaluate(*eval_loader(ds, cfg), {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, c.num_labels)});
   std::vector<std::string> names;
@@ -210,6 +211,7 @@ int train(const Config& cfg_in, const Cli& cli) {
   // "auto" as measured on this CPU, so the run's config.toml says what ran (the peer mirrors it).
   cfg.set("booster.mixed_precision=\"" + resolve_precision(cfg.get_string("booster.mixed_precision")) + "\"");
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
+  examples::enable_lora_from_config(booster, model, cfg);  // before the optimizer: it takes what trains
   RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model);
   auto [vit, optimizer, criterion, dataloader, lr_scheduler] = booster.boost(
       model, o.optimizer, make_criterion(cfg.get_float("train.label_smoothing")), o.train_loader, o.lr_scheduler);
@@ -224,6 +226,7 @@ int train(const Config& cfg_in, const Cli& cli) {
     write_file_atomic((fs::path(step_dir) / "preprocessor_config.json").string(), processor.to_json_string());
     return {"config.json", "data_config.json", "preprocessor_config.json"};
   };
+  side_files = examples::with_lora_side_file(std::move(side_files), booster);
   dist::logger().info("{} on {} rank(s) x {} threads, {} train / {} validation images, {} steps per epoch, plugin {}",
                       model_config.architectures[0], coordinator.world_size(), dist::omp_threads(), train_set->size(),
                       val_set->size(), dataloader->size(), plugin ? plugin->name() : "none");
@@ -234,6 +237,7 @@ int train(const Config& cfg_in, const Cli& cli) {
                .hooks = run_hooks(cfg, cli, lr_scheduler, metrics, run_dir, int64_t(labels.size()), side_files),
                .display_progress = !cli.no_progress,
                .log_interval = cfg.get_int("train.log_every")});
+  examples::save_lora_from_config(booster, *vit, cfg, run_dir);
   coordinator.print_on_master("done: best validation accuracy " + std::to_string(trainer.records()["best_accuracy"]) +
                               ", run folder " + run_dir.string());
   return 0;

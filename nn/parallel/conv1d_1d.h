@@ -24,6 +24,7 @@ class GPT2FusedLinearConv1DCol : public Conv1D {
       : Conv1D(std::move(weight), std::move(bias)), tp_(tp), n_fused_(n_fused), opts_(std::move(opts)) {}
   std::string type_name() const override { return "GPT2FusedLinearConv1D_Col"; }
   Tensor forward(const Tensor& x) override;
+  const Linear1DOptions& options() const { return opts_; }
 
  protected:
   std::shared_ptr<Module> fresh() const override;
@@ -43,6 +44,7 @@ class GPT2FusedLinearConv1DRow : public Conv1D {
       : Conv1D(std::move(weight), std::move(bias)), tp_(tp), opts_(std::move(opts)) {}
   std::string type_name() const override { return "GPT2FusedLinearConv1D_Row"; }
   Tensor forward(const Tensor& x) override;
+  const Linear1DOptions& options() const { return opts_; }
 
  protected:
   std::shared_ptr<Module> fresh() const override;
