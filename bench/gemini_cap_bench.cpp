@@ -249,7 +249,9 @@ int main(int argc, char** argv) {
       diff = std::max(diff, std::abs(rows.back().losses[s] - rows[0].losses[s]));
     std::printf("losses (capped row):");
     for (double l : rows[0].losses) std::printf(" %.4f", l);
-    std::printf("\nlargest loss difference from the uncapped row: %.3g\n", diff);
+    std::printf("\n");
+    if (rows.size() > 1) std::printf("largest loss difference from the uncapped row: %.3g\n", diff);
+    else std::printf("(no uncapped row ran: nothing to compare the losses with)\n");
   }
   dist::finalize();
   return bad ? 1 : 0;

@@ -1,4 +1,5 @@
-// Lamb update: two passes (moments and the step u with both norms, then the scaled update).
+// Lamb update: two passes (moments and the norms of p and the step u, then the scaled update,
+// u computed again from the moments: nothing of a parameter's size is kept between them).
 #include "optim/lamb.h"
 
 #include <cmath>
@@ -21,18 +22,21 @@ Lamb::Lamb(std::vector<ParamGroup> groups, const LambOptions& o)
 
 void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
                   const Tensor& /*working: not fused*/) {
+  std::vector<double> sums = layer_sums(name, p, g, st, group);
+  complete_sums(name, sums);  // over a tensor-parallel parameter's blocks
+  layer_apply(name, p, g, st, group, sums);
+}
+
+std::vector<double> Lamb::layer_sums(const std::string&, Tensor& p, const Tensor& g, ParamState& st,
+                                     const ParamGroup& group) {
   Tensor& m = st.buffers["exp_avg"];
   Tensor& v = st.buffers["exp_avg_sq"];
   if (!m.defined()) m = Tensor::zeros(p.shape());
   if (!v.defined()) v = Tensor::zeros(p.shape());
-  const double lr = group.get("lr"), b1 = group.get("beta1"), b2 = group.get("beta2");
   const float eps = float(group.get("eps")), wd = float(group.get("weight_decay")), inv_div = float(1.0 / grad_divisor_);
-  double step_size = lr;
-  if (group.get("bias_correction") != 0.0)
-    step_size = lr * std::sqrt(1 - std::pow(b2, double(st.step))) / (1 - std::pow(b1, double(st.step)));
+  const double b1 = group.get("beta1"), b2 = group.get("beta2");
   const int64_t n = p.numel();
-  std::vector<float> u(static_cast<size_t>(n));
-  float* pp = p.data<float>();
+  const float* pp = p.data<float>();
   float* pm = m.data<float>();
   float* pv = v.data<float>();
   const float* pg = g.data<float>();
@@ -46,18 +50,28 @@ void Lamb::update(const std::string& name, Tensor& p, const Tensor& g, ParamStat
     pm[i] = mi;
     pv[i] = vi;
     const float ui = mi / (std::sqrt(vi) + eps) + wd * pp[i];
-    u[size_t(i)] = ui;
     wnorm2 += double(pp[i]) * pp[i];
     unorm2 += double(ui) * ui;
   }
-  std::vector<double> sums{wnorm2, unorm2};
-  complete_sums(name, sums);  // over a tensor-parallel parameter's blocks
+  return {wnorm2, unorm2};
+}
+
+void Lamb::layer_apply(const std::string&, Tensor& p, const Tensor&, ParamState& st, const ParamGroup& group,
+                       const std::vector<double>& sums) {
+  const double lr = group.get("lr"), b1 = group.get("beta1"), b2 = group.get("beta2");
+  const float eps = float(group.get("eps")), wd = float(group.get("weight_decay"));
+  double step_size = lr;
+  if (group.get("bias_correction") != 0.0)
+    step_size = lr * std::sqrt(1 - std::pow(b2, double(st.step))) / (1 - std::pow(b1, double(st.step)));
   const double wn = std::sqrt(sums[0]), un = std::sqrt(sums[1]);
   const double trust = (wn == 0 || un == 0 || group.get("adam") != 0.0) ? 1.0 : wn / un;
   const float alpha = float(step_size * trust);
-  parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+  const float* pm = st.buffers.at("exp_avg").data<float>();
+  const float* pv = st.buffers.at("exp_avg_sq").data<float>();
+  float* pp = p.data<float>();
+  parallel_for(p.numel(), 1 << 14, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) pp[i] -= alpha * u[size_t(i)];
+    for (int64_t i = b; i < e; ++i) pp[i] -= alpha * (pm[i] / (std::sqrt(pv[i]) + eps) + wd * pp[i]);  // u again, as summed
   });
 }
 

@@ -23,13 +23,18 @@ class Lamb : public Optimizer {
  public:
   Lamb(const NamedParams& params, const LambOptions& o = {}) : Lamb(std::vector<ParamGroup>{{params, {}}}, o) {}
   Lamb(std::vector<ParamGroup> groups, const LambOptions& o = {});
-  /// The trust ratio needs whole-tensor norms: not for sharded parameters.
+  /// The trust ratio needs whole-tensor norms: on shards through step_on_shards.
   bool elementwise() const override { return false; }
+  bool layerwise() const override { return true; }
   int state_buffers() const override { return 2; }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
               const Tensor& working) override;
+  std::vector<double> layer_sums(const std::string& name, Tensor& p, const Tensor& g, ParamState& st,
+                                 const ParamGroup& group) override;
+  void layer_apply(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                   const std::vector<double>& sums) override;
 };
 
 /// param_groups_no_decay; with `exclude_from_layer_adaptation` the no-decay group (biases,

@@ -23,11 +23,16 @@ class Lars : public Optimizer {
   Lars(std::vector<ParamGroup> groups, const LarsOptions& o = {});
   /// The trust ratio needs whole-tensor norms: not for sharded parameters.
   bool elementwise() const override { return false; }
+  bool layerwise() const override { return true; }
   int state_buffers() const override { return 1; }
 
  protected:
   void update(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
               const Tensor& working) override;
+  std::vector<double> layer_sums(const std::string& name, Tensor& p, const Tensor& g, ParamState& st,
+                                 const ParamGroup& group) override;
+  void layer_apply(const std::string& name, Tensor& p, const Tensor& g, ParamState& st, const ParamGroup& group,
+                   const std::vector<double>& sums) override;
 };
 
 /// param_groups_no_decay with the no-decay group (biases, norms, any tensor of one

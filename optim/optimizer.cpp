@@ -50,17 +50,71 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
-void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& grad, const ParamGroup& group,
-                           const Tensor& working) {
+Tensor Optimizer::checked_grad(const std::string& name, const Tensor& p, const Tensor& grad, const Tensor& working,
+                               bool* fused) const {
   BOOSTER_CHECK_T(ShapeError, grad.shape() == p.shape(), type_name(), ": gradient of '", name, "' has shape ",
                   shape_str(grad.shape()), ", the value updated ", shape_str(p.shape()));
   BOOSTER_CHECK_T(DTypeError, p.dtype() == DType::f32 && p.is_contiguous(), type_name(), ": the value of '", name,
                   "' updated must be contiguous f32, got ", p.describe());
   BOOSTER_CHECK_T(ShapeError, !working.defined() || working.numel() == p.numel(), type_name(), ": the compute copy of '",
                   name, "' has ", working.numel(), " elements, the value ", p.numel());
-  const bool fused = fuses_io() && grad.is_contiguous() && is_floating(grad.dtype()) &&
-                     (!working.defined() || working.is_contiguous());
-  Tensor g = fused || (grad.dtype() == DType::f32 && grad.is_contiguous()) ? grad : grad.to(DType::f32).contiguous();
+  *fused = fuses_io() && grad.is_contiguous() && is_floating(grad.dtype()) && (!working.defined() || working.is_contiguous());
+  return *fused || (grad.dtype() == DType::f32 && grad.is_contiguous()) ? grad : grad.to(DType::f32).contiguous();
+}
+
+std::vector<double> Optimizer::layer_sums(const std::string&, Tensor&, const Tensor&, ParamState&, const ParamGroup&) {
+  BOOSTER_THROW(ValueError, type_name(), " is not a layer-wise optimizer");
+}
+
+void Optimizer::layer_apply(const std::string&, Tensor&, const Tensor&, ParamState&, const ParamGroup&,
+                            const std::vector<double>&) {
+  BOOSTER_THROW(ValueError, type_name(), " is not a layer-wise optimizer");
+}
+
+void Optimizer::step_on_shards(const std::vector<UpdateTarget>& targets, double grad_divisor,
+                               const std::vector<std::string>& names, const AllShardSums& complete) {
+  if (!layerwise()) return step_on(targets, grad_divisor);
+  ProfileScope prof_("optimizer step");
+  NoGradGuard ng;
+  grad_divisor_ = grad_divisor;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
+  std::vector<std::vector<double>> sums(names.size(), std::vector<double>(2, 0.0));
+  std::vector<Tensor> grads;
+  try {
+    for (auto& t : targets) {  // the moments, and this rank's partial sums
+      auto it = index.find(t.name);
+      BOOSTER_CHECK(it != index.end(), type_name(), ": '", t.name, "' is not among the step's parameters");
+      bool fused = false;
+      grads.push_back(checked_grad(t.name, t.value, t.grad, t.working, &fused));
+      ParamState& st = state_[t.name];
+      ++st.step;
+      Tensor p = t.value;
+      const auto s = layer_sums(t.name, p, grads.back(), st, group_of(t.name));
+      for (size_t k = 0; k < s.size() && k < 2; ++k) sums[it->second][k] += s[k];
+    }
+    complete(sums);
+    for (size_t i = 0; i < names.size(); ++i) complete_sums(names[i], sums[i]);  // tensor-parallel blocks
+    for (size_t k = 0; k < targets.size(); ++k) {
+      const UpdateTarget& t = targets[k];
+      Tensor p = t.value;
+      layer_apply(t.name, p, grads[k], state_[t.name], group_of(t.name), sums[index.at(t.name)]);
+      if (t.working.defined()) {
+        Tensor w = t.working;
+        w.view({-1}).copy_(p.view({-1}));
+      }
+    }
+  } catch (...) {
+    grad_divisor_ = 1.0;
+    throw;
+  }
+  grad_divisor_ = 1.0;
+}
+
+void Optimizer::update_one(const std::string& name, Tensor& p, const Tensor& grad, const ParamGroup& group,
+                           const Tensor& working) {
+  bool fused = false;
+  Tensor g = checked_grad(name, p, grad, working, &fused);
   ParamState& st = state_[name];
   ++st.step;
   update(name, p, g, st, group, fused ? working : Tensor());

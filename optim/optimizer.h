@@ -109,6 +109,22 @@ class Optimizer {
   using ShardSums = std::function<void(const std::string& name, std::vector<double>& sums)>;
   void set_shard_sums(ShardSums f) { shard_sums_ = std::move(f); }
 
+  /// A layer-wise optimizer (Lamb, Lars) splits its update around whole-tensor sums of
+  /// squares: layer_sums (the moments, this rank's partial sums), then layer_apply (the
+  /// update from the whole sums), so it can step on shards (step_on_shards).
+  virtual bool layerwise() const { return false; }
+  /// Makes every parameter's partial sums whole at once (ZeRO: summed over the data-parallel
+  /// group, one collective); `sums` holds every parameter of `names`, zeros where this rank
+  /// has no shard.
+  using AllShardSums = std::function<void(std::vector<std::vector<double>>& sums)>;
+  /// step_on for targets that are flat shards of their parameters (ZeRO's chunks). A
+  /// layer-wise optimizer takes each target's moments and partial sums, `complete` makes the
+  /// sums of `names` whole (every parameter of the step on any rank, in one order
+  /// everywhere), then the tensor-parallel completion (set_shard_sums) runs for each name
+  /// and the updates follow; an element-wise optimizer steps as step_on does.
+  void step_on_shards(const std::vector<UpdateTarget>& targets, double grad_divisor, const std::vector<std::string>& names,
+                      const AllShardSums& complete);
+
  protected:
   /// Updates one parameter: `p` is its fp32 value (updated in place), `g` its fp32
   /// gradient, to be divided by grad_divisor_. An optimizer that fuses_io() gets `g` in any
@@ -119,6 +135,12 @@ class Optimizer {
   /// True when update() reads a contiguous gradient of any floating dtype and writes
   /// `working` itself (one pass over memory instead of three).
   virtual bool fuses_io() const { return false; }
+  /// A layer-wise optimizer's two halves (see layerwise()): the moments of p's (shard of
+  /// the) parameter and its partial sums of squares; then the update from the whole sums.
+  virtual std::vector<double> layer_sums(const std::string& name, Tensor& p, const Tensor& g, ParamState& state,
+                                         const ParamGroup& group);
+  virtual void layer_apply(const std::string& name, Tensor& p, const Tensor& g, ParamState& state, const ParamGroup& group,
+                           const std::vector<double>& sums);
 
   double grad_divisor_ = 1.0;
   /// Whole-tensor sums from this rank's partial ones (see set_shard_sums).
@@ -130,6 +152,8 @@ class Optimizer {
   void fill_defaults(ParamGroup& g) const;
   void update_one(const std::string& name, Tensor& p, const Tensor& g, const ParamGroup& group,
                   const Tensor& working = {});
+  /// update_one's checks and the f32 gradient it updates from.
+  Tensor checked_grad(const std::string& name, const Tensor& p, const Tensor& grad, const Tensor& working, bool* fused) const;
 
   std::string type_;
   std::vector<ParamGroup> groups_;

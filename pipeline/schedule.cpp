@@ -20,7 +20,12 @@ std::vector<int64_t> microbatch_sizes(int64_t batch, const ScheduleOptions& o, b
                 "pipeline schedule: set num_microbatches or microbatch_size");
   BOOSTER_CHECK(batch > 0, "pipeline schedule: the batch is empty");
   int64_t mbs = o.microbatch_size;
-  if (o.num_microbatches > 0) {
+  if (o.num_microbatches > 0 && o.microbatch_size > 0) {  // both, as Colossal-AI takes them: they must agree
+    BOOSTER_CHECK(!training || batch == o.num_microbatches * o.microbatch_size, "pipeline schedule: num_microbatches ",
+                  o.num_microbatches, " x microbatch_size ", o.microbatch_size, " = ",
+                  o.num_microbatches * o.microbatch_size, " rows, but the batch has ", batch,
+                  " (set one of them, or both so that they agree)");
+  } else if (o.num_microbatches > 0) {
     if (training)
       BOOSTER_CHECK(batch % o.num_microbatches == 0, "pipeline schedule: the batch size ", batch,
                     " is not divisible by num_microbatches ", o.num_microbatches);

@@ -25,8 +25,8 @@
 namespace booster::pipeline {
 
 struct ScheduleOptions {
-  int64_t num_microbatches = 0;  // 0: from microbatch_size
-  int64_t microbatch_size = 0;   // 0: from num_microbatches
+  int64_t num_microbatches = 0;  // 0: from microbatch_size (both: a training batch must be their product)
+  int64_t microbatch_size = 0;   // 0: from num_microbatches (both: micro-batches of this size)
   bool enable_metadata_cache = true;
   bool overlap_p2p = true;
   /// Every micro-batch's rows must be a multiple of this (a tensor-parallel grid's row

@@ -15,8 +15,32 @@ LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> o
                                              ZeroStepOptions opts)
     : OptimizerLeaf(std::move(optim)), eng_(std::move(engine)), opts_(opts),
       scaling_(opts.precision, opts.scaler) {
-  BOOSTER_CHECK(optim_->elementwise(), "LowLevelZeroPlugin: ", optim_->type_name(),
-                " needs whole tensors for its update and cannot run on ZeRO's chunks; use Adam, AdamW, HybridAdam or SGD");
+  // A layer-wise optimizer (Lamb, Lars) steps on the chunks with its per-parameter norms summed
+  // over the group (step_on_shards), where every part is split over one group.
+  BOOSTER_CHECK(optim_->elementwise() || (optim_->layerwise() && eng_->layout().uniform()), "ZeRO: ",
+                optim_->type_name(), " needs whole-tensor norms, summed here only over one data-parallel group; a "
+                "layerwise plan's groups are not supported with it: use Adam, AdamW, HybridAdam or SGD");
+  if (!optim_->elementwise())
+    for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
+      BOOSTER_CHECK(!eng_->shards().at(i).offloaded, "ZeRO: ", optim_->type_name(), " with offloaded optimizer states "
+                    "(cpu_offload, offload_optim_frac) is not supported: its two passes would read the disk twice");
+}
+
+std::vector<std::string> LowLevelZeroOptimizer::part_names() const {
+  std::vector<std::string> names;
+  for (const Part& p : eng_->layout().parts()) names.push_back(p.name);
+  return names;
+}
+
+void LowLevelZeroOptimizer::sum_over_group(std::vector<std::vector<double>>& sums) const {
+  const auto& g = eng_->layout().group();
+  if (g.size() == 1) return;
+  std::vector<double> flat;
+  for (auto& s : sums) flat.insert(flat.end(), s.begin(), s.end());
+  flat = dist::all_reduce_doubles(std::move(flat), dist::ReduceOp::sum, g);  // the chunks are disjoint
+  size_t k = 0;
+  for (auto& s : sums)
+    for (double& v : s) v = flat[k++];
 }
 
 void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {
@@ -98,12 +122,17 @@ void LowLevelZeroOptimizer::step() {
   };
   std::vector<size_t> ram, disk;  // by where the part's master and state live
   for (size_t i : todo) (eng_->shards().at(i).offloaded ? disk : ram).push_back(i);
+  BOOSTER_CHECK(optim_->elementwise() || disk.empty(), "ZeRO: ", optim_->type_name(), "'s states moved to the disk tier ",
+                "(Gemini's auto placement under a cap?): its two passes over a chunk need them in RAM");
   {
     // Unscaling, clipping and the refresh of this rank's slice of the working parameter
     // happen inside the update.
     std::vector<optim::UpdateTarget> targets;
     for (size_t i : ram) targets.push_back({parts[i].name, value_of(i), eng_->grads().chunk(i), eng_->shards().own_slice(i)});
-    if (!targets.empty()) optim_->step_on(targets, div);
+    if (!optim_->elementwise())  // every rank takes part, with or without chunks (the sums are collective)
+      optim_->step_on_shards(targets, div, part_names(), [this](auto& sums) { sum_over_group(sums); });
+    else if (!targets.empty())
+      optim_->step_on(targets, div);
     for (size_t i : ram) eng_->shards().release_own(i, true);
   }
   for (size_t k = 0; k < disk.size(); ++k) {  // one parameter in RAM at a time, the next read ahead

@@ -57,6 +57,10 @@ class LowLevelZeroOptimizer : public OptimizerLeaf {
  private:
   bool nonfinite_anywhere() const;
   std::vector<Tensor> chunks() const;
+  /// Every part's parameter name, in the layout's order (the same on every rank of the group).
+  std::vector<std::string> part_names() const;
+  /// A layer-wise optimizer's partial sums of every part summed over the group (one all-reduce).
+  void sum_over_group(std::vector<std::vector<double>>& sums) const;
   // Offload: the state of part i in RAM for its update, and back to the store after.
   void prefetch_state(size_t i);
   void install_state(size_t i);

@@ -22,6 +22,7 @@ const char* type_name(ConfigType t) {
     case ConfigType::integer: return "an integer";
     case ConfigType::floating: return "a number";
     case ConfigType::boolean: return "a boolean";
+    case ConfigType::flag: return "a boolean (or 0 / 1)";
     case ConfigType::string: return "a string";
     case ConfigType::integer_list: return "a list of integers";
     case ConfigType::floating_list: return "a list of numbers";
@@ -53,6 +54,7 @@ bool matches(const toml::value& v, ConfigType t) {
     case ConfigType::integer: return v.is_integer();
     case ConfigType::floating: return v.is_floating() || v.is_integer();
     case ConfigType::boolean: return v.is_boolean();
+    case ConfigType::flag: return v.is_boolean() || (v.is_integer() && (v.as_integer() == 0 || v.as_integer() == 1));
     case ConfigType::string: return v.is_string();
     case ConfigType::integer_list: return all([](auto& e) { return e.is_integer(); });
     case ConfigType::floating_list: return all([](auto& e) { return e.is_floating() || e.is_integer(); });
@@ -263,6 +265,13 @@ bool Config::get_bool(const std::string& key) const {
   const auto& v = need(key, "boolean");
   BOOSTER_CHECK(v.is_boolean(), where(key), ": key '", key, "' must be a boolean, got ", value_kind(v));
   return v.as_boolean();
+}
+
+bool Config::get_flag(const std::string& key) const {
+  const auto& v = need(key, "flag");
+  BOOSTER_CHECK(matches(v, ConfigType::flag), where(key), ": key '", key, "' must be a boolean or 0 / 1, got ",
+                v.is_integer() ? std::to_string(v.as_integer()) : std::string(value_kind(v)));
+  return v.is_boolean() ? v.as_boolean() : v.as_integer() == 1;
 }
 
 std::string Config::get_string(const std::string& key) const {

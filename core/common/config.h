@@ -12,7 +12,8 @@
 
 namespace booster {
 
-enum class ConfigType { integer, floating, boolean, string, integer_list, floating_list, string_list };
+/// flag: a boolean, or the integers 0 and 1 (Galvatron's command-line switches, `--sdp 1`).
+enum class ConfigType { integer, floating, boolean, flag, string, integer_list, floating_list, string_list };
 
 /// The accepted keys of a config.
 class ConfigSchema {
@@ -63,6 +64,8 @@ class Config {
   int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;  // integers accepted
   bool get_bool(const std::string& key) const;
+  /// A ConfigType::flag key: true, false, 1 or 0.
+  bool get_flag(const std::string& key) const;
   std::string get_string(const std::string& key) const;
   std::vector<int64_t> get_int_list(const std::string& key) const;
   std::vector<double> get_float_list(const std::string& key) const;

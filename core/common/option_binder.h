@@ -29,6 +29,15 @@ class OptionBinder {
   OptionBinder& add(const std::string& key, S O::*outer, T S::*member, std::string doc = "") {
     return add_ref<T>(key, [outer, member](O& o) -> T& { return (o.*outer).*member; }, std::move(doc));
   }
+  /// Binds key to a bool field that also takes 0 and 1 (ConfigType::flag): a switch its
+  /// system writes as an integer (Galvatron's `--sdp 1`).
+  template <typename C>
+    requires std::is_base_of_v<C, O>
+  OptionBinder& add_flag(const std::string& key, bool C::*field, std::string doc = "") {
+    add<bool>(key, field, std::move(doc));
+    fields_.back().flag = true;
+    return *this;
+  }
   /// Binds key to a nested field through an accessor, e.g. [](O& o) -> double& { return o.scaler.initial_scale; }.
   template <typename T>
   OptionBinder& add_ref(const std::string& key, std::function<T&(O&)> ref, std::string doc = "") {
@@ -44,7 +53,8 @@ class OptionBinder {
           [&](auto& ref) {
             auto& v = ref(defaults);
             using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, bool>) s.add(table + "." + f.key, ConfigType::boolean, v, f.doc);
+            if constexpr (std::is_same_v<T, bool>)
+              s.add(table + "." + f.key, f.flag ? ConfigType::flag : ConfigType::boolean, v, f.doc);
             else if constexpr (std::is_same_v<T, std::string>) s.add(table + "." + f.key, ConfigType::string, v, f.doc);
             else if constexpr (std::is_same_v<T, double>) s.add(table + "." + f.key, ConfigType::floating, v, f.doc);
             else if constexpr (std::is_same_v<T, std::vector<int64_t>>)
@@ -64,7 +74,7 @@ class OptionBinder {
           [&](auto& ref) {
             auto& v = ref(o);
             using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, bool>) v = cfg.get_bool(key);
+            if constexpr (std::is_same_v<T, bool>) v = f.flag ? cfg.get_flag(key) : cfg.get_bool(key);
             else if constexpr (std::is_same_v<T, std::string>) v = cfg.get_string(key);
             else if constexpr (std::is_same_v<T, double>) v = cfg.get_float(key);
             else if constexpr (std::is_same_v<T, std::vector<int64_t>>) v = cfg.get_int_list(key);
@@ -82,6 +92,7 @@ class OptionBinder {
   struct Field {
     std::string key, doc;
     Ref ref;
+    bool flag = false;  // a bool that takes 0 / 1 too
   };
   std::vector<Field> fields_;
 };

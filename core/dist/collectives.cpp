@@ -389,6 +389,17 @@ double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g) {
   return op == ReduceOp::avg ? out / g.size() : out;
 }
 
+std::vector<double> all_reduce_doubles(std::vector<double> v, ReduceOp op, const ProcessGroup& g) {
+  WatchdogScope wd("all_reduce_doubles", g.name());
+  BOOSTER_CHECK(v.size() < size_t(INT_MAX), "all_reduce_doubles: ", v.size(), " values exceed one MPI message");
+  if (!v.empty())
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, v.data(), int(v.size()), MPI_DOUBLE, mpi_op(op), g.comm()),
+              "all_reduce_doubles", g);
+  if (op == ReduceOp::avg)
+    for (double& x : v) x /= g.size();
+  return v;
+}
+
 std::vector<std::string> all_gather_bytes(const std::string& mine, const ProcessGroup& g) {
   WatchdogScope wd("all_gather_bytes", g.name());
   const int n = g.size();

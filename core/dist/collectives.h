@@ -87,6 +87,8 @@ WorkPtr recv(Tensor& t, int src, int tag = 0, const ProcessGroup& g = ProcessGro
 WorkPtr barrier(const ProcessGroup& g = ProcessGroup::world(), bool async_op = false);
 /// Sum (or max) of one double over the group: the clip-norm reducer.
 double all_reduce_scalar(double v, ReduceOp op, const ProcessGroup& g = ProcessGroup::world());
+/// The same for several values at once (one collective).
+std::vector<double> all_reduce_doubles(std::vector<double> v, ReduceOp op, const ProcessGroup& g = ProcessGroup::world());
 /// The mean of a value over the members that hold one (a pipeline's loss is on its last
 /// stage); 0 when none does.
 double mean_where_held(std::optional<double> v, const ProcessGroup& g = ProcessGroup::world());

@@ -113,7 +113,7 @@ std::shared_ptr<const data::Dataset> eval_split(const Config& cfg, const data::V
 namespace {
 std::shared_ptr<nn::ViTForImageClassification> build_model(const Config& cfg, const std::vector<std::string>& labels) {
   const std::string pretrained = cfg.get_string("model.pretrained");
-  if (!pretrained.empty()) {
+  if (!pretrained.empty()) {  // (widths beside it are refused by map_legacy_model)
     nn::FromPretrainedOptions fo;
     fo.label_names = labels;
     fo.ignore_mismatched_sizes = true;  // the beans classifier replaces the checkpoint's
@@ -123,6 +123,15 @@ std::shared_ptr<nn::ViTForImageClassification> build_model(const Config& cfg, co
   c.image_size = cfg.get_int("model.image_size");
   if (cfg.get_int("model.patch_size") > 0) c.patch_size = cfg.get_int("model.patch_size");
   c.hidden_dropout_prob = cfg.get_float("model.hidden_dropout_prob");
+  if (const int64_t h = cfg.get_int("model.hidden_size"); h > 0) {
+    c.hidden_size = h;
+    c.intermediate_size = 4 * h;  // the presets' ratio unless intermediate_size says
+  }
+  if (const int64_t n = cfg.get_int("model.num_hidden_layers"); n > 0) c.num_hidden_layers = n;
+  if (const int64_t n = cfg.get_int("model.num_attention_heads"); n > 0) c.num_attention_heads = n;
+  if (const int64_t n = cfg.get_int("model.intermediate_size"); n > 0) c.intermediate_size = n;
+  BOOSTER_CHECK(c.hidden_size % c.num_attention_heads == 0, cfg.where("model.hidden_size"), ": hidden_size ",
+                c.hidden_size, " is not a multiple of num_attention_heads ", c.num_attention_heads);
   c.set_labels(labels);
   return std::make_shared<nn::ViTForImageClassification>(c);
 }

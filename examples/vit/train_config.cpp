@@ -3,6 +3,8 @@
 // seed 42, drop_last and shuffle on).
 #include "train_config.h"
 
+#include <cmath>
+
 #include "data/image.h"
 #include "lora_setup.h"
 
@@ -16,6 +18,16 @@ ConfigSchema vit_train_schema() {
       .add("model.image_size", T::integer, 224)
       .add("model.patch_size", T::integer, 0, "0: the preset's (16; 14 for vit-huge)")
       .add("model.hidden_dropout_prob", T::floating, 0.0)
+      .add("model.hidden_size", T::integer, 0, "Hugging Face's ViTConfig widths; 0: the preset's")
+      .add("model.num_hidden_layers", T::integer, 0, "0: the preset's")
+      .add("model.num_attention_heads", T::integer, 0, "0: the preset's")
+      .add("model.intermediate_size", T::integer, 0, "0: the preset's (4 x hidden_size)")
+      .add("model.num_chunks", T::integer, 1, "legacy Colossal-AI's model = dict(num_chunks=V): with [parallel] "
+           "pipeline > 1, V > 1 selects the interleaved schedule of V chunks a stage")
+      .add("HIDDEN_SIZE", T::integer, 0, "legacy Colossal-AI's config globals: model.hidden_size")
+      .add("DEPTH", T::integer, 0, "legacy: model.num_hidden_layers")
+      .add("NUM_HEADS", T::integer, 0, "legacy: model.num_attention_heads")
+      .add("MLP_RATIO", T::floating, 0.0, "legacy: model.intermediate_size = MLP_RATIO x the hidden size")
       .add("model.lazy_init", T::boolean, false,
            "build under nn::LazyInit: each rank materializes only what its plugin keeps, at boost")
       .add("model.gradient_checkpointing", T::boolean, false, "recompute each layer's forward in backward")
@@ -73,6 +85,10 @@ ConfigSchema vit_train_schema() {
       .add("parallel.tensor.depth", T::integer, 1, "legacy: 2.5d's depth")
       .open_table("plugin");
   // Numbers outside these ranges are refused by name, with the value and where it was set.
+  for (const char* k : {"model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads",
+                        "model.intermediate_size", "HIDDEN_SIZE", "DEPTH", "NUM_HEADS", "MLP_RATIO"})
+    s.range(k, 0);
+  s.range("model.num_chunks", 1);
   for (const char* k : {"data.num_workers", "data.cache_mb", "data.limit", "data.max_image_pixels", "train.lr", "train.momentum",
                         "train.weight_decay", "train.eps", "train.mixup_alpha", "train.max_norm", "train.kill_after_steps",
                         "checkpoint.every_steps", "model.patch_size"})
@@ -99,7 +115,37 @@ void map_legacy_parallel(Config& cfg) {
   cfg.set("plugin.tp_depth=" + std::to_string(cfg.get_int("parallel.tensor.depth")));
   cfg.set("plugin.pp_size=" + std::to_string(pp));
   if (pp > 1) cfg.set("plugin.num_microbatches=" + std::to_string(mb > 0 ? mb : pp));
+  if (const int64_t v = cfg.get_int("model.num_chunks"); v > 1) {  // legacy: num_chunks selects the interleaved schedule
+    BOOSTER_CHECK(pp > 1, cfg.where("model.num_chunks"), ": model.num_chunks = ", v, " needs [parallel] pipeline > 1");
+    cfg.set("plugin.pp_style=\"interleaved\"");
+    cfg.set("plugin.num_model_chunks=" + std::to_string(v));
+  }
   cfg.set("plugin.precision=\"" + cfg.get_string("booster.mixed_precision") + "\"");
+}
+
+void map_legacy_model(Config& cfg, bool legacy_parallel) {
+  BOOSTER_CHECK(cfg.get_int("model.num_chunks") == 1 || legacy_parallel, cfg.where("model.num_chunks"),
+                ": model.num_chunks is legacy Colossal-AI's, read with a [parallel] table; with [plugin] set "
+                "plugin.pp_style = \"interleaved\" and plugin.num_model_chunks");
+  auto take = [&](const char* legacy, const char* key) {
+    const int64_t v = cfg.get_int(legacy);
+    if (v == 0) return;
+    BOOSTER_CHECK(cfg.get_int(key) == 0 || cfg.get_int(key) == v, cfg.where(legacy), ": ", legacy, " = ", v,
+                  " and ", key, " = ", cfg.get_int(key), " disagree");
+    cfg.set(std::string(key) + "=" + std::to_string(v));
+  };
+  take("HIDDEN_SIZE", "model.hidden_size");
+  take("DEPTH", "model.num_hidden_layers");
+  take("NUM_HEADS", "model.num_attention_heads");
+  if (const double r = cfg.get_float("MLP_RATIO"); r > 0) {
+    const int64_t h = cfg.get_int("model.hidden_size");
+    BOOSTER_CHECK(h > 0, cfg.where("MLP_RATIO"), ": MLP_RATIO needs HIDDEN_SIZE (or model.hidden_size)");
+    cfg.set("model.intermediate_size=" + std::to_string(int64_t(std::llround(r * double(h)))));
+  }
+  if (cfg.get_string("model.pretrained").empty()) return;
+  for (const char* k : {"model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads", "model.intermediate_size"})
+    BOOSTER_CHECK(cfg.get_int(k) == 0, cfg.where(k), ": ", k, " with model.pretrained: the folder's config.json gives "
+                  "the widths");
 }
 
 }  // namespace booster::examples

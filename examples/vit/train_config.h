@@ -14,5 +14,9 @@ ConfigSchema vit_train_schema();
 /// num_microbatches, tp_size, tp_mode, tp_depth; precision from booster.mixed_precision).
 /// Call after apply(); ValueError when the config also has a [plugin] table.
 void map_legacy_parallel(Config& cfg);
+/// Legacy Colossal-AI's model globals (HIDDEN_SIZE, DEPTH, NUM_HEADS, MLP_RATIO) as the
+/// [model] width keys; model.num_chunks only beside a [parallel] table (`legacy_parallel`:
+/// the config had one before apply()). Call after apply().
+void map_legacy_model(Config& cfg, bool legacy_parallel);
 
 }  // namespace booster::examples

@@ -262,6 +262,7 @@ int main(int argc, char** argv) {
                                        : Config::from_file(cli.config_path, cli.overrides);
   const bool legacy_parallel = cfg.has("parallel");
   cfg.apply(examples::vit_train_schema());
+  examples::map_legacy_model(cfg, legacy_parallel);
   if (legacy_parallel) examples::map_legacy_parallel(cfg);
   dist::launch_from_openmpi({uint64_t(cfg.get_int("train.seed"))});
   dist::configure_logging({cfg.get_string("log.level"), cfg.get_bool("log.all_ranks"), ""});

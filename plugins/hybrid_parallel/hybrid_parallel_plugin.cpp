@@ -1,6 +1,8 @@
 // HybridParallelPlugin (see hybrid_parallel_plugin.h).
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 
+#include <spdlog/spdlog.h>
+
 #include "booster/auto_precision.h"
 #include "booster/mixed_precision.h"
 #include "core/autograd/grad_mode.h"
@@ -124,8 +126,6 @@ void HybridParallelOptions::validate() const {
     BOOSTER_CHECK(pp_style != "zbv", who, "pp_style zbv (zero bubble) is not implemented; use 1f1b or interleaved");
     BOOSTER_CHECK(num_microbatches > 0 || microbatch_size > 0, who,
                   "with pp_size > 1, set num_microbatches or microbatch_size");
-    BOOSTER_CHECK(num_microbatches == 0 || microbatch_size == 0, who, "set num_microbatches or microbatch_size, not both "
-                  "(got ", num_microbatches, " and ", microbatch_size, ")");
     BOOSTER_CHECK(pp_style != "interleaved" || num_microbatches == 0 || num_microbatches % pp_size == 0, who,
                   "pp_style interleaved needs num_microbatches (", num_microbatches, ") to be a multiple of pp_size (",
                   pp_size, ")");
@@ -154,6 +154,12 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
+  if ((opts_.enable_all_optimization || opts_.enable_fused_normalization || opts_.enable_flash_attention ||
+       opts_.enable_jit_fused) && dist::world_rank() == 0)
+    spdlog::info("HybridParallelPlugin: enable_all_optimization / enable_fused_normalization / enable_flash_attention / "
+                 "enable_jit_fused change nothing here: the models always run flash-style attention (a blocked "
+                 "online-softmax kernel) and one-pass norms; jit_fused's fused bias + GELU and dropout + add have "
+                 "no kernel of their own here");
   const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size, sp = sp_axis() ? opts_.sp_size : 1;
   BOOSTER_CHECK(world % (tp * pp * sp) == 0, "HybridParallelPlugin: the world size ", world,
                 " is not divisible by tp_size ", tp, " x pp_size ", pp, sp > 1 ? " x sp_size " + std::to_string(sp) : "");

@@ -38,6 +38,11 @@ struct HybridParallelOptions {
   int tp_depth = 1;
   int pp_size = 1;
   int sp_size = 0;  // None
+  /// Colossal-AI's kernel switches. They change nothing here, and the plugin says so in its
+  /// log when one is set: flash attention and fused norms are what the models always run
+  /// (attention as a blocked online-softmax kernel keeping no [T, T] matrix, norms in one
+  /// pass each way); jit_fused's fused bias + GELU and dropout + add have no kernel here
+  /// (the bias rides in the matmul, GELU and dropout are passes of their own).
   bool enable_all_optimization = false;
   bool enable_fused_normalization = false;
   bool enable_flash_attention = false;

@@ -77,6 +77,26 @@ TEST(Config, NumbersOutOfRangeNameKeyValueAndWhere) {
   EXPECT_THROW(s.range("not.added", 0), ValueError);
 }
 
+// A flag (Galvatron's switches): true, false, 1 or 0; any other integer or type named.
+TEST(Config, FlagsTakeBooleansAndZeroOrOne) {
+  ConfigSchema s;
+  s.add("plugin.sdp", ConfigType::flag, false).add("plugin.ckpt", ConfigType::flag, false).add("plugin.tp", ConfigType::flag, true);
+  Config c = Config::from_string("[plugin]\nsdp = 1\nckpt = true\ntp = 0\n", "g.toml");
+  c.apply(s);
+  EXPECT_TRUE(c.get_flag("plugin.sdp"));
+  EXPECT_TRUE(c.get_flag("plugin.ckpt"));
+  EXPECT_FALSE(c.get_flag("plugin.tp"));
+  for (const char* bad : {"sdp = 2\n", "sdp = 'yes'\n"}) {
+    std::string msg;
+    try {
+      Config::from_string(std::string("[plugin]\n") + bad, "g.toml").apply(s);
+    } catch (const ValueError& e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find("g.toml:2: key 'plugin.sdp' must be a boolean (or 0 / 1)"), std::string::npos) << msg;
+  }
+}
+
 TEST(Config, SetOverrides) {
   Config c = Config::from_string("[data]\nroot = \"x\"\n", "run.toml",
                                  {"train.batch_size=8", "model.name=vit-small", "train.milestones=[3, 6]", "plugin.tp_size=2"});

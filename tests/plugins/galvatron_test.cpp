@@ -16,6 +16,7 @@
 #include "galvatron/search.h"
 #include "plugins/registry.h"
 #include "tests/plugins/vit_cases.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/logical.h"
 
 using namespace booster;
@@ -106,6 +107,22 @@ TEST(Galvatron, PipelineOfMixedStagesMatchesOneProcess) {
   // Every layer data parallel over its stage's 2 ranks (the plan a pp_deg alone gives).
   pipeline_parity("pp2_ddp", R"({"pp_deg": 2, "chunks": 2, "pipeline_type": "pipedream_flush", "tp_sizes_enc": "1,1,1,1",
     "default_dp_type": "ddp"})");
+}
+
+// Galvatron's switches as its command line writes them (`--sdp 1 --global_tp_consec 0`):
+// 0 and 1 taken as well as booleans; another integer named with its key.
+TEST(Galvatron, SwitchesTakeZeroAndOneAsGalvatronWritesThem) {
+  auto read = [](const std::string& keys) {
+    return plugins::GalvatronOptions::from_config(Config::from_string("[plugin]\nname = 'galvatron'\n" + keys, "g.toml"));
+  };
+  const auto o = read("sdp = 1\nglobal_tp_consec = 0\nglobal_checkpoint = 1\nembed_sdp = 1\nvocab_sp = 0\nuse_ulysses = false\n");
+  EXPECT_TRUE(o.sdp);
+  EXPECT_FALSE(o.global_tp_consec);
+  EXPECT_TRUE(o.global_checkpoint);
+  EXPECT_TRUE(o.embed_sdp);
+  EXPECT_FALSE(o.vocab_sp);
+  const std::string err = testkit::error_of([&] { read("sdp = 2\n"); });
+  EXPECT_NE(err.find("key 'plugin.sdp' must be a boolean (or 0 / 1), got an integer"), std::string::npos) << err;
 }
 
 TEST(Galvatron, PlanWrittenReadsBackTheSame) {

@@ -243,8 +243,18 @@ TEST(Pipeline, ErrorsNameTheirArguments) {
   EXPECT_NE(testkit::error_of([&] { pipeline(pp + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 4\n"); })
                 .find("zbv"),
             std::string::npos);
-  EXPECT_NE(testkit::error_of([&] { pipeline(pp + "num_microbatches = 2\nmicrobatch_size = 1\n"); }).find("not both"),
-            std::string::npos);
+  // Both micro-batch arguments, as Colossal-AI takes them: agreeing with the batch they train,
+  // disagreeing they are named with it.
+  const std::string both = pp + "num_microbatches = " + std::to_string(S) + "\nmicrobatch_size = " + std::to_string(4 / S) + "\n";
+  auto m3 = vit();
+  Booster agree(pipeline(both));
+  auto b3 = agree.boost(m3, std::make_shared<optim::SGD>(m3->named_parameters(), optim::SGDOptions{0.1}));
+  EXPECT_EQ(testkit::error_of([&] { agree.execute_pipeline(once(x, y), *b3.model, ce(), b3.optimizer.get()); }), "");
+  auto m4 = vit();
+  Booster disagree(pipeline(pp + "num_microbatches = " + std::to_string(S) + "\nmicrobatch_size = 3\n"));
+  auto b4 = disagree.boost(m4, std::make_shared<optim::SGD>(m4->named_parameters(), optim::SGDOptions{0.1}));
+  const std::string err = testkit::error_of([&] { disagree.execute_pipeline(once(x, y), *b4.model, ce(), b4.optimizer.get()); });
+  EXPECT_NE(err.find("x microbatch_size 3 = " + std::to_string(3 * S) + " rows, but the batch has 4"), std::string::npos) << err;
   EXPECT_NE(testkit::error_of([&] { pipeline(pp); }).find("num_microbatches or microbatch_size"), std::string::npos);
   // A model that is no pipeline says so.
   auto seq_free = std::make_shared<nn::Linear>(4, 4);
