@@ -22,6 +22,10 @@ using Criterion = std::function<Tensor(const Tensor& logits, const Tensor& label
 using StageCriterion = std::function<Tensor(const TensorMap& outputs, const TensorMap& batch)>;
 /// A StageCriterion applying `criterion` to outputs[output_key] and batch[label_key].
 StageCriterion on_keys(Criterion criterion, std::string output_key = "logits", std::string label_key = "labels");
+/// Colossal-AI's `lambda outputs, inputs: outputs.loss` where the model computed its own loss
+/// (outputs "loss" without "logits": a causal LM with fused_linear_cross_entropy), else
+/// `criterion` on outputs["logits"] and batch["labels"], as on_keys.
+StageCriterion model_loss_or(Criterion criterion);
 
 /// The five objects boost() hands to configure() and returns.
 struct BoostedObjects {

@@ -72,10 +72,10 @@ TensorMap ModelWrapper::stage_forward(const TensorMap& inputs, const nn::StageSp
   // Booster's split_batch: a whole-model stage runs its batch shares on their own threads.
   const int shares = whole ? split_shares(args) : 1;
   if (shares == 1) return module_->call_forward([&] { return run(named(args)); });
-  return split_stage_forward(shares, args, [&](const std::vector<Tensor>& a) { return run(named(a)); });
+  return split_stage_forward(shares, keys, args, [&](const std::vector<Tensor>& a) { return run(named(a)); });
 }
 
-TensorMap ModelWrapper::split_stage_forward(int shares, const std::vector<Tensor>& args,
+TensorMap ModelWrapper::split_stage_forward(int shares, const std::vector<std::string>& keys, const std::vector<Tensor>& args,
                                             const std::function<TensorMap(const std::vector<Tensor>&)>& forward) const {
   std::vector<std::string> out_keys;  // share 0's, read once every share has returned
   std::vector<Tensor> merged = nn::split_batch(shares, args, split_params(), [&](int s, const std::vector<Tensor>& a) {
@@ -86,6 +86,13 @@ TensorMap ModelWrapper::split_stage_forward(int shares, const std::vector<Tensor
       // Rows of the batch are joined; a scalar (a mean over the rows) is weighted by them.
       out.merge.push_back(t.defined() && t.dim() == 0 ? nn::BatchMerge::mean : nn::BatchMerge::concat);
     }
+    // A model's own loss (a mean over the labels that count, -100 left out) weighs each
+    // share by those labels, so the merged mean is the batch's.
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == "labels" && a[i].defined() && is_index(a[i].dtype()) && a[i].dim() > 0) {
+        out.weight = 0;
+        for (int64_t l : a[i].to_int_vector()) out.weight += double(l >= 0);
+      }
     return out;
   });
   TensorMap joined;

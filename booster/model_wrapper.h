@@ -126,8 +126,9 @@ class ModelWrapper : public std::enable_shared_from_this<ModelWrapper> {
   /// The parameters a split forward computes gradients for.
   std::vector<Tensor> split_params() const;
   /// stage_forward of the whole model over batch shares (nn::split_batch): each output's
-  /// rows joined, a scalar output weighted by its share's rows.
-  TensorMap split_stage_forward(int shares, const std::vector<Tensor>& args,
+  /// rows joined, a scalar output weighted by its share's counted "labels" (index labels
+  /// >= 0; else its rows).
+  TensorMap split_stage_forward(int shares, const std::vector<std::string>& keys, const std::vector<Tensor>& args,
                                 const std::function<TensorMap(const std::vector<Tensor>&)>& forward) const;
 
   /// The data-parallel gradient synchronization of this model (DDP's reducer, ZeRO's

@@ -21,6 +21,15 @@ StageCriterion on_keys(Criterion criterion, std::string output_key, std::string 
   };
 }
 
+StageCriterion model_loss_or(Criterion criterion) {
+  StageCriterion on_logits = on_keys(std::move(criterion));
+  return [on_logits](const TensorMap& outputs, const TensorMap& batch) {
+    const auto loss = outputs.find("loss");
+    if (loss != outputs.end() && !outputs.count("logits")) return loss->second;
+    return on_logits(outputs, batch);
+  };
+}
+
 NoSyncScope Plugin::no_sync(ModelWrapper& model, OptimizerWrapper*) {
   BOOSTER_CHECK(support_no_sync(), "plugin '", name(), "' does not support no_sync (support_no_sync() is false)");
   GradSync* sync = model.grad_sync();

@@ -9,6 +9,7 @@
 #include "core/common/check.h"
 #include "core/kernels/ops.h"
 #include "core/tensor/random.h"
+#include "nn/linear_cross_entropy.h"
 #include "nn/module.h"
 #include "nn/parallel/vocab_parallel.h"
 
@@ -79,6 +80,30 @@ const VocabParallelHead* vocab_parallel_head(Module& root, Embedding& embeddings
 Tensor lm_head_logits(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden) {
   if (tied) return embeddings.call_forward([&] { return embeddings.project(hidden); });  // [B, T, E] x [V, E]^T
   return (*std::static_pointer_cast<UnaryModule>(root.get("lm_head")))(hidden);
+}
+
+Tensor lm_head_loss(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden, const Tensor& targets) {
+  const Tensor h = hidden.reshape({-1, hidden.size(-1)}), y = targets.reshape({-1});
+  if (tied) return embeddings.call_forward([&] { return embeddings.project_loss(h, y); });
+  const auto head = root.get("lm_head");
+  if (auto* vp = dynamic_cast<VocabParallelLMHead1D*>(head.get()))
+    return vp->call_forward([&] { return vp->head_loss(h, vp->weight, y); });
+  auto* lin = dynamic_cast<Linear*>(head.get());
+  if (!lin || lin->type_name() != "Linear" || lin->bias.defined()) return Tensor();
+  return lin->call_forward([&] { return linear_cross_entropy(h, lin->weight, y); });
+}
+
+TensorMap lm_stage_outputs(Module& root, CausalLM& lm, Embedding& embeddings, bool tied, const Tensor& hidden,
+                           const TensorMap& inputs) {
+  const auto labels = inputs.find("labels");
+  if (lm.fused_linear_cross_entropy && root.is_training() && autograd::GradMode::enabled() && labels != inputs.end()) {
+    BOOSTER_CHECK_T(ShapeError, labels->second.numel() * hidden.size(-1) == hidden.numel(), root.type_name(),
+                    ": labels ", shape_str(labels->second.shape()), " do not match the hidden states ",
+                    shape_str(hidden.shape()), " (one target a token)");
+    Tensor loss = lm_head_loss(root, embeddings, tied, hidden, labels->second);
+    if (loss.defined()) return {{"loss", loss}};
+  }
+  return {{"logits", lm_head_logits(root, embeddings, tied, hidden)}};
 }
 
 Tensor& KVCache::key(size_t i, size_t n) { return entry(keys, i, n); }

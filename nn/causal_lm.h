@@ -10,6 +10,7 @@
 
 #include "core/common/check.h"
 #include "core/tensor/tensor.h"
+#include "core/tensor/tensor_map.h"
 #include "nn/batch_split.h"
 #include "nn/layers.h"
 
@@ -74,6 +75,11 @@ Tensor cached_attention(const Tensor& q, const Tensor& keys, const Tensor& value
 /// table as its weight, inside a forward of that module (so whatever hooks it, ZeRO-3
 /// gathering its shard or FSDP's unit, sees this use too); else root's "lm_head" module.
 Tensor lm_head_logits(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden);
+/// The same head's mean loss against targets [B, T] aligned with hidden (-100 ignored)
+/// without whole logits (linear_cross_entropy), inside the head module's forward as
+/// lm_head_logits; undefined when the head is not one it fuses (a LoRA-wrapped or biased
+/// lm_head): the caller then takes logits.
+Tensor lm_head_loss(Module& root, Embedding& embeddings, bool tied, const Tensor& hidden, const Tensor& targets);
 
 /// x through every layer of `layers` (each a Layer with forward_cached(x, keys, values)),
 /// each with its entry of the cache; `path` names the list in errors ("transformer.h").
@@ -106,7 +112,19 @@ class CausalLM {
   /// Hugging Face's gradient_checkpointing_enable(): the layers run checkpointed while
   /// training (ratio: the share of each stage's layers, the first ones).
   virtual void gradient_checkpointing_enable(double ratio = 1.0) = 0;
+
+  /// Liger's fused_linear_cross_entropy: while the model trains with gradients, a forward on
+  /// named inputs holding "labels" (targets aligned with input_ids, as a token stream's and
+  /// token_loss take them) returns the head's loss as "loss" instead of "logits", the logits
+  /// made and consumed a block of rows at a time (lm_head_loss). Off: "logits" as ever.
+  bool fused_linear_cross_entropy = false;
 };
+
+/// A causal LM's last-stage outputs on hidden [B, T, E] (after its final norm): {"loss"}
+/// where `lm` fuses the head with its loss (fused_linear_cross_entropy, training with
+/// gradients, "labels" among inputs, a head lm_head_loss fuses), else {"logits"}.
+TensorMap lm_stage_outputs(Module& root, CausalLM& lm, Embedding& embeddings, bool tied, const Tensor& hidden,
+                           const TensorMap& inputs);
 
 /// transformers' generate() arguments (sampling on, as nanoGPT's generate).
 struct GenerateOptions {

@@ -199,13 +199,13 @@ std::vector<std::string> GPT2LMHeadModel::tied_parameters() const {
   return {"transformer.wte.weight"};
 }
 
-// first: {"input_ids"} -> ...; others: {"hidden_states" [B, T, E]}; last -> {"logits" [B, T, V]}
+// first: {"input_ids"} -> ...; others: {"hidden_states" [B, T, E]}; last -> {"logits" [B, T, V]} (or {"loss"}: lm_stage_outputs)
 TensorMap GPT2LMHeadModel::stage_forward(const TensorMap& inputs, const StageSpec& s) {
   GPT2Model& m = *transformer;
   Tensor x = s.first ? m.embed(need(inputs, "input_ids", "GPT-2 stage")) : need(inputs, "hidden_states", "GPT-2 stage");
   x = m.blocks(x, s.layer_begin, s.layer_end);
   if (!s.last) return {{"hidden_states", x}};
-  return {{"logits", head(m.ln_f(x))}};
+  return lm_stage_outputs(*this, *this, *m.wte, c_.tie_word_embeddings, m.ln_f(x), inputs);
 }
 
 void gpt2_init_weights(Module& root, const GPT2Config& c) {

@@ -2,6 +2,7 @@
 #include "nn/layers.h"
 
 #include "nn/init.h"
+#include "nn/linear_cross_entropy.h"
 
 namespace booster::nn {
 
@@ -44,6 +45,10 @@ Embedding::Embedding(Tensor w) : v_(w.defined() && w.dim() == 2 ? w.size(0) : 0)
   BOOSTER_CHECK_T(ShapeError, w.defined() && w.dim() == 2, "Embedding(weight): weight must be [num_embeddings, embedding_dim], got ",
                   w.defined() ? shape_str(w.shape()) : "undefined");
   weight = register_parameter("weight", w, w.requires_grad());
+}
+
+Tensor Embedding::project_loss(const Tensor& hidden, const Tensor& targets) {
+  return linear_cross_entropy(hidden, weight, targets);
 }
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::pair<int64_t, int64_t> kernel_size,

@@ -46,6 +46,9 @@ class Embedding : public UnaryModule {
   /// A head tied to this table: hidden [..., embedding_dim] -> logits [..., num_embeddings]
   /// (a vocabulary-parallel table gives its rows' logits).
   virtual Tensor project(const Tensor& hidden) { return linear(hidden, weight, Tensor(), "lm head"); }
+  /// The tied head's mean loss on hidden [N, embedding_dim] against targets [N] without whole
+  /// logits (linear_cross_entropy; a vocabulary-parallel table over its rows).
+  virtual Tensor project_loss(const Tensor& hidden, const Tensor& targets);
   int64_t num_embeddings() const { return v_; }
   int64_t embedding_dim() const { return d_; }
   TensorSlot weight;

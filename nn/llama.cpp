@@ -200,7 +200,7 @@ TensorMap LlamaForCausalLM::stage_forward(const TensorMap& inputs, const StageSp
   Tensor x = s.first ? m.embed(need(inputs, "input_ids", "LLaMA stage")) : need(inputs, "hidden_states", "LLaMA stage");
   x = m.layers_range(x, s.layer_begin, s.layer_end);
   if (!s.last) return {{"hidden_states", x}};
-  return {{"logits", head(m.norm(x))}};
+  return lm_stage_outputs(*this, *this, *m.embed_tokens, c_.tie_word_embeddings, m.norm(x), inputs);
 }
 
 void llama_init_weights(Module& root, const LlamaConfig& c) {

@@ -19,6 +19,7 @@ BOOSTER_AVX512 float row(const float* x, float* g, int64_t c, int64_t t, float o
                          bool smoothed) {
   const int64_t full = c / 16 * 16;
   const __mmask16 tail = lanes(c - full);
+  const float xt = x[t];  // read before g is written: g may be x
   __m512 vm = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < full; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(x + j));
   if (tail) vm = _mm512_mask_max_ps(vm, tail, vm, _mm512_maskz_loadu_ps(tail, x + full));
@@ -46,7 +47,7 @@ BOOSTER_AVX512 float row(const float* x, float* g, int64_t c, int64_t t, float o
   g[t] -= on_extra;
   // sum_j q_j (lse - x_j) = sum(q) lse - (1 - smoothing) x_t - (smoothing / c) sum_j x_j
   const double xsum = smoothed ? double(_mm512_reduce_add_ps(vx)) : 0.0;
-  return float(qsum * lse - double(on_extra) * x[t] - double(off) * xsum);
+  return float(qsum * lse - double(on_extra) * xt - double(off) * xsum);
 }
 
 }  // namespace

@@ -63,10 +63,11 @@ examples::LmModel build_model(const std::string& preset, const std::string& init
 class LmStep {
  public:
   LmStep(const std::string& config, const std::string& precision, const std::string& preset, const std::string& init,
-         const std::string& tokens, int batch, int seq, uint64_t seed)
+         const std::string& tokens, int batch, int seq, uint64_t seed, bool fused_loss)
       : batch_(batch), seq_(seq) {
     manual_seed(seed);
     model_ = build_model(preset, init, shape_);
+    model_.lm->fused_linear_cross_entropy = fused_loss;
     std::string mixed;
     std::shared_ptr<Plugin> plugin = examples::make_bench_plugin(config, precision, mixed);
     booster_.emplace(plugin, mixed);
@@ -75,7 +76,7 @@ class LmStep {
     optim::AdamOptions o;  // llm.c's gpt2_update(model, 1e-4, 0.9, 0.999, 1e-8, 0.0, step)
     o.lr = 1e-4, o.beta1 = 0.9, o.beta2 = 0.999, o.eps = 1e-8, o.weight_decay = 0.0;
     boosted_ = booster_->boost(model_.module, std::make_shared<optim::AdamW>(model_.module->named_parameters(), o));
-    criterion_ = examples::token_cross_entropy(model_);
+    criterion_ = model_loss_or(examples::token_cross_entropy(model_));
     const int replica = plugin ? plugin->dp_rank() : dist::world_rank();
     if (!tokens.empty()) {
       file_ = std::make_shared<data::TokenFile>(tokens);
@@ -146,14 +147,11 @@ class LmStep {
     if (file_) next_batch(x, y);
     boosted_.optimizer->zero_grad();
     Tensor loss;
+    const TensorMap batch{{"input_ids", x}, {"labels", y}};
     if (pipelined_) {
-      const StageCriterion ce = on_keys(criterion_);
-      loss = booster_->execute_pipeline(single_batch({{"input_ids", x}, {"labels", y}}), *boosted_.model, ce,
-                                        boosted_.optimizer.get())
-                 .loss;
-    } else {
-      Tensor logits = boosted_.model->forward_named({{"input_ids", x}}).at("logits");
-      loss = criterion_(logits, y);
+      loss = booster_->execute_pipeline(single_batch(batch), *boosted_.model, criterion_, boosted_.optimizer.get()).loss;
+    } else {  // the loss from the model where it fuses its head with it, else from its logits
+      loss = criterion_(boosted_.model->forward_named(batch), batch);
       booster_->backward(loss, *boosted_.optimizer);
     }
     boosted_.optimizer->step();
@@ -178,7 +176,7 @@ class LmStep {
   examples::LmModel model_;
   std::optional<Booster> booster_;
   BoostResult<nn::Module> boosted_;
-  Criterion criterion_;
+  StageCriterion criterion_;
   std::shared_ptr<data::TokenFile> file_;
   Tensor x_, y_;
   bool pipelined_ = false;
@@ -188,7 +186,7 @@ class LmStep {
 // The parts of a step, by the profiler's op names (forward, and backward as "<op> bwd").
 const std::vector<std::pair<std::string, std::vector<std::string>>> kParts = {
     {"attention", {"causal attention", "causal_attention"}},  // the forward scope, the backward node
-    {"head+loss", {"lm head", "cross_entropy", "vocab_parallel_cross_entropy"}},  // the vocabulary's [tokens, V]
+    {"head+loss", {"lm head", "cross_entropy", "vocab_parallel_cross_entropy", "lm head + loss", "linear_cross_entropy"}},
     {"linears", {"linear", "matmul"}},
     {"norms", {"layer_norm", "rms_norm"}},
     {"optimizer", {"optimizer step"}},
@@ -264,7 +262,7 @@ struct Options {
   std::string configs = "none", precisions = "fp32", preset = "gpt2", json_path, init, tokens, write_llmc;
   std::string text = std::string(BOOSTER_SOURCE_DIR) + "/../shared/data/tinyshakespeare/input.txt";
   std::string peer_script = std::string(BOOSTER_SOURCE_DIR) + "/bench/torch_lm_bench.py";
-  int batch = 4, seq = 1024, steps = 3, rounds = 1, profile_steps = 2;
+  int batch = 4, seq = 1024, steps = 3, rounds = 1, profile_steps = 2, fused_loss = 1;
   uint64_t seed = 1337;
   bool no_peer = false, print_steps = false, show_profile = false;
 };
@@ -340,7 +338,7 @@ void report(const Options& o, const LmStep& sb, const std::string& cfg, const st
   if (o.profile_steps > 0) std::printf("  parts (ms, medians of %d steps): %s\n", o.profile_steps, r.parts.dump().c_str());
   const nlohmann::json base{{"model", o.init.empty() ? o.preset : "llm.c checkpoint " + o.init}, {"precision", prec},
                             {"ranks", dist::world_size()}, {"batch_per_rank", o.batch}, {"seq", o.seq},
-                            {"parameters", sb.params()}};
+                            {"parameters", sb.params()}, {"fused_linear_cross_entropy", o.fused_loss != 0}};
   std::vector<nlohmann::json> lines;
   if (have_peer) {
     nlohmann::json j = base;
@@ -385,6 +383,9 @@ int main(int argc, char** argv) {
   app.add_option("--write-llmc", o.write_llmc, "write the model and --text's tokens in llm.c's files to this folder and exit");
   app.add_option("--text", o.text, "--write-llmc: the text whose characters are the tokens");
   app.add_option("--seed", o.seed, "the model's and the random tokens' seed");
+  app.add_option("--fused-linear-cross-entropy", o.fused_loss,
+                 "1: the head and its loss a block of tokens at a time (Liger's fused_linear_cross_entropy); 0: whole logits")
+      ->check(CLI::Range(0, 1));
   CLI11_PARSE(app, argc, argv);
   dist::launch_from_openmpi();
   const bool master = dist::world_rank() == 0;
@@ -405,7 +406,7 @@ int main(int argc, char** argv) {
       std::vector<LmPeer> alone;  // several ranks: the peer first, before our model exists (see measure)
       for (int round = 0; peer && dist::world_size() > 1 && round < o.rounds; ++round)
         if (auto p = peer_round(o, prec)) alone.push_back(*p);
-      LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed);
+      LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed, o.fused_loss != 0);
       const Row r = measure(o, sb, prec, peer && dist::world_size() == 1, alone);
       if (master) report(o, sb, cfg, prec, r, json);
     }

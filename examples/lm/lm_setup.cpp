@@ -49,6 +49,8 @@ ConfigSchema lm_train_schema() {
            "a Hugging Face folder (GPT-2 or LLaMA) to start from: its config.json rules, the width keys are refused")
       .add("model.lazy_init", T::boolean, false, "record the parameters and materialize at boost, only what a rank keeps")
       .add("model.gradient_checkpointing", T::boolean, false, "recompute each block's forward in backward")
+      .add("model.fused_linear_cross_entropy", T::boolean, true,
+           "Liger's: while training, the head and its loss a block of tokens at a time, no whole logits")
       .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's blocks checkpointed")
       .add("data.text", T::string, BOOSTER_SHARED_DIR "/data/tinyshakespeare/input.txt", "the text, tokenized by characters")
       .add("data.cache_dir", T::string, "runs/cache/shakespeare_char", "where train.bin, val.bin and meta.json go")
@@ -140,6 +142,7 @@ LmModel with_model_options(const Config& cfg, const std::function<LmModel()>& ma
   }
   if (cfg.get_bool("model.gradient_checkpointing"))
     out.lm->gradient_checkpointing_enable(cfg.get_float("model.gradient_checkpointing_ratio"));
+  out.lm->fused_linear_cross_entropy = cfg.get_bool("model.fused_linear_cross_entropy");
   return out;
 }
 

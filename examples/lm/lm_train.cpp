@@ -86,7 +86,9 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
   co.keep_last = int(cfg.get_int("checkpoint.keep_last"));
   co.resume = resume;
   co.side_files = run.side_files;
-  Trainer trainer(booster, model, optimizer, criterion, {.clip_grad_norm = cfg.get_float("train.grad_clip")});
+  // The model's own loss where it fuses its head with it (model.fused_linear_cross_entropy),
+  // else the criterion on its logits.
+  Trainer trainer(booster, model.wrapper(), optimizer, model_loss_or(criterion), {.clip_grad_norm = cfg.get_float("train.grad_clip")});
   dist::logger().info("{} {} ({} parameters) on {} rank(s) x {} threads, {} iterations of {} x {} x {} tokens",
                       run.model.family == "llama" ? "LLaMA" : "GPT-2", cfg.get_string("model.preset"), run.parameters, dist::world_size(), dist::omp_threads(),
                       cfg.get_int("train.max_iters"), dp, cfg.get_int("train.batch_size"), cfg.get_int("train.block_size"));

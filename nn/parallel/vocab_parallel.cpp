@@ -7,6 +7,7 @@
 #include "core/common/profiler.h"
 #include "core/dist/collectives.h"
 #include "core/dist/functional.h"
+#include "nn/linear_cross_entropy.h"
 #include "nn/parallel/linear_1d.h"
 
 namespace booster::nn {
@@ -85,6 +86,10 @@ Tensor VocabParallelHead::logits(const Tensor& hidden, const Tensor& weight) con
   return gather_ ? gather_vocab(y, tp_, part_) : y;
 }
 
+Tensor VocabParallelHead::head_loss(const Tensor& hidden, const Tensor& weight, const Tensor& targets) const {
+  return linear_cross_entropy(dist::reduce_backward(hidden, tp_), weight, targets, {part_.begin, part_.vocab_size, &tp_});
+}
+
 std::shared_ptr<Linear> VocabParallelLMHead1D::from_native_module(const std::shared_ptr<Module>& native,
                                                                   const dist::ProcessGroup& tp, int64_t divisible_by,
                                                                   bool gather_output) {
@@ -124,38 +129,9 @@ Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
     BOOSTER_CHECK(y[i] == ignore_index || (y[i] >= 0 && y[i] < part.vocab_size), "vocab_parallel_cross_entropy: target[",
                   i, "] = ", y[i], " is not a token id in [0, ", part.vocab_size, ")");
   Tensor grad = logits.detach().to(DType::f32).contiguous().clone();  // becomes (softmax - one-hot)
-  float* x = grad.data<float>();
-  Tensor mx = Tensor::empty({n});
-  float* m = mx.data<float>();
-#pragma omp parallel for if (n * c > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    float v = -INFINITY;
-    for (int64_t j = 0; j < c; ++j) v = std::max(v, x[i * c + j]);
-    m[i] = v;
-  }
-  dist::all_reduce(mx, dist::ReduceOp::max, tp);
-  Tensor sums = Tensor::zeros({2 * n});  // [sum of exponentials, the target's logit] a row
-  float* s = sums.data<float>();
-#pragma omp parallel for if (n * c > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    double e = 0;
-    for (int64_t j = 0; j < c; ++j) e += std::exp(double(x[i * c + j] - m[i]));
-    s[2 * i] = float(e);
-    const int64_t local = y[i] - part.begin;
-    s[2 * i + 1] = y[i] != ignore_index && local >= 0 && local < c ? x[i * c + local] - m[i] : 0.f;
-  }
-  dist::all_reduce(sums, dist::ReduceOp::sum, tp);
-  double total = 0;
-  int64_t counted = 0;
-#pragma omp parallel for reduction(+ : total, counted) if (n * c > 65536)
-  for (int64_t i = 0; i < n; ++i) {  // each row's loss, and its (softmax - one-hot) in place
-    const bool counts = y[i] != ignore_index;
-    if (counts) total += std::log(double(s[2 * i])) - double(s[2 * i + 1]), ++counted;
-    const int64_t local = y[i] - part.begin;
-    const float inv = counts ? float(1.0 / double(s[2 * i])) : 0.f;
-    for (int64_t j = 0; j < c; ++j) x[i * c + j] = counts ? std::exp(x[i * c + j] - m[i]) * inv : 0.f;
-    if (counts && local >= 0 && local < c) x[i * c + local] -= 1.f;
-  }
+  const RowsLoss sum = cross_entropy_rows_in_place(grad.data<float>(), y, n, c, {part.begin, part.vocab_size, &tp}, ignore_index);
+  const double total = sum.total;
+  const int64_t counted = sum.counted;
   const double denom = double(counted);  // no target counted: NaN, as cross_entropy
   const DType dt = logits.dtype();
   return autograd::record("vocab_parallel_cross_entropy", {logits}, Tensor::scalar(total / denom),

@@ -36,6 +36,9 @@ class VocabParallelHead {
   const dist::ProcessGroup& group() const { return tp_; }
   /// True when the head gathers whole logits (parallel_output = false).
   bool gathers_output() const { return gather_; }
+  /// The mean loss of hidden [N, E] (replicated) against targets [N] over this rank's rows
+  /// `weight`, without whole or split logits (linear_cross_entropy; the same on every rank).
+  Tensor head_loss(const Tensor& hidden, const Tensor& weight, const Tensor& targets) const;
 
  protected:
   /// hidden [..., E] (replicated) times this rank's rows `weight` -> its logits (or whole).
@@ -60,6 +63,7 @@ class VocabParallelEmbedding1D : public Embedding, public VocabParallelHead {
   /// The tied head: hidden [..., E] (replicated) -> this rank's logits [..., partition().size()]
   /// (whole logits [..., vocab] when gathering).
   Tensor project(const Tensor& hidden) override { return logits(hidden, weight); }
+  Tensor project_loss(const Tensor& hidden, const Tensor& targets) override { return head_loss(hidden, weight, targets); }
 
  protected:
   std::shared_ptr<Module> fresh() const override;

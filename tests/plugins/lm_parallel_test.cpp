@@ -13,6 +13,7 @@
 #include "nn/gpt2.h"
 #include "nn/llama.h"
 #include "nn/parallel/vocab_parallel.h"
+#include "nn/pipeline.h"
 #include "optim/sgd.h"
 #include "plugins/hybrid_parallel/hybrid_parallel_plugin.h"
 #include "tests/support/fixtures.h"
@@ -123,6 +124,49 @@ TEST(LmParallel, VocabParallelCrossEntropyEqualsTheWholeOne) {
                                                Tensor::from_ints(std::vector<int64_t>(size_t(n), 65), {n}), g, part);
             }).find("target[0] = 65 is not a token id in [0, 65)"),
             std::string::npos);
+}
+
+namespace {
+
+// A causal LM under tp 2 with fused_linear_cross_entropy against the whole model's loss on
+// its logits: the loss and every parameter's gradient (this rank's part) alike, with the
+// vocabulary-split head making and consuming its logits a block of rows at a time.
+template <typename M>
+void expect_fused_head_matches_whole(std::shared_ptr<M> model, std::shared_ptr<M> ref, const std::string& head) {
+  auto plugin = hybrid(2);
+  Booster booster(plugin);
+  auto b = boost(booster, model);
+  model->fused_linear_cross_entropy = true;
+  std::vector<int64_t> y = ids(2, 8, 5).to_int_vector();
+  y[3] = -100;
+  const TensorMap batch{{"input_ids", ids(2, 8, 7)}, {"labels", Tensor::from_ints(y, {2, 8})}};
+  const TensorMap out = b.model.wrapper()->forward_named(batch);
+  ASSERT_EQ(out.count("logits"), 0u);
+  const Tensor want = ref->token_loss(nn::forward_named(*ref, batch).at("logits"), batch.at("labels"));
+  EXPECT_NEAR(out.at("loss").item(), want.item(), 1e-5 * std::abs(want.item()));
+  out.at("loss").backward();
+  want.backward();
+  EXPECT_EQ(model->get(head)->type_name().rfind("VocabParallel", 0), 0u) << model->get(head)->type_name();
+  for (auto& [n, p] : ref->named_parameters()) {
+    Tensor mine = model->get_tensor(n);
+    const Tensor got = mine.region() ? testkit::logical(mine.grad(), *mine.region()) : mine.grad();
+    EXPECT_LE(testkit::max_abs_diff(got, p.grad()), 1e-5) << n;
+  }
+}
+
+}  // namespace
+
+TEST(LmParallel, FusedHeadLossUnderVocabParallelismEqualsTheWholeModel) {
+  manual_seed(3);
+  auto gpt2 = std::make_shared<nn::GPT2LMHeadModel>(gpt2_tiny());
+  manual_seed(3);
+  expect_fused_head_matches_whole(gpt2, std::make_shared<nn::GPT2LMHeadModel>(gpt2_tiny()), "transformer.wte");
+  auto c = nn::LlamaConfig::preset("llama-tiny");
+  c.tie_word_embeddings = false;
+  manual_seed(4);
+  auto llama = std::make_shared<nn::LlamaForCausalLM>(c);
+  manual_seed(4);
+  expect_fused_head_matches_whole(llama, std::make_shared<nn::LlamaForCausalLM>(c), "lm_head");
 }
 
 TEST(LmParallel, LlamaPolicyDividesGroupedKeyValueHeadsAndGenerates) {
