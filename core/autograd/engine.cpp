@@ -15,6 +15,12 @@ namespace booster::autograd {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+// Row-sparse gradients a running backward function handed over (add_rows_to_gradient).
+struct RowGradient {
+  size_t input;
+  Tensor indices, rows;
+};
+thread_local std::vector<RowGradient>* t_row_gradients = nullptr;
 std::atomic<uint64_t> g_next_seq{0};
 std::atomic<uint64_t> g_backward_pass{0};
 }  // namespace
@@ -134,6 +140,11 @@ Tensor on_gradient(const Tensor& t, std::function<void()> hook) {
     }
     return std::vector<Tensor>{g[0]};
   });
+}
+
+void add_rows_to_gradient(size_t input, Tensor indices, Tensor rows) {
+  BOOSTER_CHECK_T(AutogradError, t_row_gradients != nullptr, "add_rows_to_gradient: called outside a backward function");
+  t_row_gradients->push_back({input, std::move(indices), std::move(rows)});
 }
 
 void retain_grad(const Tensor& t) {
@@ -264,8 +275,13 @@ void capture_leaf(Capture& capture, Node* n, const std::vector<Tensor>& in) {
 }
 
 // Runs node n on its incoming gradients (timed under the profiler; its saved tensors freed
-// unless retain_graph) and returns one gradient per input.
-std::vector<Tensor> apply_node(Node* n, std::vector<Tensor> in, bool retain_graph) {
+// unless retain_graph) and returns one gradient per input; row-sparse ones go to `rows`.
+std::vector<Tensor> apply_node(Node* n, std::vector<Tensor> in, bool retain_graph, std::vector<RowGradient>& rows) {
+  struct Collect {  // add_rows_to_gradient's target while n runs (a nested backward has its own)
+    std::vector<RowGradient>* prev = t_row_gradients;
+    explicit Collect(std::vector<RowGradient>& r) { t_row_gradients = &r; }
+    ~Collect() { t_row_gradients = prev; }
+  } collect(rows);
   for (size_t k = 0; k < n->retained.size(); ++k) {
     // The buffer also flows on into the node, so it is never taken: add_to_grad copies.
     if (auto impl = n->retained[k].lock(); impl && in[k].defined()) add_to_grad(*impl, in[k]);
@@ -287,22 +303,40 @@ std::vector<Tensor> apply_node(Node* n, std::vector<Tensor> in, bool retain_grap
 
 using ReadyQueue = std::priority_queue<Node*, std::vector<Node*>, ByNewest>;
 
+// Adds rows into a gradient buffer: in place where the buffer is the engine's own, onto zeros
+// of the input's shape and dtype where there is none yet.
+void accumulate_rows(Tensor& slot, const InputMeta& m, const RowGradient& r) {
+  if (!slot.defined()) slot = Tensor::zeros(m.shape, m.dtype);
+  else if (!slot.is_contiguous() || !slot.is_sole_owner()) slot = slot.contiguous().clone();
+  kernels::add_rows_(slot, r.indices, r.rows);
+}
+
 // Adds node n's output gradients into the buffers of the nodes they lead to (checked against
 // the inputs' shapes, cast to their dtypes); a node whose last dependency this was is ready.
-void pass_on(Node* n, const std::vector<Tensor>& out, std::unordered_map<Node*, std::vector<Tensor>>& buffers,
-             std::unordered_map<Node*, int>& deps, ReadyQueue& ready) {
+void pass_on(Node* n, const std::vector<Tensor>& out, const std::vector<RowGradient>& rows,
+             std::unordered_map<Node*, std::vector<Tensor>>& buffers, std::unordered_map<Node*, int>& deps,
+             ReadyQueue& ready) {
   for (size_t i = 0; i < n->next_edges.size(); ++i) {
     const Edge& e = n->next_edges[i];
     if (!e.fn) continue;
     Node* next = e.fn.get();
+    const InputMeta& m = n->input_meta[i];
     if (out[i].defined()) {
-      const InputMeta& m = n->input_meta[i];
       BOOSTER_CHECK_T(ShapeError, out[i].shape() == m.shape, "backward of '", n->name(), "': gradient for input ", i,
                       " has shape ", shape_str(out[i].shape()), ", the input has shape ", shape_str(m.shape));
       Tensor g = out[i].dtype() == m.dtype ? out[i] : out[i].to(m.dtype);
       auto& buf = buffers[next];
       buf.resize(size_t(next->num_outputs));
       accumulate(buf[size_t(e.input_nr)], g);
+    }
+    for (const RowGradient& r : rows) {
+      if (r.input != i) continue;
+      BOOSTER_CHECK_T(ShapeError, m.shape.size() == 2 && r.rows.dim() == 2 && r.rows.size(1) == m.shape[1],
+                      "backward of '", n->name(), "': rows ", shape_str(r.rows.shape()), " for input ", i, " of shape ",
+                      shape_str(m.shape));
+      auto& buf = buffers[next];
+      buf.resize(size_t(next->num_outputs));
+      accumulate_rows(buf[size_t(e.input_nr)], m, r);
     }
     if (--deps[next] == 0) ready.push(next);
   }
@@ -343,7 +377,9 @@ void run_graph(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad
       capture_leaf(*capture, n, in);
       continue;
     }
-    pass_on(n, apply_node(n, std::move(in), retain_graph), buffers, deps, ready);
+    std::vector<RowGradient> rows;
+    const std::vector<Tensor> out = apply_node(n, std::move(in), retain_graph, rows);
+    pass_on(n, out, rows, buffers, deps, ready);
   }
 }
 

@@ -45,6 +45,14 @@ bool in_backward();
 /// Counts backward passes (each backward() call is one); hooks use it to fire once a pass.
 uint64_t backward_pass_id();
 
+/// Inside a backward function: the gradient of its input `input` is sparse by rows, as an
+/// embedding table's is (a few of its [V, D] rows touched). The engine adds rows[i] (f32
+/// [U, D]) into row indices[i] (i64 [U], each index once) of that input's gradient where it
+/// sums the input's gradients: in place into what is there (a tied head's dense gradient),
+/// else onto zeros, so no dense [V, D] gradient of its own is made. The function returns an
+/// undefined tensor for that input; whatever consumes the gradient sees it dense.
+void add_rows_to_gradient(size_t input, Tensor indices, Tensor rows);
+
 /// Makes a non-leaf tensor keep its gradient in .grad during backward.
 void retain_grad(const Tensor& t);
 

@@ -13,6 +13,9 @@ void add_(Tensor& dst, const Tensor& src);
 /// dst *= src in place (same shape and dtype; dst contiguous): bf16/f16 computed in f32 and
 /// rounded once, as mul's (binary_ops.cpp).
 void mul_(Tensor& dst, const Tensor& src);
+/// dst[indices[u]] += rows[u] for dst [V, D] (contiguous, any float dtype: summed in f32 and
+/// rounded once), indices i64 [U] each once, rows f32 [U, D] (embedding_ops.cpp).
+void add_rows_(Tensor& dst, const Tensor& indices, const Tensor& rows);
 /// dst *= s (contiguous float dst).
 void scale_(Tensor& dst, double s);
 /// Sum of squares of all elements, accumulated in double.

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include "core/autograd/engine.h"
+#include "core/kernels/dispatch.h"
 #include "core/kernels/ops.h"
+
+#include <cmath>
+#include <optional>
 
 using namespace booster;
 
@@ -248,4 +252,43 @@ TEST(Autograd, PreAccumulateHookSeesTheGradientBeforeTheAddition) {
   sum(b * 1.0).backward();  // a is not reached
   EXPECT_EQ(seen, (std::vector<std::vector<float>>{{}, {2, 2}, {2, 2}, {3, 3}}));
   EXPECT_THROW((void)(a * 2.0).register_pre_accumulate_grad_hook([](const Tensor&) {}), AutogradError);
+}
+
+// An embedding hands its table's gradient to the engine as rows (add_rows_to_gradient): added
+// in place into a tied head's dense gradient, onto zeros alone, into an existing .grad, and
+// through grad()'s capture, equal to the dense one-hot path's (the reference) in f32; in
+// bf16 rounded once.
+namespace {
+std::vector<float> tied_table_gradient(DType dt, bool reference, bool capture, bool with_head) {
+  std::optional<kernels::ReferenceGuard> ref;
+  if (reference) ref.emplace();
+  Tensor w = Tensor::from_vector({0.5f, -1, 2, 0.25f, 1, -0.5f, 3, 1.5f, -2, 0.75f, 1.25f, -0.25f, 2.5f, -1.5f}, {7, 2})
+                 .to(dt)
+                 .requires_grad_();
+  const Tensor x = Tensor::from_vector({1, 2, -1, 0.5f, 3, -2}, {3, 2}).to(dt);
+  const Tensor ids = Tensor::from_ints({2, 5, 2, 0, 2}, {5});
+  const Tensor c = Tensor::from_vector({1, -2, 0.5f, 3, -1, 2, 0.25f, 1.5f, -0.75f, 4}, {5, 2}).to(dt);
+  Tensor loss = sum(mul(embedding(w, ids), c));
+  if (with_head) loss = add(loss, sum(linear(x, w)));  // the head's gradient is dense
+  if (capture) return autograd::grad({loss}, {Tensor()}, {w})[0].to(DType::f32).to_vector();
+  loss.backward();
+  sum(mul(embedding(w, Tensor::from_ints({6}, {1})), Tensor::from_vector({2, 2}, {1, 2}).to(dt))).backward();  // into .grad
+  return w.grad().to(DType::f32).to_vector();
+}
+}  // namespace
+
+TEST(Autograd, EmbeddingRowsMeetTheTableGradientWhereItIsSummed) {
+  for (bool capture : {false, true})
+    for (bool head : {false, true}) {
+      SCOPED_TRACE(std::string(capture ? "grad()" : "backward()") + (head ? ", tied head" : ", embedding alone"));
+      const auto want = tied_table_gradient(DType::f32, true, capture, head);
+      EXPECT_EQ(tied_table_gradient(DType::f32, false, capture, head), want);  // the same sums, the same order
+      const auto low = tied_table_gradient(DType::bf16, false, capture, head);
+      ASSERT_EQ(low.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(low[i], want[i], 1e-2 * (1 + std::abs(want[i]))) << i;
+    }
+}
+
+TEST(Autograd, RowsOutsideABackwardAreAnError) {
+  EXPECT_THROW(autograd::add_rows_to_gradient(0, Tensor::from_ints({0}, {1}), Tensor::zeros({1, 2})), AutogradError);
 }
