@@ -16,12 +16,18 @@ void SaveCheckpointHook::before_train(Trainer& t) {
   auto step_dir = latest_checkpoint(o_.resume);
   BOOSTER_CHECK_T(IOError, step_dir.has_value(), "resume: no complete checkpoint under '", o_.resume, "'");
   if (!dist::is_initialized() || dist::world_rank() == 0) remove_partial_checkpoints(o_.resume);
+  // Where it continues, before any state loads: a layout it cannot continue on is refused first.
+  const ResumePoint at = resume_point(read_run_progress(*step_dir), t.data_layout());
   RunState s{&t.model(), t.optimizer(), o_.lr_scheduler.get(), nullptr};
   const proto::TrainingProgress p = load_run_checkpoint(t.booster(), s, *step_dir);
-  t.set_progress(p.epoch(), p.step(), p.sampler_position());
+  t.set_progress(at.epoch, at.step, at.position);
   for (auto& [k, v] : p.metrics()) t.records()[k] = v;
-  saved_step_ = p.step();
-  dist::logger().info("resumed from {} at epoch {}, step {}", *step_dir, p.epoch(), p.step());
+  saved_step_ = at.step;
+  dist::logger().info("resumed from {} at epoch {}, step {}", *step_dir, at.epoch, at.step);
+  if (at.relaid)
+    dist::logger().info("resume: the checkpoint's run had {}, this one has {}: {} optimizer steps and {} samples of "
+                        "epoch {} consumed, continued", DataLayout::from_proto(p.layout()).describe(),
+                        t.data_layout().describe(), p.optimizer_steps(), p.epoch_samples(), at.epoch + 1);
 }
 
 void SaveCheckpointHook::save(Trainer& t) {
@@ -29,6 +35,9 @@ void SaveCheckpointHook::save(Trainer& t) {
   p.set_epoch(t.cur_epoch());
   p.set_step(t.cur_step());
   p.set_sampler_position(t.position());
+  *p.mutable_layout() = t.data_layout().to_proto();
+  p.set_optimizer_steps(t.optimizer_steps());
+  p.set_epoch_samples(t.epoch_samples());
   for (auto& [k, v] : t.records()) (*p.mutable_metrics())[k] = v;
   RunState s{&t.model(), t.optimizer(), o_.lr_scheduler.get(), o_.side_files};
   last_saved_ = save_run_checkpoint(t.booster(), s, o_.checkpoint_dir, o_.shard, o_.keep_last, p);

@@ -98,6 +98,12 @@ proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir) {
   return p;
 }
 
+proto::TrainingProgress read_run_progress(const std::string& step_dir) {
+  proto::TrainingProgress p;
+  ckpt::on_every_rank([&] { p = verify_run_checkpoint(step_dir); }, "resuming from '" + step_dir + "'");
+  return p;
+}
+
 std::string step_checkpoint_path(const std::string& step_dir, const std::string& part) {
   const fs::path d(step_dir);
   return (fs::is_directory(d / part) ? d / part : d / (part + ".ckpt")).string();
@@ -115,8 +121,7 @@ void load_run_model(Booster& booster, ModelWrapper& model, const std::string& st
 
 proto::TrainingProgress load_run_checkpoint(Booster& booster, const RunState& s, const std::string& step_dir) {
   const fs::path d(step_dir);
-  proto::TrainingProgress p;
-  ckpt::on_every_rank([&] { p = verify_run_checkpoint(step_dir); }, "resuming from '" + step_dir + "'");
+  const proto::TrainingProgress p = read_run_progress(step_dir);
   booster.load_model(*s.model, step_checkpoint_path(step_dir));
   if (s.optimizer) booster.load_optimizer(*s.optimizer, step_checkpoint_path(step_dir, "optimizer"));
   if (s.scheduler) booster.load_lr_scheduler(*s.scheduler, (d / "scheduler.ckpt").string());

@@ -37,6 +37,8 @@ void remove_partial_checkpoints(const std::string& dir);
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 /// The step folder's progress, after checking the side files it lists against their checksums: an IOError naming a file that changed.
 proto::TrainingProgress verify_run_checkpoint(const std::string& step_dir);
+/// verify_run_checkpoint on every rank: an error on one is every rank's.
+proto::TrainingProgress read_run_progress(const std::string& step_dir);
 /// A step folder's checkpoint of `part` ("model", "optimizer"): its shard folder where the
 /// run saved shards, else the single file part.ckpt.
 std::string step_checkpoint_path(const std::string& step_dir, const std::string& part = "model");

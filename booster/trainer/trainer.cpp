@@ -102,6 +102,8 @@ void TrainerLoop::plan(const FitArgs& a) {
   BOOSTER_CHECK(t_.steps_per_epoch_ > 0 || a.epochs == 0, "Trainer.fit: the training loader gives ", batches,
                 " batch(es) an epoch, fewer than one optimizer step of gradient_accumulation = ", k);
   t_.total_steps_ = a.epochs * t_.steps_per_epoch_;
+  t_.layout_ = {t_.dp_size(), a.train_dataloader->options().batch_size, k,
+                int64_t(a.train_dataloader->dataset().size()), t_.steps_per_epoch_ / k};
   if (a.max_steps > 0) t_.total_steps_ = std::min(t_.total_steps_, (a.max_steps + k - 1) / k * k);
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "booster/booster.h"
+#include "booster/trainer/data_layout.h"
 #include "booster/trainer/metrics.h"
 #include "booster/trainer/timer.h"
 
@@ -125,6 +126,12 @@ class Trainer {
   /// done (a checkpoint hook calls it in before_train).
   void set_progress(int64_t epoch, int64_t step, int64_t position);
   bool resumed() const { return resumed_; }
+  /// How fit() lays its batches out: replicas, the loader's batch, the accumulation, the
+  /// loader's dataset and the optimizer steps an epoch (set when fit() starts).
+  const DataLayout& data_layout() const { return layout_; }
+  /// Optimizer steps done, and the samples of the current epoch consumed over all replicas.
+  int64_t optimizer_steps() const { return cur_step_ / options_.gradient_accumulation; }
+  int64_t epoch_samples() const { return position_ * layout_.dp_size * layout_.batch_size; }
 
   // ---- the objects ----
   Booster& booster() const { return booster_; }
@@ -158,6 +165,7 @@ class Trainer {
   std::map<std::string, std::shared_ptr<Metric>> metrics_[2];
   std::map<std::string, double> step_metrics_[2], records_;
   int64_t cur_epoch_ = 0, cur_step_ = 0, epochs_ = 0, steps_per_epoch_ = 0, total_steps_ = 0, position_ = 0;
+  DataLayout layout_;
   bool stepped_ = false, resumed_ = false;
 };
 

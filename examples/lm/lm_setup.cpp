@@ -64,6 +64,8 @@ ConfigSchema lm_train_schema() {
       .add("data.ids_dtype", T::string, "int64", "input_ids and labels: int64 (PyTorch's) or int32 (half the bytes)")
       .add("model.vocab_size", T::integer, 0, "with token files: the vocabulary (0: the text's characters)")
       .add("train.batch_size", T::integer, 6, "windows per data-parallel rank and iteration")
+      .add("train.gradient_accumulation", T::integer, 1,
+           "batches an optimizer step accumulates on each replica (nanoGPT's gradient_accumulation_steps is this x dp)")
       .add("train.block_size", T::integer, 64, "tokens a window (the model's n_positions)")
       .add("train.max_iters", T::integer, 2000)
       .add("train.eval_interval", T::integer, 250, "iterations between evaluations (divides max_iters)")
@@ -93,7 +95,8 @@ ConfigSchema lm_train_schema() {
       .add("sample.seed", T::integer, 1337)
       .open_table("plugin");
   s.range("model.gradient_checkpointing_ratio", 0.0, 1.0);
-  for (const char* k : {"train.batch_size", "train.block_size", "train.max_iters", "train.eval_interval", "train.eval_iters",
+  for (const char* k : {"train.batch_size", "train.gradient_accumulation", "train.block_size", "train.max_iters",
+                        "train.eval_interval", "train.eval_iters",
                         "train.lr_decay_iters", "sample.top_k"})
     s.range(k, 1);
   for (const char* k : {"train.warmup_iters", "train.final_eval_iters", "train.log_interval", "checkpoint.every_iters", "sample.max_new_tokens"})
@@ -256,7 +259,7 @@ std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config&
 
 }  // namespace
 
-LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster) {
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster, int lr_replicas) {
   const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
   BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
   LmRun r;
@@ -286,7 +289,7 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster) {
   const std::string scaling = cfg.get_string("train.lr_scaling");
   BOOSTER_CHECK(scaling == "none" || scaling == "dp", "train.lr_scaling = '", scaling, "': expected \"none\" or \"dp\"");
   optim::AdamOptions ao;
-  ao.lr = cfg.get_float("train.lr") * (scaling == "dp" ? dp : 1);
+  ao.lr = cfg.get_float("train.lr") * (scaling == "dp" ? (lr_replicas > 0 ? lr_replicas : dp) : 1);
   ao.beta1 = cfg.get_float("train.beta1"), ao.beta2 = cfg.get_float("train.beta2");
   ao.weight_decay = cfg.get_float("train.weight_decay");
   r.optimizer =
@@ -298,7 +301,7 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster) {
   lo.batch_size = b;
   lo.drop_last = true;
   lo.seed = uint64_t(cfg.get_int("train.seed"));
-  auto train = windows(cache.train_bin, cfg, size_t(every * b * dp));
+  auto train = windows(cache.train_bin, cfg, size_t(every * b * dp * cfg.get_int("train.gradient_accumulation")));
   r.train_loader = plugin ? plugin->prepare_dataloader(train, lo) : std::make_shared<data::DataLoader>(train, lo);
   auto val = windows(cache.val_bin, cfg, size_t(cfg.get_int("train.eval_iters") * b * dp));
   const int rank = plugin ? plugin->dp_rank() : 0;

@@ -70,11 +70,12 @@ struct LmRun {
   int64_t evaluations = 0;   // max_iters / eval_interval: the Trainer's epochs
   int64_t parameters = 0;
 };
-/// The run at data-parallel size dp: an "epoch" is eval_interval iterations of random
-/// training windows (each rank its own), the test loader eval_iters random batches of the
-/// validation text. With a [lora] table, `booster` enables LoRA on the model before the
-/// optimizer is made (over what trains).
-LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster = nullptr);
+/// The run at data-parallel size dp: an "epoch" is eval_interval optimizer steps of random
+/// training windows (each rank its own, train.gradient_accumulation batches a step), the
+/// test loader eval_iters random batches of the validation text. With a [lora] table,
+/// `booster` enables LoRA on the model before the optimizer is made (over what trains).
+/// train.lr_scaling = "dp" scales the lr by lr_replicas (0: dp).
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster = nullptr, int lr_replicas = 0);
 
 
 /// Mean cross entropy over every token: logits [B, T, V], labels [B, T] (-100 skipped), by

@@ -23,6 +23,7 @@
 #include "lora_setup.h"
 #include "plugins/registry.h"
 #include "run_io.h"
+#include "run_setup.h"
 
 using namespace booster;
 namespace fs = std::filesystem;
@@ -38,8 +39,8 @@ class EvalRecordHook : public BaseHook {
   void before_train_iter(Trainer&) override { t0_ = std::chrono::steady_clock::now(); }
   void after_train_iter(Trainer& t, const IterationOutput&) override {
     step_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
-    if (every_ <= 0 || t.cur_step() % every_ != 0) return;
-    log_->write({{"type", "step"}, {"step", t.cur_step()}, {"loss", t.metric(Mode::train, "Loss").last_step_value()},
+    if (every_ <= 0 || !t.stepped() || t.optimizer_steps() % every_ != 0) return;
+    log_->write({{"type", "step"}, {"step", t.optimizer_steps()}, {"loss", t.metric(Mode::train, "Loss").last_step_value()},
                  {"lr", t.metric(Mode::train, "LR").last_step_value()}});
   }
   /// The median wall time of a training iteration (data, forward, backward, step).
@@ -54,9 +55,9 @@ class EvalRecordHook : public BaseHook {
     const double val = t.metric(Mode::test, "Loss").accumulated_value();
     auto& best = t.records()["best_val_loss"];
     if (best == 0 || val < best) best = val;
-    log_->write({{"type", "eval"}, {"step", t.cur_step()}, {"train_loss", train}, {"val_loss", val},
+    log_->write({{"type", "eval"}, {"step", t.optimizer_steps()}, {"train_loss", train}, {"val_loss", val},
                  {"val_perplexity", std::exp(val)}});
-    dist::logger().info("step {}: train loss {:.4f}, val loss {:.4f} (best {:.4f})", t.cur_step(), train, val, best);
+    dist::logger().info("step {}: train loss {:.4f}, val loss {:.4f} (best {:.4f})", t.optimizer_steps(), train, val, best);
   }
 
  private:
@@ -66,11 +67,14 @@ class EvalRecordHook : public BaseHook {
   std::vector<double> step_ms_;
 };
 
-int train(const Config& cfg, const std::vector<std::string>& overrides, const std::string& resume, bool progress) {
+int train(const Config& cfg_in, const std::vector<std::string>& overrides, const std::string& resume, bool progress) {
+  Config cfg = cfg_in;
   auto plugin = cfg.has("plugin") ? plugins::make_plugin(cfg) : nullptr;
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"));
   const int dp = plugin ? plugin->dp_size() : dist::world_size();
-  examples::LmRun run = examples::make_lm_run(cfg, dp, plugin.get(), &booster);
+  const int lr_replicas = examples::keep_checkpoint_batch(cfg, dp, resume);  // another dp size: the same global batch
+  const int64_t k = cfg.get_int("train.gradient_accumulation");
+  examples::LmRun run = examples::make_lm_run(cfg, dp, plugin.get(), &booster, lr_replicas);
   auto [model, optimizer, criterion, loader, scheduler] =
       booster.boost(run.model.module, run.optimizer, examples::token_cross_entropy(run.model), run.train_loader, run.scheduler);
   const fs::path dir = fs::path(cfg.get_string("run.output_dir")) / cfg.get_string("run.name");
@@ -79,7 +83,7 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
   log->write({{"type", "run"}, {"world_size", dist::world_size()}, {"parameters", run.parameters},
               {"plugin", plugin ? plugin->name() : "none"}, {"overrides", overrides}});
   SaveCheckpointOptions co;
-  co.interval = cfg.get_int("checkpoint.every_iters");
+  co.interval = cfg.get_int("checkpoint.every_iters") * k;  // the Trainer counts batches
   co.save_by_iter = true;
   co.checkpoint_dir = (dir / "checkpoints").string();
   co.lr_scheduler = scheduler;
@@ -88,7 +92,8 @@ int train(const Config& cfg, const std::vector<std::string>& overrides, const st
   co.side_files = run.side_files;
   // The model's own loss where it fuses its head with it (model.fused_linear_cross_entropy),
   // else the criterion on its logits.
-  Trainer trainer(booster, model.wrapper(), optimizer, model_loss_or(criterion), {.clip_grad_norm = cfg.get_float("train.grad_clip")});
+  Trainer trainer(booster, model.wrapper(), optimizer, model_loss_or(criterion),
+                  {.clip_grad_norm = cfg.get_float("train.grad_clip"), .gradient_accumulation = k});
   dist::logger().info("{} {} ({} parameters) on {} rank(s) x {} threads, {} iterations of {} x {} x {} tokens",
                       run.model.family == "llama" ? "LLaMA" : "GPT-2", cfg.get_string("model.preset"), run.parameters, dist::world_size(), dist::omp_threads(),
                       cfg.get_int("train.max_iters"), dp, cfg.get_int("train.batch_size"), cfg.get_int("train.block_size"));

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "booster/trainer/data_layout.h"
 #include "core/common/file_util.h"
+#include "core/dist/logger.h"
 #include "data/idx.h"
 #include "nn/lazy.h"
 #include "nn/lora.h"
@@ -156,6 +158,21 @@ data::ViTImageProcessor make_processor(const Config& cfg) {
   data::ViTImageProcessor p;
   p.height = p.width = cfg.get_int("model.image_size");
   return p;
+}
+
+int keep_checkpoint_batch(Config& cfg, int dp, const std::string& resume) {
+  if (resume.empty()) return dp;
+  const std::optional<DataLayout> was = saved_layout(resume);
+  if (!was || was->dp_size == dp) return dp;
+  const int64_t b = cfg.get_int("train.batch_size"), k = cfg.get_int("train.gradient_accumulation");
+  const BatchPlan plan = batch_keeping(was->global_batch(), dp, b);
+  cfg.set("train.batch_size=" + std::to_string(plan.batch_size));
+  cfg.set("train.gradient_accumulation=" + std::to_string(plan.gradient_accumulation));
+  dist::logger().info("resume: the checkpoint's run had {}; on {} replicas its global batch is kept with "
+                      "train.batch_size {} (was {}) and train.gradient_accumulation {} (was {})",
+                      was->describe(), dp, plan.batch_size, b, plan.gradient_accumulation, k);
+  // The replicas the configured batch makes the global one (the first run's, over a chain of resumes).
+  return was->global_batch() % (b * k) == 0 ? int(was->global_batch() / (b * k)) : int(was->dp_size);
 }
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const Config& cfg, const nn::Module& model, int dp) {

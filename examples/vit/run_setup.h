@@ -51,6 +51,13 @@ std::string describe_optimizer(const optim::Optimizer& optimizer);
 std::shared_ptr<optim::LRScheduler> make_lr_scheduler(const Config& cfg, optim::Optimizer& optimizer,
                                                       int64_t total_steps);
 
+/// Resuming (`resume` not empty) a checkpoint whose run had another data-parallel size:
+/// train.batch_size and train.gradient_accumulation set so that this run's dp replicas keep
+/// its global batch (the accumulation making up for fewer replicas, a smaller batch for
+/// more; BatchPlan), said in the log. Returns the replicas the learning rate is scaled for
+/// under train.lr_scaling = "dp": the global batch over the configured batch x accumulation.
+int keep_checkpoint_batch(Config& cfg, int dp, const std::string& resume);
+
 /// A benchmark row's plugin: the [plugin] table of `config` (or none for "none"); a plugin
 /// that owns precision takes `precision` as its own argument, and `mixed` (the Booster's
 /// mixed_precision) becomes "" then, else stays `precision`.

@@ -110,7 +110,7 @@ struct RunObjects {
 };
 
 RunObjects make_run_objects(const Config& cfg, Plugin* plugin, std::shared_ptr<const data::Dataset> train_set,
-                            std::shared_ptr<const data::Dataset> val_set, nn::Module& model) {
+                            std::shared_ptr<const data::Dataset> val_set, nn::Module& model, int lr_replicas) {
   data::DataLoaderOptions lo;
   lo.batch_size = cfg.get_int("train.batch_size");
   lo.shuffle = cfg.get_bool("data.shuffle");
@@ -121,7 +121,7 @@ RunObjects make_run_objects(const Config& cfg, Plugin* plugin, std::shared_ptr<c
   o.train_loader = plugin ? plugin->prepare_dataloader(train_set, lo) : std::make_shared<data::DataLoader>(train_set, lo);
   o.val_loader = eval_loader(std::move(val_set), cfg, plugin);
   // The global batch grows with the data-parallel size (not with tp or pp): so does the lr.
-  o.optimizer = examples::make_optimizer(cfg, model, plugin ? plugin->dp_size() : DistCoordinator().world_size());
+  o.optimizer = examples::make_optimizer(cfg, model, lr_replicas);
   dist::logger().info("optimizer {}", examples::describe_optimizer(*o.optimizer));
   const int64_t k = cfg.get_int("train.gradient_accumulation");
   const int64_t steps_per_epoch = int64_t(o.train_loader->size()) / k;
@@ -212,7 +212,9 @@ int train(const Config& cfg_in, const Cli& cli) {
   cfg.set("booster.mixed_precision=\"" + resolve_precision(cfg.get_string("booster.mixed_precision")) + "\"");
   Booster booster(plugin, cfg.get_string("booster.mixed_precision"), cfg.get_bool("booster.split_batch"));
   examples::enable_lora_from_config(booster, model, cfg);  // before the optimizer: it takes what trains
-  RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model);
+  const int dp = plugin ? plugin->dp_size() : coordinator.world_size();
+  const int lr_replicas = examples::keep_checkpoint_batch(cfg, dp, cli.resume);  // another dp size: the same global batch
+  RunObjects o = make_run_objects(cfg, plugin.get(), train_set, val_set, *model, lr_replicas);
   auto [vit, optimizer, criterion, dataloader, lr_scheduler] = booster.boost(
       model, o.optimizer, make_criterion(cfg.get_float("train.label_smoothing")), o.train_loader, o.lr_scheduler);
 

@@ -366,6 +366,60 @@ TEST(Trainer, CheckpointHookResumesExactly) {
   if (dist::world_rank() == 0) fs::remove_all(dir);
 }
 
+// Saved at batch 2 and resumed at batch 1 with 2 accumulated (the global batch kept, as a
+// resume on twice the replicas runs): the same optimizer steps over the same samples, so the
+// weights of the run that went through; at batch 1 alone (another global batch) it is refused
+// before anything loads.
+TEST(Trainer, CheckpointHookResumesOnAnotherLayoutWithTheSameGlobalBatch) {
+  const auto dir = shared_dir("trainer_relaid");
+  auto hook = [&](TinyRun& r, const std::string& resume) {
+    SaveCheckpointOptions o;
+    o.interval = 2, o.save_by_iter = true, o.checkpoint_dir = dir, o.lr_scheduler = r.r.lr_scheduler, o.resume = resume;
+    return std::make_shared<SaveCheckpointHook>(o);
+  };
+  auto sched = [](TinyRun& r) { return std::make_shared<LRSchedulerHook>(r.r.lr_scheduler, false); };
+  const size_t images = 12 * size_t(dist::world_size());  // 6 batches of 2 an epoch
+  TinyRun full(kDDP, images, 2, 0.9), killed(kDDP, images, 2, 0.9), relaid(kDDP, images, 1, 0.9), other(kDDP, images, 1, 0.9);
+  Trainer tf(full.booster, full.r.model, full.r.optimizer, full.r.criterion);
+  tf.fit({.train_dataloader = full.r.dataloader, .epochs = 2, .hooks = {sched(full)}});
+  Trainer tk(killed.booster, killed.r.model, killed.r.optimizer, killed.r.criterion);
+  tk.fit({.train_dataloader = killed.r.dataloader, .epochs = 2, .max_steps = 8, .hooks = {sched(killed), hook(killed, "")}});
+
+  Trainer to(other.booster, other.r.model, other.r.optimizer, other.r.criterion);  // batch 1, nothing accumulated
+  const std::vector<float> before = other.weights();
+  try {
+    to.fit({.train_dataloader = other.r.dataloader, .epochs = 2, .hooks = {sched(other), hook(other, dir)}});
+    ADD_FAILURE() << "a resume on another global batch was taken";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("the same global batch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("global batch " + std::to_string(2 * dist::world_size())), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(max_diff(before, other.weights()), 0.0);  // refused before the model loaded
+
+  Trainer tr(relaid.booster, relaid.r.model, relaid.r.optimizer, relaid.r.criterion, {.gradient_accumulation = 2});
+  tr.fit({.train_dataloader = relaid.r.dataloader, .epochs = 2, .hooks = {sched(relaid), hook(relaid, dir)}});
+  EXPECT_TRUE(tr.resumed());
+  EXPECT_EQ(tr.optimizer_steps(), tf.optimizer_steps());
+  EXPECT_EQ(tr.cur_step(), 2 * tf.cur_step());
+  EXPECT_LT(max_diff(full.weights(), relaid.weights()), 2e-6);
+  EXPECT_EQ(relaid.r.lr_scheduler->last_epoch(), full.r.lr_scheduler->last_epoch());
+  dist::barrier();
+  if (dist::world_rank() == 0) fs::remove_all(dir);
+}
+
+TEST(DataLayout, BatchKeepingMakesUpWithAccumulationOrASmallerBatch) {
+  auto plan = [](int64_t g, int64_t dp, int64_t b) {
+    const BatchPlan p = batch_keeping(g, dp, b);
+    return std::pair{p.batch_size, p.gradient_accumulation};
+  };
+  EXPECT_EQ(plan(16, 1, 8), (std::pair<int64_t, int64_t>{8, 2}));   // fewer replicas: accumulate
+  EXPECT_EQ(plan(16, 4, 8), (std::pair<int64_t, int64_t>{4, 1}));   // more: a smaller batch
+  EXPECT_EQ(plan(24, 2, 8), (std::pair<int64_t, int64_t>{6, 2}));   // the largest batch dividing the share
+  EXPECT_EQ(plan(16, 2, 8), (std::pair<int64_t, int64_t>{8, 1}));
+  EXPECT_THROW(batch_keeping(16, 3, 8), ValueError);                // 16 does not divide over 3
+}
+
 TEST(Trainer, BadArgumentsAreNamed) {
   TinyRun a("", 8 * size_t(dist::world_size()), 2);
   TrainerOptions zero;

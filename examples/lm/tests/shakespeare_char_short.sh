@@ -5,7 +5,8 @@
 # lm_sample continues a prompt from, also as the Hugging Face folder export_hf writes of it;
 # the LLaMA config learns too (ZeRO-2, lazy init, checkpointed layers); a key of the wrong table
 # or of the other model family is refused by name.
-# --resume from the middle of a run reproduces it exactly; i32 token ids train as i64 ones.
+# --resume from the middle of a run reproduces it exactly, and on 1 rank of a 2-rank run nearly;
+# i32 token ids train as i64 ones.
 # Usage: shakespeare_char_short.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -58,6 +59,18 @@ got32=$(grep '"type":"eval"' runs/resume32/metrics.jsonl | grep '"step":100' | s
 [ "$want" = "$got32" ] || { echo "FAIL: i32 ids' step-100 validation loss $got32, i64 ids' $want"; exit 1; }
 refused bad6.log "data.ids_dtype must be int64 or int32, got 'float32'" "float token ids were taken" \
   "$mpiexec" -np 1 "$build/examples/lm/lm_train" "${common[@]}" --set data.ids_dtype=float32
+# The 2-rank run's step-50 checkpoint resumed on 1 rank: train.gradient_accumulation 2 keeps
+# its global batch, so the step-100 validation loss is the uninterrupted run's (dropout 0: no
+# mask hangs on the generators a new world size re-seeds) up to the order the sums ran in.
+"$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" "${common[@]}" --set model.dropout=0 --set run.name=relaid \
+  > relaid_a.log 2>&1 || { cat relaid_a.log; exit 1; }
+want0=$(grep '"type":"eval"' runs/relaid/metrics.jsonl | grep '"step":100' | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+"$mpiexec" -np 1 "$build/examples/lm/lm_train" "${common[@]}" --set model.dropout=0 --set run.name=relaid1 \
+  --resume runs/relaid/checkpoints/step-00000050 > relaid_b.log 2>&1 || { cat relaid_b.log; exit 1; }
+grep -q "train.gradient_accumulation 2 (was 1)" relaid_b.log || { cat relaid_b.log; echo "FAIL: 1 rank did not keep the batch"; exit 1; }
+got0=$(grep '"type":"eval"' runs/relaid1/metrics.jsonl | grep '"step":100' | sed -E 's/.*"val_loss":([0-9.eE+-]+).*/\1/')
+awk -v a="$want0" -v b="$got0" 'BEGIN { d = a - b; exit !(b != "" && d < 1e-3 && d > -1e-3) }' ||
+  { echo "FAIL: resumed on 1 rank, step-100 validation loss $got0; the 2-rank run's $want0"; exit 1; }
 # GPT-2's byte-level BPE trained on the training split (300 tokens): it learns, and lm_sample
 # writes from its checkpoint with the tokenizer.json saved there.
 "$mpiexec" -np 2 --oversubscribe "$build/examples/lm/lm_train" --config "$src/examples/lm/configs/shakespeare_bpe.toml" \
