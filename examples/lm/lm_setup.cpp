@@ -69,7 +69,7 @@ ConfigSchema lm_train_schema() {
       .add("train.block_size", T::integer, 64, "tokens a window (the model's n_positions)")
       .add("train.max_iters", T::integer, 2000)
       .add("train.eval_interval", T::integer, 250, "iterations between evaluations (divides max_iters)")
-      .add("train.eval_iters", T::integer, 20, "batches an evaluation scores")
+      .add("train.eval_iters", T::integer, 20, "global batches an evaluation scores")
       .add("train.final_eval_iters", T::integer, 0, "batches the final model is scored on after training (0: none)")
       .add("train.lr", T::floating, 1e-3)
       .add("train.lr_scaling", T::string, "none", "none (lr as given, nanoGPT's) or dp (lr times the data-parallel size)")
@@ -301,13 +301,16 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster, i
   lo.batch_size = b;
   lo.drop_last = true;
   lo.seed = uint64_t(cfg.get_int("train.seed"));
-  auto train = windows(cache.train_bin, cfg, size_t(every * b * dp * cfg.get_int("train.gradient_accumulation")));
+  // Counted in global batches (b x dp x accumulation), so any layout of one global batch
+  // trains on and scores the same windows.
+  const int64_t global = b * dp * cfg.get_int("train.gradient_accumulation");
+  auto train = windows(cache.train_bin, cfg, size_t(every * global));
   r.train_loader = plugin ? plugin->prepare_dataloader(train, lo) : std::make_shared<data::DataLoader>(train, lo);
-  auto val = windows(cache.val_bin, cfg, size_t(cfg.get_int("train.eval_iters") * b * dp));
+  auto val = windows(cache.val_bin, cfg, size_t(cfg.get_int("train.eval_iters") * global));
   const int rank = plugin ? plugin->dp_rank() : 0;
   r.val_loader = std::make_shared<data::DataLoader>(val, lo, std::make_shared<data::InferenceShardSampler>(val->size(), dp, rank));
   if (const int64_t n = cfg.get_int("train.final_eval_iters"); n > 0) {
-    auto more = windows(cache.val_bin, cfg, size_t(n * b * dp));
+    auto more = windows(cache.val_bin, cfg, size_t(n * global));
     r.final_val_loader =
         std::make_shared<data::DataLoader>(more, lo, std::make_shared<data::InferenceShardSampler>(more->size(), dp, rank));
   }
