@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <optional>
 
 #include "booster/trainer/run_checkpoint.h"
@@ -67,7 +69,7 @@ Ending run_once(const std::vector<std::string>& argv) {
   const int code = WEXITSTATUS(status);
   std::string why = "exit status " + std::to_string(code);
   if (code == 127) why += " (the command was not found)";
-  else if (code == 137 || code == 9) why += " (a rank was killed: SIGKILL, as the out-of-memory killer sends)";
+  else if (code == 128 + SIGKILL) why += " (a rank was killed: SIGKILL, as the out-of-memory killer sends)";
   return {false, code, "the job ended with " + why};
 }
 
