@@ -103,15 +103,15 @@ CheckpointIO& Booster::checkpoint_io() {
 }
 
 void Booster::save_model(ModelWrapper& model, const std::string& checkpoint, bool shard, const std::string& prefix,
-                         int64_t size_per_shard) {
-  checkpoint_io().save_model(model, checkpoint, shard, prefix, size_per_shard);
+                         int64_t size_per_shard, bool use_async) {
+  checkpoint_io().save_model(model, checkpoint, shard, prefix, size_per_shard, use_async);
 }
 void Booster::load_model(ModelWrapper& model, const std::string& checkpoint, bool strict) {
   checkpoint_io().load_model(model, checkpoint, strict);
 }
 void Booster::save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard,
-                             const std::string& prefix, int64_t size_per_shard) {
-  checkpoint_io().save_optimizer(optimizer, checkpoint, shard, prefix, size_per_shard);
+                             const std::string& prefix, int64_t size_per_shard, bool use_async) {
+  checkpoint_io().save_optimizer(optimizer, checkpoint, shard, prefix, size_per_shard, use_async);
 }
 void Booster::load_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint) {
   checkpoint_io().load_optimizer(optimizer, checkpoint);

@@ -114,11 +114,14 @@ class Booster {
   std::vector<double> sum_over_replicas(const std::vector<double>& totals, bool held) const;
 
   // ---- checkpoints (Colossal-AI's names and defaults; size_per_shard in MB) ----
+  /// use_async: the state is copied before it returns and written behind while training
+  /// goes on; checkpoint_io().synchronize() waits for it (and raises its error), as does the
+  /// next save or load, and the program before it exits.
   void save_model(ModelWrapper& model, const std::string& checkpoint, bool shard = false, const std::string& prefix = "",
-                  int64_t size_per_shard = 1024);
+                  int64_t size_per_shard = 1024, bool use_async = false);
   void load_model(ModelWrapper& model, const std::string& checkpoint, bool strict = true);
   void save_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint, bool shard = false,
-                      const std::string& prefix = "", int64_t size_per_shard = 1024);
+                      const std::string& prefix = "", int64_t size_per_shard = 1024, bool use_async = false);
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& checkpoint);
   void save_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint);
   void load_lr_scheduler(optim::LRScheduler& lr_scheduler, const std::string& checkpoint);

@@ -23,6 +23,7 @@ PACKAGES=(
   libpcre2-dev                # the byte-level BPE pre-tokenizer (Unicode letter and number classes)
   gnuplot-nox                 # the example's loss and accuracy curves (PNG)
   python3-protobuf python3-xxhash  # tools/read_checkpoint.py, the reference reader a ctest runs
+  slurmctld slurmd slurm-client munge  # the SLURM ctest's one-node cluster (sbatch, srun with PMIx)
 )
 [ "${1:-}" = "--peer" ] && PACKAGES+=(python3-torch python3-pil libopenblas0-openmp)  # without OpenBLAS, torch falls back to reference BLAS
 

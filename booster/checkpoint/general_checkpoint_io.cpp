@@ -37,11 +37,15 @@ ckpt::SaveOptions options(bool shard, const std::string& prefix, int64_t mb, con
 }  // namespace
 
 void GeneralCheckpointIO::save_model(ModelWrapper& model, const std::string& path, bool shard, const std::string& prefix,
-                                     int64_t size_per_shard_mb) {
-  ckpt::save_state(path, model.checkpoint_state(), options(shard, prefix, size_per_shard_mb, "model", layout_));
+                                     int64_t size_per_shard_mb, bool use_async) {
+  const auto opts = options(shard, prefix, size_per_shard_mb, "model", layout_);
+  if (use_async) return ckpt::save_state_async(path, model.checkpoint_state(), opts, async_, staging_bytes_);
+  async_.synchronize();
+  ckpt::save_state(path, model.checkpoint_state(), opts);
 }
 
 void GeneralCheckpointIO::load_model(ModelWrapper& model, const std::string& path, bool strict) {
+  async_.synchronize();
   std::unique_ptr<ckpt::CheckpointReader> r;
   ckpt::on_every_rank([&] { r = std::make_unique<ckpt::CheckpointReader>(path, "model"); }, "load_model from '" + path + "'");
   const ckpt::LoadReport rep = ckpt::load_state(*r, model.checkpoint_state(), strict, "load_model from '" + path + "'");
@@ -50,14 +54,17 @@ void GeneralCheckpointIO::load_model(ModelWrapper& model, const std::string& pat
 }
 
 void GeneralCheckpointIO::save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard,
-                                         const std::string& prefix, int64_t size_per_shard_mb) {
+                                         const std::string& prefix, int64_t size_per_shard_mb, bool use_async) {
+  if (!use_async) async_.synchronize();
   const ckpt::OptimizerShare share = ckpt::optimizer_share(optimizer);
   auto opts = options(shard, prefix, size_per_shard_mb, "optimizer", layout_);
   opts.optimizer = &share.meta;
+  if (use_async) return ckpt::save_state_async(path, share.tensors, opts, async_, staging_bytes_);
   ckpt::save_state(path, share.tensors, opts);
 }
 
 void GeneralCheckpointIO::load_optimizer(OptimizerWrapper& optimizer, const std::string& path) {
+  async_.synchronize();
   std::unique_ptr<ckpt::CheckpointReader> r;
   ckpt::on_every_rank([&] { r = std::make_unique<ckpt::CheckpointReader>(path, "optimizer"); },
                       "load_optimizer from '" + path + "'");
@@ -71,6 +78,11 @@ void GeneralCheckpointIO::save_lr_scheduler(optim::LRScheduler& scheduler, const
   m.set_last_epoch(s.last_epoch);
   for (double b : s.base_lrs) m.add_base_lrs(b);
   on_writer([&] { ckpt::write_message_file(path, m); }, "save_lr_scheduler to '" + path + "'");
+}
+
+void GeneralCheckpointIO::after_saves(const std::function<void()>& task, const std::string& what) {
+  if (!async_.pending()) return ckpt::on_every_rank(task, what);
+  async_.submit([task](const dist::ProcessGroup*) { task(); }, what);
 }
 
 void GeneralCheckpointIO::load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) {
@@ -95,10 +107,6 @@ proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int d
   l.set_pp_size(pp);
   l.set_precision(precision);
   return l;
-}
-
-void save_progress(const std::string& path, const proto::TrainingProgress& p) {
-  on_writer([&] { ckpt::write_message_file(path, p); }, "saving training progress to '" + path + "'");
 }
 
 proto::TrainingProgress load_progress(const std::string& path) {

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "booster/checkpoint/async_writer.h"
 #include "booster/checkpoint_io.h"
 #include "proto/checkpoint.pb.h"
 
@@ -18,12 +20,12 @@ class GeneralCheckpointIO : public CheckpointIO {
   /// `layout` is recorded in every index (informational).
   explicit GeneralCheckpointIO(proto::Layout layout = {}) : layout_(std::move(layout)) {}
   void save_model(ModelWrapper& model, const std::string& path, bool shard, const std::string& prefix,
-                  int64_t size_per_shard_mb) override;
+                  int64_t size_per_shard_mb, bool use_async) override;
   /// strict: missing, unexpected or mismatched tensors are an error; otherwise the rest
   /// loads and they are logged.
   void load_model(ModelWrapper& model, const std::string& path, bool strict) override;
   void save_optimizer(OptimizerWrapper& optimizer, const std::string& path, bool shard, const std::string& prefix,
-                      int64_t size_per_shard_mb) override;
+                      int64_t size_per_shard_mb, bool use_async) override;
   void load_optimizer(OptimizerWrapper& optimizer, const std::string& path) override;
   void save_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
   void load_lr_scheduler(optim::LRScheduler& scheduler, const std::string& path) override;
@@ -31,9 +33,16 @@ class GeneralCheckpointIO : public CheckpointIO {
   void set_precision(const std::string& precision) override {
     if (layout_.precision().empty()) layout_.set_precision(precision);
   }
+  void synchronize() override { async_.synchronize(); }
+  void after_saves(const std::function<void()>& task, const std::string& what) override;
+  /// The bytes an asynchronous save may copy; beyond them it writes before returning
+  /// (default: BOOSTER_ASYNC_STAGING_MB, else half the RAM available).
+  void set_async_staging_bytes(size_t bytes) { staging_bytes_ = bytes; }
 
  private:
   proto::Layout layout_;
+  std::optional<size_t> staging_bytes_;
+  ckpt::AsyncWriter async_;  // last: destroyed first, waiting for its saves
 };
 
 /// A plugin's checkpoint IO: a GeneralCheckpointIO recording the plugin's layout, made at
@@ -51,8 +60,6 @@ class LayoutCheckpointIO {
 proto::Layout checkpoint_layout(const std::string& plugin, int world_size, int dp, int tp, int pp,
                                 const std::string& precision);
 
-/// Writes a TrainingProgress (rank 0) atomically.
-void save_progress(const std::string& path, const proto::TrainingProgress& p);
 /// Reads a TrainingProgress.
 proto::TrainingProgress load_progress(const std::string& path);
 

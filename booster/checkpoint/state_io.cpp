@@ -48,8 +48,9 @@ std::string LoadReport::str() const {
   return s;
 }
 
-void on_every_rank(const std::function<void()>& f, const std::string& what) {
-  const World w;
+void on_every_rank(const std::function<void()>& f, const std::string& what, const dist::ProcessGroup* group) {
+  World w;
+  w.group = group;
   std::string error;
   try {
     f();

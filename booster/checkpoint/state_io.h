@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "booster/checkpoint/reader.h"
+#include "core/dist/process_group.h"
 #include "booster/optimizer_wrapper.h"
 
 namespace booster::ckpt {
@@ -24,7 +25,8 @@ struct LoadReport {
 
 /// Runs f on every rank; if it throws on any, every rank throws the same error, naming the
 /// failing ranks (the type of the lowest failing rank's error: ValueError, IOError, ...).
-void on_every_rank(const std::function<void()>& f, const std::string& what);
+/// `group`: the world's ranks on another communicator (null: the world's).
+void on_every_rank(const std::function<void()>& f, const std::string& what, const dist::ProcessGroup* group = nullptr);
 
 /// Fills `dst` from the checkpoint. strict: any missing, unexpected or mismatched tensor is
 /// a ValueError on every rank, raised before anything is read.

@@ -7,7 +7,11 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <cstdlib>
+#include <fstream>
 #include <set>
+
+#include <spdlog/spdlog.h>
 
 #include "booster/checkpoint/container.h"
 #include "booster/checkpoint/records.h"
@@ -115,60 +119,73 @@ std::string part_name(const std::string& path, int rank) {
   return (p.parent_path() / ("." + p.filename().string() + ".part-" + std::to_string(rank))).string();
 }
 
-// Writes this rank's pieces; returns their locations (one entry per record) in an Index.
-proto::Index write_mine(const std::string& path, const ShardedState& mine, const std::vector<Piece>& pieces,
-                        const WriteOptions& o, const std::string& save_id, int rank, uint64_t& part_bytes) {
-  std::map<std::pair<std::string, std::string>, const Piece*> by_key;
-  for (auto& p : pieces) by_key[{p.name, p.region.str()}] = &p;
-  proto::Shard header;
-  header.set_format_version(kFormatVersion);
-  header.set_save_id(save_id);
-  proto::Index locs;
-  std::unique_ptr<ContainerWriter> w;
-  std::string file;
-  int files = 0;
-  size_t in_file = 0;
-  auto open_next = [&] {
-    if (w) w->commit();
-    file = shard_name(o, save_id, rank, ++files);
-    w = std::make_unique<ContainerWriter>((fs::path(path) / file).string());
-    w->append(header);
-    in_file = 0;
-  };
-  if (!o.shard) w = std::make_unique<ContainerWriter>(part_name(path, rank));
-  std::set<std::string> done;  // a rank holding one piece twice writes it once
-  for (auto& st : mine) {
-    const Piece* p = by_key.at({st.name, st.region.str()});
-    if (p->writer != rank || !done.insert(st.name + "@" + st.region.str()).second) continue;
-    const HeldState held(st);  // state on the disk tier is in RAM only while it is written
-    const Tensor data = held.data().detach().contiguous();
-    BOOSTER_CHECK_T(ShapeError, data.numel() == st.region.numel(), "save: tensor '", st.name, "' holds ", data.numel(),
-                    " elements for ", st.region.str());
+// This rank's share of a save: the pieces it writes, packed into its shard files (or its
+// part of the single file) in the order given; finish() returns their locations (one entry
+// per record) in an Index.
+class RankWriter {
+ public:
+  RankWriter(std::string path, const std::vector<Piece>& pieces, WriteOptions o, std::string save_id, int rank)
+      : path_(std::move(path)), o_(std::move(o)), save_id_(std::move(save_id)), rank_(rank) {
+    for (auto& p : pieces)
+      if (p.writer == rank_) mine_.insert(p.name + "@" + p.region.str());
+    header_.set_format_version(kFormatVersion);
+    header_.set_save_id(save_id_);
+  }
+  /// True once for each distinct piece this rank writes (a rank holding one twice writes it once).
+  bool claims(const StateTensor& st) { return mine_.erase(st.name + "@" + st.region.str()) > 0; }
+  /// Appends `data` (the region's elements, contiguous) as records of bounded size.
+  void write(const std::string& name, const Region& region, const Tensor& data) {
+    BOOSTER_CHECK_T(ShapeError, data.numel() == region.numel(), "save: tensor '", name, "' holds ", data.numel(),
+                    " elements for ", region.str());
+    if (!o_.shard && !w_) w_ = std::make_unique<ContainerWriter>(part_name(path_, rank_));
     const size_t es = dtype_size(data.dtype());
-    const int64_t max_elems = int64_t(std::max<size_t>(1, std::min(o.max_shard_bytes, kMaxRecordBytes) / es));
-    for (const Region& sub : st.region.split(max_elems)) {
+    const int64_t max_elems = int64_t(std::max<size_t>(1, std::min(o_.max_shard_bytes, kMaxRecordBytes) / es));
+    for (const Region& sub : region.split(max_elems)) {
       const size_t bytes = size_t(sub.numel()) * es;
-      if (o.shard && (!w || (in_file > 0 && in_file + bytes > o.max_shard_bytes))) open_next();
-      const char* src = static_cast<const char*>(data.raw_data()) + size_t(local_start(st.region, sub)) * es;
-      const proto::TensorRecord rec = make_record(st.name, data.dtype(), sub, src);
-      auto* e = locs.add_tensors();
-      e->set_name(st.name);
+      if (o_.shard && (!w_ || (in_file_ > 0 && in_file_ + bytes > o_.max_shard_bytes))) open_next();
+      const char* src = static_cast<const char*>(data.raw_data()) + size_t(local_start(region, sub)) * es;
+      const proto::TensorRecord rec = make_record(name, data.dtype(), sub, src);
+      auto* e = locs_.add_tensors();
+      e->set_name(name);
       e->set_dtype(rec.dtype());
       *e->mutable_shape() = rec.shape();
       auto* loc = e->add_records();
       set_region(*loc, sub);
       loc->set_checksum(rec.checksum());
-      loc->set_file(o.shard ? file : "");
-      loc->set_byte_offset(w->append(rec));
-      in_file += bytes;
+      loc->set_file(o_.shard ? file_ : "");
+      loc->set_byte_offset(w_->append(rec));
+      in_file_ += bytes;
     }
   }
-  if (w) {
-    part_bytes = w->position();
-    w->commit();
+  proto::Index finish(uint64_t& part_bytes) {
+    if (w_) {
+      part_bytes = w_->position();
+      w_->commit();
+      w_.reset();
+    }
+    return std::move(locs_);
   }
-  return locs;
-}
+
+ private:
+  void open_next() {
+    if (w_) w_->commit();
+    file_ = shard_name(o_, save_id_, rank_, ++files_);
+    w_ = std::make_unique<ContainerWriter>((fs::path(path_) / file_).string());
+    w_->append(header_);
+    in_file_ = 0;
+  }
+  std::string path_;
+  WriteOptions o_;
+  std::string save_id_;
+  int rank_;
+  std::set<std::string> mine_;
+  proto::Shard header_;
+  proto::Index locs_;
+  std::unique_ptr<ContainerWriter> w_;
+  std::string file_;
+  int files_ = 0;
+  size_t in_file_ = 0;
+};
 
 // Rank 0: the merged index, written last (one file: the parts concatenated, then the index).
 void write_index(const std::string& path, const std::vector<std::string>& order, const std::vector<proto::Index>& ranks,
@@ -234,12 +251,22 @@ void write_index(const std::string& path, const std::vector<std::string>& order,
 
 std::string index_file_name(const std::string& prefix, const std::string& kind) { return prefix + kind + ".index"; }
 
-void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts) {
+namespace {
+
+// A save planned over every rank: the pieces assigned, the save's id, this rank's writer.
+struct PlannedSave {
+  std::vector<std::string> order;
+  std::vector<Piece> pieces;
+  std::string save_id;
+  std::unique_ptr<RankWriter> writer;
+};
+
+// Collective over the world: every rank's tensors described, checked and assigned.
+PlannedSave plan_save(const std::string& path, const ShardedState& mine, const WriteOptions& opts, const World& world) {
   BOOSTER_CHECK(opts.max_shard_bytes > 0, "save: size_per_shard must be positive");
-  const World world;
   // What each rank holds; a rank that cannot describe its tensors still takes part, so
   // every rank learns of the failure instead of waiting.
-  std::string descriptor, error;
+  std::string descriptor;
   try {
     descriptor = "D" + describe(mine);
   } catch (const std::exception& e) {
@@ -252,16 +279,26 @@ void save_state(const std::string& path, const ShardedState& mine, const WriteOp
     else descriptors[r].erase(0, 1);
   }
   BOOSTER_CHECK(bad.empty(), "saving '", path, "' failed (nothing was written):", bad);
-  std::vector<std::string> order;
-  const std::vector<Piece> pieces = plan(descriptors, order);  // the same on every rank: throws alike
-  const std::string save_id = world.all_gather(world.rank() == 0 ? new_save_id() : "")[0];
+  PlannedSave s;
+  s.pieces = plan(descriptors, s.order);  // the same on every rank: throws alike
+  s.save_id = world.all_gather(world.rank() == 0 ? new_save_id() : "")[0];
+  s.writer = std::make_unique<RankWriter>(path, s.pieces, opts, s.save_id, world.rank());
+  return s;
+}
 
+void make_folders(const std::string& path, const WriteOptions& opts) {
+  if (opts.shard) fs::create_directories(path);
+  else if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+}
+
+// Collective over `world`: every rank's record locations (or its error) gathered, and the
+// index written by rank 0 last.
+void finish_save(const std::string& path, PlannedSave& s, std::string error, const WriteOptions& opts,
+                 const World& world) {
   proto::Index mine_locs;
   uint64_t part_bytes = 0;
   try {
-    if (opts.shard) fs::create_directories(path);
-    else if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
-    mine_locs = write_mine(path, mine, pieces, opts, save_id, world.rank(), part_bytes);
+    if (error.empty()) mine_locs = s.writer->finish(part_bytes);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -280,13 +317,102 @@ void save_state(const std::string& path, const ShardedState& mine, const WriteOp
   BOOSTER_CHECK_T(IOError, failures.empty(), "saving '", path, "' failed (the previous checkpoint is untouched):", failures);
   if (world.rank() == 0) {
     try {
-      write_index(path, order, ranks, parts, opts, save_id);
+      write_index(path, s.order, ranks, parts, opts, s.save_id);
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
   const std::string index_error = world.all_gather(world.rank() == 0 ? error : "")[0];
   BOOSTER_CHECK_T(IOError, index_error.empty(), "saving '", path, "' failed on rank 0 writing the index: ", index_error);
+}
+
+// How many bytes an asynchronous save may stage in RAM: BOOSTER_ASYNC_STAGING_MB, else half
+// of what the kernel reports available.
+size_t default_staging_bytes() {
+  if (const char* env = std::getenv("BOOSTER_ASYNC_STAGING_MB")) return size_t(std::max(0.0, std::atof(env))) << 20;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (meminfo >> key >> kb)
+    if (key == "MemAvailable:") return kb * 1024 / 2;
+  return size_t(1) << 30;
+}
+
+}  // namespace
+
+void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts) {
+  const World world;
+  PlannedSave s = plan_save(path, mine, opts, world);
+  std::string error;
+  try {
+    make_folders(path, opts);
+    for (auto& st : mine) {
+      if (!s.writer->claims(st)) continue;
+      const HeldState held(st);  // state on the disk tier is in RAM only while it is written
+      s.writer->write(st.name, st.region, held.data().detach().contiguous());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  finish_save(path, s, error, opts, world);
+}
+
+void save_state_async(const std::string& path, const ShardedState& mine, const WriteOptions& opts, AsyncWriter& writer,
+                      std::optional<size_t> staging_bytes) {
+  if (writer.pending(opts.kind)) writer.synchronize();  // one staged snapshot of a kind at a time
+  auto s = std::make_shared<PlannedSave>(plan_save(path, mine, opts, World{}));
+  // The caller's optimizer metadata is gone by the time the index is written: a copy.
+  auto meta = opts.optimizer ? std::make_shared<proto::OptimizerMeta>(*opts.optimizer) : nullptr;
+  // The snapshot: copies of this rank's pieces while they fit the staging budget; the rest
+  // is written now, before training goes on (the file is their staging tier).
+  size_t budget = staging_bytes ? *staging_bytes : default_staging_bytes(), staged_bytes = 0, written_now = 0;
+  struct Staged {
+    std::string name;
+    Region region;
+    Tensor data;
+  };
+  auto staged = std::make_shared<std::vector<Staged>>();
+  std::string error;
+  try {
+    make_folders(path, opts);
+    for (auto& st : mine) {
+      if (!s->writer->claims(st)) continue;
+      const HeldState held(st);
+      const size_t bytes = size_t(st.region.numel()) * dtype_size(st.dtype());
+      if (staged_bytes + bytes <= budget) {
+        staged->push_back({st.name, st.region, held.data().detach().clone().contiguous()});
+        staged_bytes += bytes;
+      } else {
+        s->writer->write(st.name, st.region, held.data().detach().contiguous());
+        written_now += bytes;
+      }
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (written_now > 0)
+    spdlog::info("save_{} to '{}' (use_async): {:.1f} MB staged, {:.1f} MB written before training went on (the "
+                 "staging budget is {:.1f} MB; BOOSTER_ASYNC_STAGING_MB sets it)",
+                 opts.kind, path, double(staged_bytes) / (1 << 20), double(written_now) / (1 << 20),
+                 double(budget) / (1 << 20));
+  writer.submit(
+      [path, o = opts, s, staged, error, meta](const dist::ProcessGroup* group) mutable {
+        o.optimizer = meta.get();
+        World world;
+        world.group = group;
+        try {
+          for (auto& t : *staged) {
+            if (!error.empty()) break;
+            s->writer->write(t.name, t.region, t.data);
+            t.data = Tensor();  // the staging copy goes as soon as it is written
+          }
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        staged->clear();
+        finish_save(path, *s, error, o, world);
+      },
+      "save_" + opts.kind + " to '" + path + "' (use_async)", opts.kind);
 }
 
 }  // namespace booster::ckpt

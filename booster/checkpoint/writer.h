@@ -7,7 +7,10 @@
 // than one record. Any failure on any rank is raised on every rank, naming it.
 #pragma once
 
+#include <optional>
 #include <string>
+
+#include "booster/checkpoint/async_writer.h"
 
 #include "booster/model_wrapper.h"
 #include "proto/checkpoint.pb.h"
@@ -30,6 +33,16 @@ constexpr size_t kMaxRecordBytes = size_t(64) << 20;
 /// every rank holds at path (a folder when shard, else a file). The regions of each tensor,
 /// over all ranks, must tile it (replicas hold equal regions); ValueError otherwise.
 void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts);
+
+/// save_state with the writing done by `writer`'s background thread: the rank's pieces are
+/// planned with every rank and copied (a snapshot) before it returns, so training may change
+/// them at once; the records and the index are written behind. Pieces beyond the staging
+/// budget (`staging_bytes`; default BOOSTER_ASYNC_STAGING_MB, else half the RAM available)
+/// are written before it returns. Errors are raised by writer.synchronize(), on every rank.
+/// Waits for the writer's saves in flight first when one of them is of the same kind (at
+/// most one model and one optimizer snapshot staged).
+void save_state_async(const std::string& path, const ShardedState& mine, const WriteOptions& opts, AsyncWriter& writer,
+                      std::optional<size_t> staging_bytes = std::nullopt);
 
 /// The index file name of a kind in a folder.
 std::string index_file_name(const std::string& prefix, const std::string& kind);

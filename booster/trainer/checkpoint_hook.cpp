@@ -40,9 +40,10 @@ void SaveCheckpointHook::save(Trainer& t) {
   p.set_epoch_samples(t.epoch_samples());
   for (auto& [k, v] : t.records()) (*p.mutable_metrics())[k] = v;
   RunState s{&t.model(), t.optimizer(), o_.lr_scheduler.get(), o_.side_files};
-  last_saved_ = save_run_checkpoint(t.booster(), s, o_.checkpoint_dir, o_.shard, o_.keep_last, p);
+  last_saved_ = save_run_checkpoint(t.booster(), s, o_.checkpoint_dir, o_.shard, o_.keep_last, p, o_.use_async);
   saved_step_ = t.cur_step();
-  dist::logger().info("checkpoint saved: {}", last_saved_);
+  if (o_.use_async) dist::logger().info("checkpoint staged, written behind training: {}", last_saved_);
+  else dist::logger().info("checkpoint saved: {}", last_saved_);
 }
 
 void SaveCheckpointHook::after_train_iter(Trainer& t, const IterationOutput&) {
@@ -59,6 +60,7 @@ void SaveCheckpointHook::after_train_epoch(Trainer& t) {
 
 void SaveCheckpointHook::after_train(Trainer& t) {
   if (o_.save_final && saved_step_ != t.cur_step()) save(t);
+  t.booster().checkpoint_io().synchronize();  // fit() ends with its checkpoints written (or their error)
 }
 
 }  // namespace booster

@@ -23,6 +23,7 @@ struct SaveCheckpointOptions {
   bool save_final = true;                            // a checkpoint when fit() ends (the periodic one at that step skipped)
   std::string resume{};                              // a step folder, or the folder holding them, to resume from
   SideFiles side_files{};                            // the run's own files in every step folder
+  bool use_async = false;                            // written behind training (Booster's use_async); fit() waits at its end
 };
 
 class SaveCheckpointHook : public BaseHook {

@@ -8,6 +8,7 @@
 
 #include "booster/checkpoint/general_checkpoint_io.h"
 #include "booster/checkpoint/state_io.h"
+#include "booster/checkpoint/container.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/common/file_util.h"
@@ -34,7 +35,8 @@ std::vector<fs::path> complete_steps(const std::string& dir) {
 }  // namespace
 
 std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::string& dir, bool shard, int keep_last,
-                                proto::TrainingProgress progress) {
+                                proto::TrainingProgress progress, bool use_async) {
+  booster.checkpoint_io().synchronize();  // the previous run checkpoint is complete first
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", (long long)progress.step());
   const std::string step_dir = (fs::path(dir) / name).string();
@@ -45,9 +47,11 @@ std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::
       for (const std::string& f : s.side_files(step_dir))
         (*progress.mutable_file_checksums())[f] = file_checksum(fs::path(step_dir) / f);
   }
-  booster.save_model(*s.model, (fs::path(step_dir) / (shard ? "model" : "model.ckpt")).string(), shard);
+  booster.save_model(*s.model, (fs::path(step_dir) / (shard ? "model" : "model.ckpt")).string(), shard, "", 1024,
+                     use_async);
   if (s.optimizer)
-    booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard);
+    booster.save_optimizer(*s.optimizer, (fs::path(step_dir) / (shard ? "optimizer" : "optimizer.ckpt")).string(), shard,
+                           "", 1024, use_async);
   if (s.scheduler) booster.save_lr_scheduler(*s.scheduler, (fs::path(step_dir) / "scheduler.ckpt").string());
   // Every rank's generator state, so a resume draws the same numbers.
   const GeneratorState g = default_generator().state();
@@ -64,11 +68,16 @@ std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::
     s_->set_stream(uint64_t(v[size_t(3 * r + 1)]));
     s_->set_counter(uint64_t(v[size_t(3 * r + 2)]));
   }
-  save_progress((fs::path(step_dir) / "progress.ckpt").string(), progress);  // last: marks it complete
-  if (writer) {
-    auto steps = complete_steps(dir);
-    for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i) fs::remove_all(steps[i]);
-  }
+  // Last, once the model and optimizer are written (behind training, with use_async): the
+  // progress marks the folder complete, and only then do older ones go.
+  booster.checkpoint_io().after_saves(
+      [writer, step_dir, dir, keep_last, progress] {
+        if (!writer) return;
+        ckpt::write_message_file((fs::path(step_dir) / "progress.ckpt").string(), progress);
+        auto steps = complete_steps(dir);
+        for (size_t i = 0; i + size_t(std::max(keep_last, 1)) < steps.size(); ++i) fs::remove_all(steps[i]);
+      },
+      "saving training progress to '" + step_dir + "'");
   return step_dir;
 }
 

@@ -29,8 +29,11 @@ struct RunState {
 };
 
 /// Saves step `progress.step()` under dir and prunes to keep_last (>= 1); returns its folder.
+/// use_async: the model and optimizer are written behind training (Booster's use_async), the
+/// progress after them; the folder is complete once booster.checkpoint_io().synchronize()
+/// returns (the next save waits for it too).
 std::string save_run_checkpoint(Booster& booster, const RunState& s, const std::string& dir, bool shard, int keep_last,
-                                proto::TrainingProgress progress);
+                                proto::TrainingProgress progress, bool use_async = false);
 /// Removes, with a warning each, the step folders under dir whose save did not finish.
 void remove_partial_checkpoints(const std::string& dir);
 /// The newest complete step folder under dir (or dir itself when it is one).

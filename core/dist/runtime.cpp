@@ -11,7 +11,9 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <vector>
 
+#include "core/dist/logger.h"
 #include "core/dist/process_group.h"
 #include "core/dist/watchdog.h"
 #include "core/common/check.h"
@@ -90,8 +92,56 @@ void launch_from_openmpi(const LaunchOptions& opts) {
   });
 }
 
+namespace {
+// A SLURM variable as an integer; a missing or malformed one is an error naming it.
+int slurm_int(const char* name) {
+  const char* v = std::getenv(name);
+  BOOSTER_CHECK(v && *v, "launch_from_slurm: ", name, " is not set (is this process an srun task?)");
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  BOOSTER_CHECK(*end == '\0' && x >= 0, "launch_from_slurm: ", name, " = '", v, "' is not a count");
+  return int(x);
+}
+}  // namespace
+
+void launch_from_slurm(const LaunchOptions& opts) {
+  const int procid = slurm_int("SLURM_PROCID"), nprocs = slurm_int("SLURM_NPROCS");
+  launch_from_openmpi(opts);
+  if (nprocs != g_size || procid != g_rank)
+    abort_job("launch_from_slurm: SLURM started task " + std::to_string(procid) + " of " + std::to_string(nprocs) +
+              " (SLURM_PROCID, SLURM_NPROCS) but MPI's world says rank " + std::to_string(g_rank) + " of " +
+              std::to_string(g_size) +
+              ": start every task with srun --mpi=pmix, or run mpirun inside the allocation (launch_from_openmpi)");
+  const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+  logger().info("launched by srun: SLURM task {} of {}, job {} on {}", procid, nprocs,
+                std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_JOB_ID") : "?", nodes ? nodes : node_name());
+}
+
+void launch(const LaunchOptions& opts) {
+  const bool srun_step = std::getenv("SLURM_STEP_ID") && std::getenv("SLURM_PROCID") &&
+                         !std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (srun_step) launch_from_slurm(opts);
+  else launch_from_openmpi(opts);
+}
+
+namespace {
+std::mutex g_hooks_mu;
+std::vector<std::function<void()>> g_finalize_hooks;
+}  // namespace
+
+void add_finalize_hook(std::function<void()> hook) {
+  std::lock_guard lock(g_hooks_mu);
+  g_finalize_hooks.push_back(std::move(hook));
+}
+
 void finalize() {
   if (!g_initialized) return;
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard lock(g_hooks_mu);
+    hooks.swap(g_finalize_hooks);
+  }
+  for (auto& h : hooks) h();
   Watchdog::instance().stop();
   g_initialized = false;
   int finalized = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace booster::dist {
@@ -18,8 +19,21 @@ struct LaunchOptions {
 /// starts the collective watchdog and installs the abort-on-error handler. Works as a
 /// plain single process without mpirun. Safe to call more than once.
 void launch_from_openmpi(const LaunchOptions& opts = {});
-/// Finalizes MPI (also registered with atexit by launch).
+/// Colossal-AI's launch_from_slurm: ranks started by srun (`srun --mpi=pmix`, Open MPI
+/// under SLURM's PMIx), their rank and count read from SLURM_PROCID and SLURM_NPROCS (a
+/// missing one is an error naming it), then launch_from_openmpi; refused when MPI's world
+/// is not SLURM's tasks (a program run once in the batch script, say). The head node and
+/// port Colossal-AI's takes are MPI's business here.
+void launch_from_slurm(const LaunchOptions& opts = {});
+/// The launcher the environment names: launch_from_slurm in ranks an srun step started
+/// (SLURM_STEP_ID and SLURM_PROCID set, no mpirun's OMPI_COMM_WORLD_SIZE), else
+/// launch_from_openmpi (mpirun, inside a SLURM allocation or not, or a plain process).
+void launch(const LaunchOptions& opts = {});
+/// Finalizes MPI (also registered with atexit by launch), after running the finalize hooks.
 void finalize();
+/// Runs `hook` at the start of finalize (before MPI ends): work that still needs MPI, such
+/// as checkpoint saves in flight. Hooks run once, in the order added.
+void add_finalize_hook(std::function<void()> hook);
 /// True between launch and finalize.
 bool is_initialized();
 

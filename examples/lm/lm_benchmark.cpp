@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
                  "1: the head and its loss a block of tokens at a time (Liger's fused_linear_cross_entropy); 0: whole logits")
       ->check(CLI::Range(0, 1));
   CLI11_PARSE(app, argc, argv);
-  dist::launch_from_openmpi();
+  dist::launch();
   const bool master = dist::world_rank() == 0;
   if (!o.write_llmc.empty()) {
     if (master) write_llmc_folder(o.write_llmc, o.preset, o.text, o.seed);

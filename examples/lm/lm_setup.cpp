@@ -84,6 +84,7 @@ ConfigSchema lm_train_schema() {
       .add("train.log_interval", T::integer, 50)
       .add("checkpoint.every_iters", T::integer, 0, "0: a checkpoint at the end only")
       .add("checkpoint.keep_last", T::integer, 2)
+      .add("checkpoint.use_async", T::boolean, false, "written behind training (Booster's use_async)")
       .add("run.output_dir", T::string, "runs")
       .add("run.name", T::string, "shakespeare_char")
       .add("log.level", T::string, "info")

@@ -88,6 +88,7 @@ int train(const Config& cfg_in, const std::vector<std::string>& overrides, const
   co.checkpoint_dir = (dir / "checkpoints").string();
   co.lr_scheduler = scheduler;
   co.keep_last = int(cfg.get_int("checkpoint.keep_last"));
+  co.use_async = cfg.get_bool("checkpoint.use_async");
   co.resume = resume;
   co.side_files = run.side_files;
   // The model's own loss where it fuses its head with it (model.fused_linear_cross_entropy),
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   Config cfg = config_path.empty() ? Config::from_string("", "<defaults>", overrides) : Config::from_file(config_path, overrides);
   cfg.apply(examples::lm_train_schema());
-  dist::launch_from_openmpi({uint64_t(cfg.get_int("train.seed"))});
+  dist::launch({uint64_t(cfg.get_int("train.seed"))});
   dist::configure_logging({cfg.get_string("log.level"), false, ""});
   return train(cfg, overrides, resume, !no_progress);
 }

@@ -74,6 +74,7 @@ ConfigSchema vit_train_schema() {
       .add("checkpoint.every_steps", T::integer, 0, "0: only at the end")
       .add("checkpoint.keep_last", T::integer, 2)
       .add("checkpoint.shard", T::boolean, true)
+      .add("checkpoint.use_async", T::boolean, false, "written behind training (Booster's use_async)")
       .add("run.name", T::string, "vit_beans")
       .add("run.output_dir", T::string, "runs")
       .add("log.level", T::string, "info")

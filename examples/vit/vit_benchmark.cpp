@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   app.add_flag("--profile", profile, "print a per-op profile of more steps (--profile-steps), each op's median");
   app.add_option("--profile-steps", profile_steps, "steps the profile takes medians over")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  dist::launch_from_openmpi();
+  dist::launch();
   const bool master = dist::world_rank() == 0;
   const bool peer = master && !no_peer && bench::peer_available();
   const std::map<std::string, std::string> peer_model{{"vit-tiny", "tiny"}, {"vit-small", "small"}, {"vit-base", "base"}};

@@ -160,6 +160,7 @@ Hooks run_hooks(const Config& cfg, const Cli& cli, std::shared_ptr<optim::LRSche
   co.lr_scheduler = scheduler;
   co.shard = cfg.get_bool("checkpoint.shard");
   co.keep_last = int(cfg.get_int("checkpoint.keep_last"));
+  co.use_async = cfg.get_bool("checkpoint.use_async");
   co.resume = cli.resume;
   co.side_files = std::move(side_files);
   return {std::make_shared<LossHook>(), std::make_shared<AccuracyHook>(nullptr, 0, num_labels),
@@ -266,7 +267,7 @@ int main(int argc, char** argv) {
   cfg.apply(examples::vit_train_schema());
   examples::map_legacy_model(cfg, legacy_parallel);
   if (legacy_parallel) examples::map_legacy_parallel(cfg);
-  dist::launch_from_openmpi({uint64_t(cfg.get_int("train.seed"))});
+  dist::launch({uint64_t(cfg.get_int("train.seed"))});
   dist::configure_logging({cfg.get_string("log.level"), cfg.get_bool("log.all_ranks"), ""});
   return cli.eval_only ? eval_only(cfg, cli) : train(cfg, cli);
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "booster/checkpoint/records.h"
 #include "booster/checkpoint/state_io.h"
 #include "booster/checkpoint/tensor_store.h"
+#include "booster/checkpoint/writer.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "tests/support/fixtures.h"
@@ -234,5 +236,101 @@ TEST(ShardedCheckpoint, ABadLayoutFailsOnEveryRankNamingIt) {
   e = error_of([&] { ckpt::load_state(r, dst, true, "strict load"); });
   EXPECT_NE(e.find("missing: not_saved"), std::string::npos) << e;
   EXPECT_EQ(r.bytes_read(), 0u);
+  remove_shared(dir);
+}
+
+// use_async: the snapshot is taken before save_state_async returns (the state changed at once
+// does not leak into it), whatever the staging budget (everything copied, part, nothing), and
+// what loads after synchronize() is what a synchronous save writes.
+TEST(AsyncCheckpoint, TheSnapshotIsTakenAtTheCallAndLoadsLikeASyncSave) {
+  const fs::path dir = shared_dir("async");
+  const Layout& wl = kLayouts.at("tp_zero_stage");
+  ckpt::AsyncWriter writer;
+  for (bool shard : {true, false}) {
+    for (size_t budget : {size_t(1) << 30, size_t(300), size_t(0)}) {
+      const std::string tag = std::to_string(budget) + (shard ? "" : ".ckpt");
+      const std::string path = (dir / ("async_" + tag)).string(), sync_path = (dir / ("sync_" + tag)).string();
+      ShardedState s = state_of(wl, true);
+      ckpt::save_state_async(path, s, opts(shard), writer, budget);
+      for (auto& st : s) st.tensor.fill_(-1.0);  // training goes on at once
+      writer.synchronize();
+      ckpt::save_state(sync_path, state_of(wl, true), opts(shard));
+      for (auto& [rname, rl] : kLayouts) {
+        ShardedState a = state_of(rl, false), b = state_of(rl, false);
+        ckpt::CheckpointReader ra(path, "model"), rb(sync_path, "model");
+        ckpt::load_state(ra, a, true, "load async as " + rname);
+        ckpt::load_state(rb, b, true, "load sync as " + rname);
+        for (size_t i = 0; i < a.size(); ++i) {
+          size_t t = 0;
+          while (kTensors[t].name != a[i].name) ++t;
+          EXPECT_EQ(a[i].tensor.to_vector(), local(t, a[i].region, true).to_vector())
+              << "budget " << budget << " shard " << shard << " read as " << rname << ": " << a[i].name;
+          EXPECT_EQ(a[i].tensor.to_vector(), b[i].tensor.to_vector());
+        }
+      }
+    }
+  }
+  remove_shared(dir);
+}
+
+// Saves queue in order; a second save of the same kind waits for the first (one snapshot of
+// a kind at a time); a writer going out of scope finishes what it was given.
+TEST(AsyncCheckpoint, SavesQueueInOrderAndTheWriterFinishesThemWhenDestroyed) {
+  const fs::path dir = shared_dir("async_order");
+  const Layout& wl = kLayouts.at("flat");
+  {
+    ckpt::AsyncWriter writer;
+    ShardedState s = state_of(wl, true);
+    ckpt::save_state_async((dir / "first").string(), s, opts(true), writer);
+    EXPECT_TRUE(writer.pending("model"));
+    EXPECT_FALSE(writer.pending("optimizer"));
+    for (auto& st : s) st.tensor.fill_(7.0);
+    ckpt::save_state_async((dir / "second").string(), s, opts(true), writer);
+    std::vector<int> order;
+    writer.submit([&](const dist::ProcessGroup*) { order.push_back(1); }, "a task after the saves");
+    writer.synchronize();
+    EXPECT_FALSE(writer.pending());
+    EXPECT_EQ(order, std::vector<int>{1});
+    ckpt::save_state_async((dir / "third").string(), state_of(wl, true), opts(true), writer);
+  }  // destroyed with "third" in flight
+  for (const char* name : {"first", "second", "third"}) {
+    ShardedState dst = state_of(wl, false);
+    ckpt::CheckpointReader r((dir / name).string(), "model");
+    ckpt::load_state(r, dst, true, std::string("load ") + name);
+    for (auto& st : dst) {
+      size_t t = 0;
+      while (kTensors[t].name != st.name) ++t;
+      const Tensor want = std::string(name) == "second" ? Tensor::full(st.region.local_shape(), 7.0, kTensors[t].dtype)
+                                                        : local(t, st.region, true);
+      EXPECT_EQ(st.tensor.to_vector(), want.to_vector()) << name << ": " << st.name;
+    }
+  }
+  remove_shared(dir);
+}
+
+// A layout error is raised at the call, on every rank; a write that fails behind training is
+// raised by the next synchronize(), on every rank, naming the path, and the writer goes on.
+TEST(AsyncCheckpoint, ErrorsReachEveryRankAtTheCallOrAtSynchronize) {
+  const int n = world();
+  const fs::path dir = shared_dir("async_errors");
+  ckpt::AsyncWriter writer;
+  ShardedState s = state_of(kLayouts.at("whole"), true);
+  if (dist::world_rank() == n - 1) s[0].tensor = Tensor::zeros({3});
+  std::string e = error_of([&] { ckpt::save_state_async((dir / "a").string(), s, opts(true), writer); });
+  EXPECT_NE(e.find("rank " + std::to_string(n - 1)), std::string::npos) << e;
+  // A folder that cannot be made: a file stands where it should be.
+  if (dist::world_rank() == 0) std::ofstream(dir / "file") << "x";
+  dist::barrier();
+  const std::string bad = (dir / "file" / "ckpt").string();
+  e = error_of([&] {
+    ckpt::save_state_async(bad, state_of(kLayouts.at("flat"), true), opts(true), writer);
+  });
+  EXPECT_EQ(e, "") << "the write fails behind training, not at the call";
+  e = error_of([&] { writer.synchronize(); });
+  EXPECT_NE(e.find(bad), std::string::npos) << e;
+  EXPECT_EQ(error_of([&] { writer.synchronize(); }), "") << "an error is raised once";
+  ckpt::save_state_async((dir / "ok").string(), state_of(kLayouts.at("flat"), true), opts(true), writer);
+  writer.synchronize();
+  EXPECT_TRUE(fs::exists(dir / "ok" / "model.index"));
   remove_shared(dir);
 }

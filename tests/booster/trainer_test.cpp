@@ -331,16 +331,19 @@ TEST(Trainer, LogHooksReportWhatTheMetricHooksRecorded) {
 
 // Killed after 5 iterations (max_steps stands in for the kill) and resumed from its
 // checkpoints: the weights of the run that went through, and the Trainer's records back.
+// With use_async (the checkpoints written behind training) the same, under DDP and ZeRO-2.
 TEST(Trainer, CheckpointHookResumesExactly) {
+  for (auto [plugin, use_async] : {std::pair{kDDP, false}, std::pair{kDDP, true}, std::pair{kZero2, true}}) {
+  SCOPED_TRACE(std::string(plugin) + (use_async ? "use_async" : "synchronous"));
   const auto dir = shared_dir("trainer_ckpt");
   auto hook = [&](TinyRun& r, const std::string& resume) {
     SaveCheckpointOptions o;
     o.interval = 3, o.save_by_iter = true, o.checkpoint_dir = dir, o.lr_scheduler = r.r.lr_scheduler, o.resume = resume;
-    o.keep_last = 2;
+    o.keep_last = 2, o.use_async = use_async;
     return std::make_shared<SaveCheckpointHook>(o);
   };
   const size_t images = 12 * size_t(dist::world_size());  // 6 batches an epoch
-  TinyRun full(kDDP, images, 2, 0.9), killed(kDDP, images, 2, 0.9), resumed(kDDP, images, 2, 0.9);
+  TinyRun full(plugin, images, 2, 0.9), killed(plugin, images, 2, 0.9), resumed(plugin, images, 2, 0.9);
   Trainer tf(full.booster, full.r.model, full.r.optimizer, full.r.criterion);
   tf.fit({.train_dataloader = full.r.dataloader, .epochs = 2,
           .hooks = {std::make_shared<LRSchedulerHook>(full.r.lr_scheduler, false)}});
@@ -364,6 +367,7 @@ TEST(Trainer, CheckpointHookResumesExactly) {
   EXPECT_EQ(resumed.r.lr_scheduler->last_epoch(), full.r.lr_scheduler->last_epoch());
   dist::barrier();
   if (dist::world_rank() == 0) fs::remove_all(dir);
+  }
 }
 
 // Saved at batch 2 and resumed at batch 1 with 2 accumulated (the global batch kept, as a
