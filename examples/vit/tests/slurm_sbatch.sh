@@ -26,7 +26,8 @@ read -r p1 p2 < <(python3 -c 'import socket
 s=[socket.socket() for _ in range(2)]
 [x.bind(("127.0.0.1",0)) for x in s]
 print(*[x.getsockname()[1] for x in s])')
-host=$(hostname -s) cpus=$(nproc) mem=$(awk '/MemTotal/{print int($2/1024/2)}' /proc/meminfo)
+host=$(hostname -s) cpus=$(nproc --all) mem=$(awk '/MemTotal/{print int($2/1024/2)}' /proc/meminfo)
+[ "$cpus" -ge 2 ] || skip "2 tasks need 2 CPUs; this node has $cpus"
 dd if=/dev/urandom of=munge/munge.key bs=1024 count=1 2>/dev/null && chmod 400 munge/munge.key
 munged --key-file="$work/munge/munge.key" --socket="$work/munge/sock" --pid-file="$work/run/munged.pid" \
   --log-file="$work/log/munged.log" --seed-file="$work/munge/seed" -f || skip "munged does not start"
@@ -79,11 +80,11 @@ train="$build/examples/vit/vit_train --config $work/run.toml --no-progress"
 export OMP_NUM_THREADS=1
 "$mpiexec" -np 2 --oversubscribe $train --set run.name=mpirun > mpirun.log 2>&1 || { cat mpirun.log; echo "FAIL: mpirun run"; exit 1; }
 # srun starts the ranks (launch_from_slurm reads SLURM_PROCID and SLURM_NPROCS).
-timeout 300 sbatch --wait --time=5 -n 2 -o srun.log --wrap "srun --mpi=pmix $train --set run.name=srun" > /dev/null ||
+timeout 180 sbatch --wait --time=5 -n 2 -o srun.log --wrap "srun --mpi=pmix $train --set run.name=srun" > /dev/null ||
   { cat srun.log log/slurmd.log; echo "FAIL: sbatch with srun"; exit 1; }
 grep -q "launched by srun" srun.log || { cat srun.log; echo "FAIL: the srun ranks did not launch from SLURM"; exit 1; }
 # mpirun inside the allocation takes its hosts and slots from it.
-timeout 300 sbatch --wait --time=5 -n 2 -o inside.log --wrap "$mpiexec --allow-run-as-root $train --set run.name=inside" > /dev/null ||
+timeout 180 sbatch --wait --time=5 -n 2 -o inside.log --wrap "$mpiexec --allow-run-as-root $train --set run.name=inside" > /dev/null ||
   { cat inside.log; echo "FAIL: sbatch with mpirun inside"; exit 1; }
 final() { ls -d runs/$1/checkpoints/step-* | tail -1; }
 for run in srun inside; do
@@ -92,7 +93,7 @@ for run in srun inside; do
 done
 # SLURM's task count not MPI's world (a task's SLURM_NPROCS says 2 where srun started one):
 # launch_from_slurm refuses, saying why.
-timeout 300 sbatch --wait --time=5 -n 2 -o alone.log --wrap "srun -n 1 --mpi=pmix env SLURM_NPROCS=2 $train --set run.name=alone" > /dev/null &&
+timeout 180 sbatch --wait --time=5 -n 2 -o alone.log --wrap "srun -n 1 --mpi=pmix env SLURM_NPROCS=2 $train --set run.name=alone" > /dev/null &&
   { cat alone.log; echo "FAIL: a world of 1 where SLURM counts 2 tasks was not refused"; exit 1; }
 grep -q "SLURM started task 0 of 2" alone.log || { cat alone.log; echo "FAIL: the refusal does not say why"; exit 1; }
 echo PASS
