@@ -338,22 +338,47 @@ size_t default_staging_bytes() {
   return size_t(1) << 30;
 }
 
+// A piece copied for an asynchronous save, written behind training.
+struct Staged {
+  std::string name;
+  Region region;
+  Tensor data;
+};
+
+// This rank's pieces, each once: copied into `staged` while they fit `budget` bytes, the rest
+// written now (state on the disk tier is in RAM only while it is copied or written). Returns
+// the error met, empty when none; `written_now` receives the bytes written.
+std::string stage_or_write(const std::string& path, const ShardedState& mine, const WriteOptions& opts, PlannedSave& s,
+                           size_t budget, std::vector<Staged>& staged, size_t& written_now) {
+  size_t staged_bytes = 0;
+  try {
+    make_folders(path, opts);
+    for (auto& st : mine) {
+      if (!s.writer->claims(st)) continue;
+      const HeldState held(st);
+      const size_t bytes = size_t(st.region.numel()) * dtype_size(st.dtype());
+      if (budget > 0 && staged_bytes + bytes <= budget) {
+        staged.push_back({st.name, st.region, held.data().detach().clone().contiguous()});
+        staged_bytes += bytes;
+      } else {
+        s.writer->write(st.name, st.region, held.data().detach().contiguous());
+        written_now += bytes;
+      }
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts) {
   const World world;
   PlannedSave s = plan_save(path, mine, opts, world);
-  std::string error;
-  try {
-    make_folders(path, opts);
-    for (auto& st : mine) {
-      if (!s.writer->claims(st)) continue;
-      const HeldState held(st);  // state on the disk tier is in RAM only while it is written
-      s.writer->write(st.name, st.region, held.data().detach().contiguous());
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  std::vector<Staged> none;
+  size_t written = 0;
+  const std::string error = stage_or_write(path, mine, opts, s, 0, none, written);
   finish_save(path, s, error, opts, world);
 }
 
@@ -363,38 +388,16 @@ void save_state_async(const std::string& path, const ShardedState& mine, const W
   auto s = std::make_shared<PlannedSave>(plan_save(path, mine, opts, World{}));
   // The caller's optimizer metadata is gone by the time the index is written: a copy.
   auto meta = opts.optimizer ? std::make_shared<proto::OptimizerMeta>(*opts.optimizer) : nullptr;
-  // The snapshot: copies of this rank's pieces while they fit the staging budget; the rest
-  // is written now, before training goes on (the file is their staging tier).
-  size_t budget = staging_bytes ? *staging_bytes : default_staging_bytes(), staged_bytes = 0, written_now = 0;
-  struct Staged {
-    std::string name;
-    Region region;
-    Tensor data;
-  };
+  // The snapshot: what fits the staging budget copied, the rest written now, before training
+  // goes on (the file is its staging tier).
+  const size_t budget = staging_bytes ? *staging_bytes : default_staging_bytes();
   auto staged = std::make_shared<std::vector<Staged>>();
-  std::string error;
-  try {
-    make_folders(path, opts);
-    for (auto& st : mine) {
-      if (!s->writer->claims(st)) continue;
-      const HeldState held(st);
-      const size_t bytes = size_t(st.region.numel()) * dtype_size(st.dtype());
-      if (staged_bytes + bytes <= budget) {
-        staged->push_back({st.name, st.region, held.data().detach().clone().contiguous()});
-        staged_bytes += bytes;
-      } else {
-        s->writer->write(st.name, st.region, held.data().detach().contiguous());
-        written_now += bytes;
-      }
-    }
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  size_t written_now = 0;
+  std::string error = stage_or_write(path, mine, opts, *s, budget, *staged, written_now);
   if (written_now > 0)
-    spdlog::info("save_{} to '{}' (use_async): {:.1f} MB staged, {:.1f} MB written before training went on (the "
-                 "staging budget is {:.1f} MB; BOOSTER_ASYNC_STAGING_MB sets it)",
-                 opts.kind, path, double(staged_bytes) / (1 << 20), double(written_now) / (1 << 20),
-                 double(budget) / (1 << 20));
+    spdlog::info("save_{} to '{}' (use_async): {:.1f} MB written before training went on, beyond the staging budget "
+                 "of {:.1f} MB (BOOSTER_ASYNC_STAGING_MB sets it)",
+                 opts.kind, path, double(written_now) / (1 << 20), double(budget) / (1 << 20));
   writer.submit(
       [path, o = opts, s, staged, error, meta](const dist::ProcessGroup* group) mutable {
         o.optimizer = meta.get();

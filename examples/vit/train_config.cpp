@@ -10,9 +10,11 @@
 
 namespace booster::examples {
 
-ConfigSchema vit_train_schema() {
+namespace {
+
+// [model]: the preset, Hugging Face's widths, legacy Colossal-AI's globals, lazy init, checkpointing.
+void add_model_keys(ConfigSchema& s) {
   using T = ConfigType;
-  ConfigSchema s;
   s.add("model.preset", T::string, "vit-tiny", "vit-tiny, vit-small, vit-base, vit-large, vit-huge, vit-giant")
       .add("model.pretrained", T::string, "", "Hugging Face model folder (config.json + model.safetensors)")
       .add("model.image_size", T::integer, 224)
@@ -31,8 +33,13 @@ ConfigSchema vit_train_schema() {
       .add("model.lazy_init", T::boolean, false,
            "build under nn::LazyInit: each rank materializes only what its plugin keeps, at boost")
       .add("model.gradient_checkpointing", T::boolean, false, "recompute each layer's forward in backward")
-      .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's layers checkpointed")
-      .add("data.dataset", T::string, "beans", "beans (an image folder) or fashion_mnist (IDX files)")
+      .add("model.gradient_checkpointing_ratio", T::floating, 1.0, "share of each stage's layers checkpointed");
+}
+
+// [data]: the dataset, its augmentation and its loader.
+void add_data_keys(ConfigSchema& s) {
+  using T = ConfigType;
+  s.add("data.dataset", T::string, "beans", "beans (an image folder) or fashion_mnist (IDX files)")
       .add("data.root", T::string, "", "dataset root (beans: <split>/<class>/<image>); empty: the shared beans, "
            "or Debian's dataset-fashion-mnist")
       .add("data.train_split", T::string, "train")
@@ -44,8 +51,13 @@ ConfigSchema vit_train_schema() {
       .add("data.cache_mb", T::integer, 2048, "decoded-image cache per dataset")
       .add("data.limit", T::integer, 0, "use only N images of each split, spread over it (0: all)")
       .add("data.max_image_pixels", T::integer, data::kMaxImagePixels,
-           "larger images are refused from their header, as Pillow's decompression-bomb check (0: no limit)")
-      .add("train.epochs", T::integer, 10)
+           "larger images are refused from their header, as Pillow's decompression-bomb check (0: no limit)");
+}
+
+// [train]: the loop, the optimizer and its schedule.
+void add_train_keys(ConfigSchema& s) {
+  using T = ConfigType;
+  s.add("train.epochs", T::integer, 10)
       .add("train.batch_size", T::integer, 32, "per rank")
       .add("train.lr", T::floating, 3e-4, "multiplied by the data-parallel size, as Colossal-AI's example")
       .add("train.lr_scaling", T::string, "dp", "dp (lr times the data-parallel size) or none (lr as given)")
@@ -66,8 +78,13 @@ ConfigSchema vit_train_schema() {
       .add("train.gradient_accumulation", T::integer, 1, "batches a step accumulates (the first K-1 under no_sync)")
       .add("train.seed", T::integer, 42)
       .add("train.log_every", T::integer, 10)
-      .add("train.kill_after_steps", T::integer, 0, "testing: SIGKILL this process after N steps")
-      .add("booster.mixed_precision", T::string, "fp32", "fp32, bf16, fp16 or auto (bf16 where this CPU runs it faster; plugins that own precision ignore it)")
+      .add("train.kill_after_steps", T::integer, 0, "testing: SIGKILL this process after N steps");
+}
+
+// [booster], [checkpoint], [run], [log] and legacy [parallel].
+void add_run_keys(ConfigSchema& s) {
+  using T = ConfigType;
+  s.add("booster.mixed_precision", T::string, "fp32", "fp32, bf16, fp16 or auto (bf16 where this CPU runs it faster; plugins that own precision ignore it)")
       .add("booster.split_batch", T::boolean, false,
            "each thread runs its own share of the batch (no plugin, torch_ddp, low_level_zero)")
       .add("checkpoint.dir", T::string, "", "empty: <run.output_dir>/<run.name>/checkpoints")
@@ -83,9 +100,11 @@ ConfigSchema vit_train_schema() {
       .add("parallel.num_micro_batches", T::integer, 0, "legacy: micro-batches a step (0: the pipeline size)")
       .add("parallel.tensor.mode", T::string, "1d", "legacy: 1d, 2d, 2.5d or 3d")
       .add("parallel.tensor.size", T::integer, 1, "legacy: tensor-parallel size")
-      .add("parallel.tensor.depth", T::integer, 1, "legacy: 2.5d's depth")
-      .open_table("plugin");
-  // Numbers outside these ranges are refused by name, with the value and where it was set.
+      .add("parallel.tensor.depth", T::integer, 1, "legacy: 2.5d's depth");
+}
+
+// Numbers outside these ranges are refused by name, with the value and where it was set.
+void add_ranges(ConfigSchema& s) {
   for (const char* k : {"model.hidden_size", "model.num_hidden_layers", "model.num_attention_heads",
                         "model.intermediate_size", "HIDDEN_SIZE", "DEPTH", "NUM_HEADS", "MLP_RATIO"})
     s.range(k, 0);
@@ -102,6 +121,18 @@ ConfigSchema vit_train_schema() {
   for (const char* k : {"data.crop_scale_min", "train.warmup_ratio", "model.hidden_dropout_prob", "train.label_smoothing",
                         "model.gradient_checkpointing_ratio"})
     s.range(k, 0, 1);
+}
+
+}  // namespace
+
+ConfigSchema vit_train_schema() {
+  ConfigSchema s;
+  add_model_keys(s);
+  add_data_keys(s);
+  add_train_keys(s);
+  add_run_keys(s);
+  s.open_table("plugin");
+  add_ranges(s);
   add_lora_schema(s);
   return s;
 }
