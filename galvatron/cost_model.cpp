@@ -14,13 +14,18 @@ constexpr double kMB = 1 << 20;
 // A gradient of `params` parameters (`mb` MB) as the backward leaves it: staged whole for
 // its reduction (DDP's bucket, ZeRO's reduce-scatter input; ZeRO frees the parameter's own
 // once staged) and, while the reduction is in flight (until the backward ends), the ring's
-// other buffer: the reduce-scatter's output, 1/dp of it, or the all-reduce's receive buffer,
-// one f32 piece of a round (ring_collectives.h) or the round's block where that is smaller.
-double in_flight_grad_mb(double mb, double params, int dp, bool all_reduce) {
-  if (dp <= 1) return mb;
-  if (!all_reduce) return mb * (1.0 + 1.0 / dp);
-  return mb + std::min(params / dp, double(dist::ring_piece_elements())) * 4 / kMB;
+// other buffer (communication): the reduce-scatter's output, 1/dp of it, or the all-reduce's
+// receive buffer, one f32 piece of a round (ring_collectives.h) or the round's block where
+// that is smaller.
+MemoryParts in_flight_grad_mb(double mb, double params, int dp, bool all_reduce) {
+  MemoryParts g;
+  g.grads = mb;
+  if (dp <= 1) return g;
+  g.communication = !all_reduce ? mb / dp : std::min(params / dp, double(dist::ring_piece_elements())) * 4 / kMB;
+  return g;
 }
+
+MemoryParts larger(const MemoryParts& a, const MemoryParts& b) { return a.total() >= b.total() ? a : b; }
 
 // The step over the stages: fill and drain of m micro-batches, then the exposed part of the
 // gradient sync after the last backward (overlap coefficient a), then the optimizer.
@@ -37,19 +42,40 @@ double pipeline_ms(const std::vector<StageCost>& stages, int64_t m, double a) {
 }
 }  // namespace
 
-double CostModel::backward_peak(const std::vector<LayerMemory>& layers, double held, double grads) {
+MemoryParts& MemoryParts::operator+=(const MemoryParts& o) {
+  params += o.params, grads += o.grads, masters += o.masters, optimizer += o.optimizer;
+  activations += o.activations, buffers += o.buffers, communication += o.communication;
+  return *this;
+}
+
+MemoryParts MemoryParts::operator*(double k) const {
+  return {params * k, grads * k, masters * k, optimizer * k, activations * k, buffers * k, communication * k};
+}
+
+std::vector<std::pair<const char*, double>> MemoryParts::named() const {
+  return {{"parameters", params},   {"gradients", grads}, {"masters", masters},
+          {"optimizer states", optimizer}, {"activations", activations}, {"buffers", buffers},
+          {"communication", communication}};
+}
+
+MemoryParts CostModel::backward_peak(const std::vector<LayerMemory>& layers, double held, MemoryParts grads) {
   // Layer l's backward runs beside the activations of the layers before it (a checkpointed
   // layer's: its input), its own working set, and the gradients of the layers after it,
   // staged and in flight; the largest over the layers, or the end with every gradient.
   double below = held;
   for (const auto& l : layers) below += l.act;
-  double peak = 0;
+  MemoryParts peak;
+  bool first = true;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     below -= it->act;
-    peak = std::max(peak, below + it->work + grads);
+    MemoryParts at = grads + it->work;
+    at.activations += below;
+    peak = first ? at : larger(peak, at);
+    first = false;
     grads += it->grad;
   }
-  return std::max(peak, below + grads);
+  grads.activations += below;
+  return first ? grads : larger(peak, grads);
 }
 
 CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision)
@@ -58,22 +84,26 @@ CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::str
                 "bf16 or fp16, got '", precision, "'");
 }
 
-double CostModel::states_per_param(DpKind kind, int dp) const {
+MemoryParts CostModel::states_per_param(DpKind kind, int dp) const {
   // At the peak (the end of a forward) a parameter holds its working copy, its fp32 master
   // and two Adam states (12 bytes); its gradient comes as the activations go (the transient).
-  switch (kind) {
-    case DpKind::ddp: return beta_ + 12.0;
-    case DpKind::zero2: return beta_ + 12.0 / dp;
-    case DpKind::zero3: return (beta_ + 12.0) / dp;
-  }
-  return 0;
+  const double split = kind == DpKind::ddp ? 1.0 : 1.0 / dp;
+  MemoryParts b;
+  b.params = kind == DpKind::zero3 ? beta_ / dp : beta_;
+  b.masters = 4.0 * split;
+  b.optimizer = 8.0 * split;
+  return b;
 }
 
 int CostModel::weight_split(const LayerStrategy& s) { return s.ulysses() ? 1 : s.tp; }
 int CostModel::grad_group(const LayerStrategy& s, int stage) { return s.ulysses() ? stage : stage / s.tp; }
 
 double CostModel::layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const {
-  return model_.param_count / weight_split(s) * states_per_param(plan.dp_kind(s), grad_group(s, stage)) / kMB;
+  return layer_states(plan, s, stage).total();
+}
+
+MemoryParts CostModel::layer_states(const HybridPlan& plan, const LayerStrategy& s, int stage) const {
+  return states_per_param(plan.dp_kind(s), grad_group(s, stage)) * (model_.param_count / weight_split(s) / kMB);
 }
 
 double CostModel::layer_act_mb(const LayerStrategy& s, int stage, double rows) const {
@@ -130,28 +160,35 @@ void CostModel::peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int
   // the backward, or in the optimizer step (its temporaries beside the gradients, as the
   // profile measured them).
   const double held = double(in_flight - 1) * s.acts + s.other_acts;  // the other micro-batches', the embeddings'
-  double fwd_grads = 0;
+  MemoryParts fwd_grads, bwd;
   if (m > 0) {
     // In a pipeline the reduction waits for the last micro-batch: every layer's whole
     // gradient accumulates in place. The first backward creates them as it goes, beside the
     // other micro-batches in flight; a later one has them all, beside one micro-batch fewer
     // unless 1F1B's steady state has started the next (then the forwards after a backward
     // have them too).
-    double all = s.other_grads;
-    for (auto& l : s.layers) all += l.whole, l.grad = l.whole;
+    MemoryParts all = s.other_grads;
+    for (auto& l : s.layers) all.grads += l.whole, l.grad = MemoryParts{0, l.whole};
     const bool steady = !gpipe && m > in_flight;
-    const double first_bwd = backward_peak(s.layers, held, s.other_grads);
-    for (auto& l : s.layers) l.grad = 0;
+    const MemoryParts first_bwd = backward_peak(s.layers, held, s.other_grads);
+    for (auto& l : s.layers) l.grad = {};
     const double later_held = double(std::max<int64_t>(0, in_flight - (steady ? 1 : 2))) * s.acts + s.other_acts;
-    sc.backward_mb = std::max(first_bwd, backward_peak(s.layers, later_held, all));
+    bwd = larger(first_bwd, backward_peak(s.layers, later_held, all));
     if (steady) fwd_grads = all;
   } else {
-    sc.backward_mb = backward_peak(s.layers, held, s.other_grads);
+    bwd = backward_peak(s.layers, held, s.other_grads);
   }
-  sc.backward_mb += model_.runtime_mb + s.states;
-  const double step_mb = s.grads + s.updated * model_.optimizer_mb_per_param;
-  sc.memory_mb = std::max(sc.backward_mb, model_.runtime_mb + s.states +
-                                              std::max(s.acts * double(in_flight) + s.transient + fwd_grads, step_mb));
+  MemoryParts base = s.states;
+  base.buffers += model_.runtime_mb;
+  bwd += base;
+  sc.backward_mb = bwd.total();
+  MemoryParts step = s.grads, fwd = s.transient + fwd_grads;
+  step.buffers += s.updated * model_.optimizer_mb_per_param;
+  fwd.activations += s.acts * double(in_flight);
+  const MemoryParts other = base + larger(fwd, step);
+  sc.parts = larger(bwd, other);
+  sc.peak_at = bwd.total() >= other.total() ? "backward" : fwd.total() >= step.total() ? "forward" : "optimizer step";
+  sc.memory_mb = sc.parts.total();
 }
 
 PlanCost CostModel::cost(const HybridPlan& plan) const {
@@ -165,7 +202,8 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
   int64_t first = 0;
   for (int k = 0; k < p; ++k) {
     StageCost sc;
-    double states = 0, acts = 0, transient = 0, sync = 0, grads = 0, updated = 0;
+    MemoryParts states, transient, grads;
+    double acts = 0, sync = 0, updated = 0;
     std::vector<LayerMemory> mem;
     LayerStrategy prev = edge;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
@@ -175,7 +213,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sc.fwd_bwd_ms += t + switch_ms(prev, s, stage, rows);
       sc.last_bwd_ms += t * (2.0 / 3.0);
       sync += sy;
-      states += layer_states_mb(plan, s, stage);
+      states += layer_states(plan, s, stage);
       const bool replicated = plan.dp_kind(s) == DpKind::ddp;
       const int dp = grad_group(s, stage);
       const double params = model_.param_count / weight_split(s);
@@ -184,10 +222,15 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       // backward the layer's full gradient (the profiled recompute of a checkpointed layer has it).
       const double whole = params * beta_ / kMB;
       const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
-      transient = std::max(transient, fetched > 0 ? fetched : whole);
+      MemoryParts held_now;  // what the layer adds at the forward's end: a fetched ZeRO-3 layer, else its gradient
+      (fetched > 0 ? held_now.params : held_now.grads) = fetched > 0 ? fetched : whole;
+      transient = larger(transient, held_now);
       const double act = layer_act_mb(s, stage, rows);
-      const LayerMemory lm{act, in_flight_grad_mb(whole, params, dp, replicated), whole,
-                           fetched + (s.checkpoint ? checkpoint_backward_mb(s) * rows / (stage / s.tp) : act + whole)};
+      MemoryParts work;  // its backward's working set: the recompute of a checkpointed layer, else its activations and gradient
+      work.params = fetched;
+      if (s.checkpoint) work.activations = checkpoint_backward_mb(s) * rows / (stage / s.tp);
+      else work.activations = act, work.grads = whole;
+      const LayerMemory lm{act, whole, in_flight_grad_mb(whole, params, dp, replicated), work};
       acts += lm.act, grads += lm.grad;
       mem.push_back(lm);
       prev = s;
@@ -203,8 +246,8 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     sc.fwd_bwd_ms += other_t * (rows / vdp) * share(model_.embed_time_share);
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
     const double other_params = share(model_.embed_param_share) * model_.other_param_count / weight_split(boundary);
-    states += other_params * states_per_param(okind, odp) / kMB;
-    const double other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, odp, okind == DpKind::ddp);
+    states += states_per_param(okind, odp) * (other_params / kMB);
+    const MemoryParts other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, odp, okind == DpKind::ddp);
     grads += other_grads;
     updated += other_params / (okind == DpKind::ddp ? 1 : odp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;
@@ -215,7 +258,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sc.fwd_bwd_ms += (k < p - 1 ? 1 : 0) * 2 * hw_.p2p_ms(mb, p);
     }
     sc.sync_ms = sync;
-    peak_memory(sc, StageMemory{std::move(mem), states, acts, other_acts, other_grads, grads, transient, updated},
+    peak_memory(sc, StageMemory{std::move(mem), states, other_grads, grads, transient, acts, other_acts, updated},
                 plan.in_flight(k), p > 1 ? m : 0, plan.pipeline_type == "gpipe");
     out.stages.push_back(sc);
     out.memory_mb = std::max(out.memory_mb, sc.memory_mb);

@@ -20,12 +20,26 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "galvatron/plan.h"
 #include "galvatron/profiles.h"
 
 namespace booster::galvatron {
+
+/// A rank's memory by part (MB): its parameters (working copies, fetched ZeRO-3 layers
+/// included), gradients, fp32 masters, optimizer states, activations, buffers (the runtime's
+/// own, the optimizer step's temporaries) and communication (the reductions' other buffers).
+struct MemoryParts {
+  double params = 0, grads = 0, masters = 0, optimizer = 0, activations = 0, buffers = 0, communication = 0;
+  double total() const { return params + grads + masters + optimizer + activations + buffers + communication; }
+  MemoryParts& operator+=(const MemoryParts& o);
+  MemoryParts operator+(const MemoryParts& o) const { return MemoryParts(*this) += o; }
+  MemoryParts operator*(double k) const;
+  /// The parts' names and values in print order.
+  std::vector<std::pair<const char*, double>> named() const;
+};
 
 struct StageCost {
   double fwd_bwd_ms = 0;  // one micro-batch through the stage, forward and backward
@@ -34,6 +48,8 @@ struct StageCost {
   double optimizer_ms = 0;  // the optimizer step of what the rank holds
   double memory_mb = 0;   // a rank's peak
   double backward_mb = 0; // the peak within the backward (part of memory_mb's maximum)
+  MemoryParts parts;      // memory_mb by part
+  const char* peak_at = "";  // where the peak is: "forward", "backward" or "optimizer step"
 };
 
 struct PlanCost {
@@ -52,6 +68,7 @@ class CostModel {
   double layer_ms(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double* sync_ms) const;
   /// One layer's model states on a rank (MB) and its activations for one micro-batch of `rows`.
   double layer_states_mb(const HybridPlan& plan, const LayerStrategy& s, int stage) const;
+  MemoryParts layer_states(const HybridPlan& plan, const LayerStrategy& s, int stage) const;
   double layer_act_mb(const LayerStrategy& s, int stage, double rows) const;
   /// Moving a micro-batch's activations between two layers' layouts (forward and backward):
   /// the rows between groups, and the tokens gathered where a run of token-split layers of
@@ -64,7 +81,8 @@ class CostModel {
   int world() const { return world_; }
 
  private:
-  double states_per_param(DpKind kind, int dp) const;
+  /// A parameter's model states at the peak, bytes by part.
+  MemoryParts states_per_param(DpKind kind, int dp) const;
   /// What a layer's weights are split into (its tp; whole under Ulysses) and the ranks its
   /// gradients are reduced over (stage / tp; the whole stage under Ulysses).
   static int weight_split(const LayerStrategy& s);
@@ -77,16 +95,18 @@ class CostModel {
   /// layer: the recompute, profiled; else its activations and gradient on the way, or a
   /// fetched ZeRO-3 layer).
   struct LayerMemory {
-    double act = 0, grad = 0, whole = 0, work = 0;  // whole: its gradient alone
+    double act = 0, whole = 0;  // whole: its gradient alone
+    MemoryParts grad, work;
   };
   /// The backward's peak over a stage's layers (in forward order), beside `held` MB of other
   /// activations and `grads` MB of gradients staged from the start (the embeddings' and
   /// head's).
-  static double backward_peak(const std::vector<LayerMemory>& layers, double held, double grads);
+  static MemoryParts backward_peak(const std::vector<LayerMemory>& layers, double held, MemoryParts grads);
   /// What a stage holds (MB): its layers', and its totals with the embeddings' and head's share.
   struct StageMemory {
     std::vector<LayerMemory> layers;
-    double states = 0, acts = 0, other_acts = 0, other_grads = 0, grads = 0, transient = 0, updated = 0;
+    MemoryParts states, other_grads, grads, transient;
+    double acts = 0, other_acts = 0, updated = 0;
   };
   /// Sets sc's peak and backward peak; m: the pipeline's micro-batches (0: no pipeline).
   void peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int64_t m, bool gpipe) const;
