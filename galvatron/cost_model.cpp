@@ -64,18 +64,16 @@ MemoryParts CostModel::backward_peak(const std::vector<LayerMemory>& layers, dou
   // staged and in flight; the largest over the layers, or the end with every gradient.
   double below = held;
   for (const auto& l : layers) below += l.act;
-  MemoryParts peak;
-  bool first = true;
+  MemoryParts peak;  // zero until a layer's is larger
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     below -= it->act;
     MemoryParts at = grads + it->work;
     at.activations += below;
-    peak = first ? at : larger(peak, at);
-    first = false;
+    peak = larger(at, peak);
     grads += it->grad;
   }
   grads.activations += below;
-  return first ? grads : larger(peak, grads);
+  return larger(grads, peak);
 }
 
 CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::string precision)
@@ -223,7 +221,8 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const double whole = params * beta_ / kMB;
       const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
       MemoryParts held_now;  // what the layer adds at the forward's end: a fetched ZeRO-3 layer, else its gradient
-      (fetched > 0 ? held_now.params : held_now.grads) = fetched > 0 ? fetched : whole;
+      if (fetched > 0) held_now.params = fetched;
+      else held_now.grads = whole;
       transient = larger(transient, held_now);
       const double act = layer_act_mb(s, stage, rows);
       MemoryParts work;  // its backward's working set: the recompute of a checkpointed layer, else its activations and gradient

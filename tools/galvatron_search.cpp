@@ -34,8 +34,14 @@ int predict_plans(const gv::CostModel& cm, const std::vector<std::string>& paths
     if (p.global_bsz == 0) p.global_bsz = o.global_bsz;
     p.validate(world, o.num_layers);
     const auto c = cm.cost(p);
-    std::printf("{\"plan\": \"%s\", \"layers\": \"%s\", \"predicted_ms\": %.2f, \"predicted_mb\": %.1f}\n",
-                path.c_str(), p.summary(world).c_str(), c.step_ms, c.memory_mb);
+    // The largest stage's peak, by part and where it falls.
+    const gv::StageCost* top = &c.stages.front();
+    for (const auto& st : c.stages) if (st.memory_mb > top->memory_mb) top = &st;
+    std::string parts;
+    for (const auto& [name, mb] : top->parts.named()) parts += ", \"" + std::string(name) + "\": " + std::to_string(mb);
+    std::printf("{\"plan\": \"%s\", \"layers\": \"%s\", \"predicted_ms\": %.2f, \"predicted_mb\": %.1f, "
+                "\"peak_at\": \"%s\", \"predicted_parts_mb\": {%s}}\n",
+                path.c_str(), p.summary(world).c_str(), c.step_ms, c.memory_mb, top->peak_at, parts.substr(2).c_str());
   }
   return 0;
 }
