@@ -5,7 +5,7 @@
 // the writing done behind the steps that follow; the window ends with synchronize(), so a
 // save still in flight counts). Prints each row's seconds a window, its overhead against the
 // window without a save, and how long the save call held training.
-//   mpirun -np 2 build/bench/async_save_bench --model gpt2-medium --seq 256 \
+//   mpirun -np 2 build/bench/async_save_bench --model gpt2-medium --seq 256
 //     --configs examples/vit/configs/torch_ddp.toml,examples/vit/configs/low_level_zero.toml,examples/vit/configs/gemini.toml
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -79,7 +79,7 @@ class BenchRun {
     proto::TrainingProgress p;
     p.set_step(step);
     const double t0 = now();
-    save_run_checkpoint(*booster_, RunState{boosted_.model.wrapper().get(), boosted_.optimizer.get()}, dir, true, 1, p, use_async);
+    save_run_checkpoint(*booster_, RunState{boosted_.model.wrapper().get(), boosted_.optimizer.get(), nullptr, {}}, dir, true, 1, p, use_async);
     return now() - t0;
   }
   void synchronize() { booster_->checkpoint_io().synchronize(); }

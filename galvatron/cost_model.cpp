@@ -204,6 +204,10 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     double acts = 0, sync = 0, updated = 0;
     std::vector<LayerMemory> mem;
     LayerStrategy prev = edge;
+    // The stage's parameters (its layers, its share of the embeddings and head): what a unit can hold at most.
+    const double stage_params = double(per[size_t(k)]) * model_.param_count +
+                                ((k == 0 ? model_.embed_param_share : 0) + (k == p - 1 ? 1 - model_.embed_param_share : 0)) *
+                                    model_.other_param_count;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
       const LayerStrategy& s = plan.layers[size_t(l)];
       double sy = 0;
@@ -216,17 +220,22 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       const int dp = grad_group(s, stage);
       const double params = model_.param_count / weight_split(s);
       updated += params / (replicated ? 1 : dp);
-      // A fetched ZeRO-3 layer and the one prefetched after it (forward and backward), and in
-      // backward the layer's full gradient (the profiled recompute of a checkpointed layer has it).
+      // A fetched ZeRO-3 layer and the one prefetched after it (the all-gather's output, forward
+      // and backward), or a unit of several layers held twice while it is gathered (the
+      // output and the parameters it is copied into), beside the gather's input (this rank's
+      // slice of it, communication); in backward the layer's full gradient (the profiled
+      // recompute of a checkpointed layer has it).
       const double whole = params * beta_ / kMB;
-      const double fetched = plan.dp_kind(s) == DpKind::zero3 ? 2 * whole : 0;
+      const double unit = std::max(whole, std::min(zero3_unit_ / weight_split(s), stage_params) * beta_ / kMB);
+      const bool zero3 = plan.dp_kind(s) == DpKind::zero3;
+      const double fetched = zero3 ? 2 * unit : 0, sent = zero3 ? unit / dp : 0;
       MemoryParts held_now;  // what the layer adds at the forward's end: a fetched ZeRO-3 layer, else its gradient
-      if (fetched > 0) held_now.params = fetched;
+      if (zero3) held_now.params = fetched, held_now.communication = sent;
       else held_now.grads = whole;
       transient = larger(transient, held_now);
       const double act = layer_act_mb(s, stage, rows);
       MemoryParts work;  // its backward's working set: the recompute of a checkpointed layer, else its activations and gradient
-      work.params = fetched;
+      work.params = fetched, work.communication = sent;
       if (s.checkpoint) work.activations = checkpoint_backward_mb(s) * rows / (stage / s.tp);
       else work.activations = act, work.grads = whole;
       const LayerMemory lm{act, whole, in_flight_grad_mb(whole, params, dp, replicated), work};

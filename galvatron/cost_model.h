@@ -76,6 +76,10 @@ class CostModel {
   double switch_ms(const LayerStrategy& from, const LayerStrategy& to, int stage, double rows) const;
   static LayerStrategy edge(const HybridPlan& plan) { return LayerStrategy{plan.vtp}; }
 
+  /// ZeRO-3 gathers at least `params` parameters at once (a Gemini chunk, an FSDP unit
+  /// holding several layers or the whole model; 0: a layer, as GalvatronPlugin buckets them).
+  void set_zero3_unit(double params) { zero3_unit_ = params; }
+
   const ModelProfile& model() const { return model_; }
   const HardwareProfile& hardware() const { return hw_; }
   int world() const { return world_; }
@@ -114,6 +118,7 @@ class CostModel {
   ModelProfile model_;
   int world_;
   double beta_;  // bytes of the working precision
+  double zero3_unit_ = 0;  // parameters a ZeRO-3 gather fetches at once (0: a layer)
 };
 
 }  // namespace booster::galvatron

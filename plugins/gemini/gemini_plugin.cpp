@@ -127,6 +127,15 @@ GeminiPlugin::GeminiPlugin(GeminiOptions opts) : opts_(std::move(opts)) {
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(), "GeminiPlugin: call dist::launch_from_openmpi() before creating the plugin");
 }
 
+int64_t gemini_chunk_elems(const GeminiOptions& opts, const std::vector<int64_t>& numels) {
+  BOOSTER_CHECK(!numels.empty(), "GeminiPlugin: no parameters to pack into chunks");
+  const double M = double(1 << 20);
+  // chunk_config_dict gives the size (at least the largest parameter: a parameter is never split between chunks).
+  return opts.chunk_size > 0 ? std::max(opts.chunk_size, *std::max_element(numels.begin(), numels.end()))
+                             : search_chunk_size(numels, int64_t(opts.min_chunk_size_m * M), int64_t(opts.search_range_m * M),
+                                                 opts.hidden_dim > 0 ? opts.hidden_dim : 1024);
+}
+
 void GeminiPlugin::configure(BoostedObjects& o) {
   BOOSTER_CHECK(o.optimizer != nullptr, "GeminiPlugin: boost the model with its optimizer (Gemini shards the "
                 "parameters between the optimizer's ranks)");
@@ -136,12 +145,7 @@ void GeminiPlugin::configure(BoostedObjects& o) {
       if (p.requires_grad()) numels.push_back(p.numel());
   std::reverse(numels.begin(), numels.end());  // packed from the last parameters (backward's order) until the first step
   const double M = double(1 << 20);
-  // chunk_config_dict gives the size (at least the largest parameter: a parameter is never split between chunks).
-  auto chunk_elems = [opts = opts_, M](const std::vector<int64_t>& sizes) {
-    return opts.chunk_size > 0 ? std::max(opts.chunk_size, *std::max_element(sizes.begin(), sizes.end()))
-                               : search_chunk_size(sizes, int64_t(opts.min_chunk_size_m * M), int64_t(opts.search_range_m * M),
-                                                   opts.hidden_dim > 0 ? opts.hidden_dim : 1024);
-  };
+  auto chunk_elems = [opts = opts_](const std::vector<int64_t>& sizes) { return gemini_chunk_elems(opts, sizes); };
   const int64_t chunk = chunk_elems(numels);
   zero::ZeroOptions z = opts_.zero;  // stage 2, its buckets the chunks
   z.stage = 2;

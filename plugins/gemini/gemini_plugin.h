@@ -74,6 +74,9 @@ struct GeminiOptions {
 /// elements when the parameters are packed in order.
 int64_t search_chunk_size(const std::vector<int64_t>& numels, int64_t min_chunk_size, int64_t search_range,
                           int64_t step);
+/// The chunk size (elements) Gemini packs parameters of these sizes (backward's order) into
+/// under `opts`: chunk_config_dict's chunk_size (at least the largest parameter), else searched.
+int64_t gemini_chunk_elems(const GeminiOptions& opts, const std::vector<int64_t>& numels);
 
 class GeminiPlugin : public Plugin {
  public:

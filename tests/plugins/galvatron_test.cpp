@@ -333,8 +333,20 @@ TEST(GalvatronSearch, CostModelCountsWhatTheRuntimeHolds) {
   for (auto& l : p.layers) l.sdp = true;  // ZeRO-3 over 4 ranks: states / 4
   const double zero3 = cm.cost(p).memory_mb;
   // (less what ZeRO-3 holds gathered at the peak, the last layer's backward beside every
-  // activation: that layer and the one prefetched after it)
-  EXPECT_NEAR(ddp - zero3, 4 * 2e6 * 16.0 * 0.75 / (1 << 20) - 2 * 2e6 * 4.0 / (1 << 20), 1e-6);
+  // activation: that layer and the one prefetched after it, and the gather's input, this
+  // rank's quarter of the layer)
+  const double layer_mb = 2e6 * 4.0 / (1 << 20);
+  EXPECT_NEAR(ddp - zero3, 4 * 2e6 * 16.0 * 0.75 / (1 << 20) - 2 * layer_mb - layer_mb / 4, 1e-6);
+  // A unit of the whole model (Gemini's chunk when it holds everything, FSDP without an
+  // auto-wrap policy) is held twice while it is gathered, beside its quarter sent.
+  gv::CostModel whole = cm;
+  whole.set_zero3_unit(4 * 2e6 + 1e5);
+  const auto unit = whole.cost(p).stages[0].parts, layer = cm.cost(p).stages[0].parts;
+  const double model_mb = (4 * 2e6 + 1e5) * 4.0 / (1 << 20);
+  EXPECT_NEAR(unit.params - layer.params, 2 * (model_mb - layer_mb), 1e-6);
+  EXPECT_NEAR(unit.communication - layer.communication, (model_mb - layer_mb) / 4, 1e-6);
+  whole.set_zero3_unit(1e3);  // a unit smaller than a layer: the layer
+  EXPECT_NEAR(whole.cost(p).memory_mb, zero3, 1e-9);
   // GPipe keeps every micro-batch's activations, 1F1B at most p - k on stage k.
   gv::HybridPlan pipe;
   pipe.pp_deg = 2, pipe.chunks = 4, pipe.global_bsz = 16;
