@@ -201,7 +201,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     out_shape = s;
     Tensor out = y.view(out_shape);
     const bool ga = a.requires_grad(), gb = b.requires_grad();
-    return autograd::record("matmul", {a, b}, out, [ad, bd, ga, gb](const std::vector<Tensor>& g) {
+    // The closure keeps the right matrix's handle, as linear does its weight's: a parameter
+    // (GPT-2's Conv1D weight) that ZeRO-3 releases after the forward and gathers again for
+    // the backward is read where it lives then, and its released storage is not held.
+    return autograd::record("matmul", {a, b}, out, [ad, b, ga, gb](const std::vector<Tensor>& g) {
+      const Tensor bd = b.detach();
       const int64_t k = ad.size(-1), n = bd.size(1);
       Tensor g2 = g[0].contiguous().view({-1, n});
       Tensor a2 = ad.contiguous().view({-1, k});
@@ -219,7 +223,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   out_shape.back() = b.size(-1);
   Tensor out = kernels::mm(ad, bd, Tensor(), out_shape);
   const bool ga = a.requires_grad(), gb = b.requires_grad();
-  return autograd::record("matmul", {a, b}, out, [ad, bd, ga, gb](const std::vector<Tensor>& g) {
+  return autograd::record("matmul", {a, b}, out, [ad, b, ga, gb](const std::vector<Tensor>& g) {
+    const Tensor bd = b.detach();  // the handle kept, as above
     const int64_t nd = ad.dim();
     // dA = dC x B^T: [.., M, N] x [.., N, K];  dB = A^T x dC: [.., K, M] x [.., M, N]
     Tensor da = ga ? kernels::mm(g[0], bd.transpose(nd - 2, nd - 1), Tensor(), ad.shape()) : Tensor();

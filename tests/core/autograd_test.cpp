@@ -4,6 +4,7 @@
 #include "core/autograd/engine.h"
 #include "core/kernels/dispatch.h"
 #include "core/kernels/ops.h"
+#include "core/tensor/allocator.h"
 
 #include <cmath>
 #include <optional>
@@ -291,4 +292,28 @@ TEST(Autograd, EmbeddingRowsMeetTheTableGradientWhereItIsSummed) {
 
 TEST(Autograd, RowsOutsideABackwardAreAnError) {
   EXPECT_THROW(autograd::add_rows_to_gradient(0, Tensor::from_ints({0}, {1}), Tensor::zeros({1, 2})), AutogradError);
+}
+
+// A weight released after the forward and given back before the backward (ZeRO-3's release
+// and gather): matmul and linear keep its handle, so the released storage is freed, not held
+// by the graph, and the backward reads the weight given back.
+TEST(Autograd, ProductsKeepAWeightsHandleNotItsReleasedStorage) {
+  for (int kind = 0; kind < 3; ++kind) {  // matmul 2-D, matmul with a batch folded, linear
+    Tensor w = Tensor::full({64, 64}, 1.0f).requires_grad_();
+    Tensor x = Tensor::full(kind == 1 ? Shape{2, 3, 64} : Shape{6, 64}, 1.0f).requires_grad_();
+    Tensor y = kind == 2 ? linear(x, w) : matmul(x, w);
+    const size_t held = host_tier().bytes_in_use();
+    {
+      NoGradGuard ng;
+      w.set_data(Tensor::empty({0}));  // released
+    }
+    EXPECT_EQ(held - host_tier().bytes_in_use(), size_t(64 * 64 * 4)) << "kind " << kind;
+    {
+      NoGradGuard ng;
+      w.set_data(Tensor::full({64, 64}, 2.0f));  // gathered again (other values, to see which is read)
+    }
+    sum(y).backward();
+    EXPECT_FLOAT_EQ(x.grad().to_vector()[0], 64 * 2.0f) << "kind " << kind;  // dx = dy W^T (or W): the weight given back
+    EXPECT_FLOAT_EQ(w.grad().to_vector()[0], 6.0f) << "kind " << kind;       // dW = x^T dy: six rows of ones
+  }
 }
