@@ -2,7 +2,8 @@
 """booster_estimate against measurement on this machine.
 
 For each run config given (CONFIG, or CONFIG:key=value,key=value to set [plugin] keys),
-vit_benchmark measures training steps under its plugin (the allocator's peak over the timed
+vit_benchmark measures training steps under its plugin (lm_benchmark with --lm-config: the
+language model of that lm_train config under each row's [plugin] tables) (the allocator's peak over the timed
 steps, and the process's peak RSS) and booster_estimate predicts each rank's peak from this
 machine's profiles; one row a config, with the estimate's error against the allocator's peak.
 Profile first (same world, model, precision):
@@ -20,39 +21,58 @@ PRECISION_KEY = {"torch_ddp": "booster.mixed_precision", "low_level_zero": "plug
                  "galvatron": "plugin.mixed_precision", "torch_fsdp": "plugin.mixed_precision.param_dtype"}
 
 
-def with_plugin_keys(path, keys, work):
-    """The config with `keys` (key=value, TOML values) set in its [plugin] table, written beside
-    the original (relative paths in it, a strategy file, still resolve) or in `work`."""
-    if not keys:
-        return path
-    lines, out, in_plugin, done = open(path).read().splitlines(), [], False, set()
-    names = {k.split("=", 1)[0].strip(): k for k in keys}
-    for line in lines:
+def split_plugin(text):
+    """(the [plugin] table and its subtables, the rest) of a TOML text."""
+    plugin, rest, inside = [], [], False
+    for line in text.splitlines():
         head = line.strip()
         if head.startswith("["):
-            if in_plugin:
-                out += [names[n] for n in names if n not in done]
-                done |= set(names)
-            in_plugin = head == "[plugin]"
-        elif in_plugin and head.split("=", 1)[0].strip() in names:
+            inside = head == "[plugin]" or head.startswith("[plugin.")
+        (plugin if inside else rest).append(line)
+    return plugin, rest
+
+
+def set_keys(plugin, keys):
+    """The [plugin] lines with `keys` (key=value, TOML values) set in its main table."""
+    names = {k.split("=", 1)[0].strip(): k for k in keys}
+    out, main = [], False
+    for line in plugin:
+        head = line.strip()
+        if head.startswith("["):
+            if main:
+                out += list(names.values())
+                names = {}
+            main = head == "[plugin]"
+        elif main and head.split("=", 1)[0].strip() in names:
             continue  # replaced
         out.append(line)
-    if in_plugin:
-        out += [names[n] for n in names if n not in done]
-    fd, new = tempfile.mkstemp(prefix=".estimate_check_", suffix=".toml", dir=os.path.dirname(os.path.abspath(path)))
+    if names:
+        out += (["[plugin]"] if not any(l.strip() == "[plugin]" for l in plugin) else []) + list(names.values())
+    return out
+
+
+def run_config(row_path, keys, lm_config):
+    """The run's config: the row's (its [plugin] keys set), or the language-model run config
+    with the row's [plugin] tables. Written beside the row's file (a strategy file's relative
+    path still resolves); returns (path, whether it was written)."""
+    if not keys and not lm_config:
+        return row_path, False
+    plugin, rest = split_plugin(open(row_path).read())
+    if lm_config:
+        rest = split_plugin(open(lm_config).read())[1]
+    text = "\n".join(set_keys(plugin, keys) + [""] + rest) + "\n"
+    fd, new = tempfile.mkstemp(prefix=".estimate_check_", suffix=".toml", dir=os.path.dirname(os.path.abspath(row_path)))
     with os.fdopen(fd, "w") as f:
-        f.write("\n".join(out) + "\n")
-    return new
+        f.write(text)
+    return new, True
 
 
 def plugin_name(path):
-    in_plugin = False
-    for line in open(path):
-        head = line.strip()
-        if head.startswith("["):
-            in_plugin = head == "[plugin]"
-        elif in_plugin and head.startswith("name"):
-            return head.split("=", 1)[1].split("#")[0].strip().strip('"')
+    plugin, _ = split_plugin(open(path).read())
+    for line in plugin:
+        key, _, value = line.partition("=")
+        if key.strip() == "name":
+            return value.split("#")[0].strip().strip('"')
     return "torch_ddp"
 
 
@@ -61,7 +81,9 @@ def main():
     ap.add_argument("configs", nargs="+")
     ap.add_argument("--build", default="build")
     ap.add_argument("--world", type=int, required=True)
-    ap.add_argument("--model", default="vit-small")
+    ap.add_argument("--model", default="vit-small", help="the ViT preset (vit_train configs)")
+    ap.add_argument("--lm-config", help="an lm_train run config: each row's [plugin] tables on its model, measured "
+                    "with lm_benchmark (its text tokenized into a temporary folder)")
     ap.add_argument("--batch", type=int, default=8, help="train.batch_size: rows a data-parallel replica")
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--profiles", required=True)
@@ -76,11 +98,11 @@ def main():
     try:
         for row in a.configs:
             path, _, keys = row.partition(":")
-            cfg = with_plugin_keys(path, [k for k in keys.split(",") if k], work)
-            if cfg != path:
+            cfg, written = run_config(path, [k for k in keys.split(",") if k], a.lm_config)
+            if written:
                 made.append(cfg)
-            sets = ["--set", f"{PRECISION_KEY[plugin_name(cfg)]}=\"{a.precision}\"", "--set",
-                    f"train.batch_size={a.batch}", "--set", f"model.preset=\"{a.model}\""]
+            sets = ["--set", f"{PRECISION_KEY[plugin_name(cfg)]}=\"{a.precision}\"", "--set", f"train.batch_size={a.batch}"]
+            sets += ["--set", f"data.cache_dir=\"{work}/cache\""] if a.lm_config else ["--set", f"model.preset=\"{a.model}\""]
             est = subprocess.run([f"{a.build}/tools/booster_estimate", "--config", cfg, "--world", str(a.world),
                                   "--profiles", a.profiles, "--json"] + sets, env=env, capture_output=True, text=True)
             if est.returncode != 0:
@@ -89,16 +111,21 @@ def main():
             out = os.path.join(work, "measured.json")
             if os.path.exists(out):
                 os.remove(out)  # vit_benchmark appends a line a row
-            run = subprocess.run(["mpirun", "-np", str(a.world), "--oversubscribe", f"{a.build}/examples/vit/vit_benchmark",
-                                  "--configs", cfg, "--precisions", a.precision, "--model", a.model, "--batch",
-                                  str(est["batch_per_replica"]), "--no-peer", "--steps", str(a.steps), "--rounds", "1", "--json", out],
+            common = ["--configs", cfg, "--precisions", a.precision, "--batch", str(est["batch_per_replica"]),
+                      "--steps", str(a.steps), "--rounds", "1", "--json", out]
+            if a.lm_config:  # lm_benchmark on the run config's model and block
+                bench = [f"{a.build}/examples/lm/lm_benchmark", "--run-config", cfg, "--run-set",
+                         f"data.cache_dir=\"{work}/cache\"", "--seq", str(est["seq"]), "--profile-steps", "0"]
+            else:
+                bench = [f"{a.build}/examples/vit/vit_benchmark", "--model", a.model, "--no-peer"]
+            run = subprocess.run(["mpirun", "-np", str(a.world), "--oversubscribe"] + bench + common,
                                  env=env, capture_output=True, text=True)
             if run.returncode != 0:
-                sys.exit(f"{row}: vit_benchmark failed ({run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
+                sys.exit(f"{row}: {os.path.basename(bench[0])} failed ({run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
             m = json.loads(open(out).read().strip().splitlines()[-1])
             err = est["estimated_mb"] / m["step_peak_mb"] - 1
             worst = max(worst, abs(err))
-            print(f"{row:<44} {est['estimated_mb']:>9.1f} {m['step_peak_mb']:>9.1f} {err:>+7.1%} {m['os_peak_mb']:>8.1f}  "
+            print(f"{row:<44} {est['estimated_mb']:>9.1f} {m['step_peak_mb']:>9.1f} {err:>+7.1%} {m.get('os_peak_mb', m.get('peak_rss_mb', 0)):>8.1f}  "
                   f"{est['peak_at']}", flush=True)
     finally:
         for f in made:

@@ -147,6 +147,7 @@ MemoryPlan memory_plan(const Config& cfg, const std::string& table, const nn::Mo
       out.plan.chunks = o.num_microbatches > 0 ? o.num_microbatches : std::max<int64_t>(1, batch / o.microbatch_size);
     }
     dp = world / (tp * o.pp_size);
+    out.megatron_sp = o.enable_sequence_parallelism && !ulysses;
     out.precision = resolve_precision(o.zero.precision);
     out.offload_states = o.zero.cpu_offload;
     if (checkpoint_ratio > 0 && o.gradient_checkpointing_ratio > 0) checkpoint_ratio = o.gradient_checkpointing_ratio;
@@ -158,6 +159,7 @@ MemoryPlan memory_plan(const Config& cfg, const std::string& table, const nn::Mo
     out.plan = o.plan(layers);
     dp = world / (out.plan.pp_deg * out.plan.vtp);
     out.precision = resolve_precision(o.mixed_precision);
+    out.megatron_sp = o.sequence_parallel;
     out.what = "galvatron: " + out.plan.summary(world);
     checkpoint_ratio = 0;  // the plan says which layers are checkpointed
   } else {

@@ -28,6 +28,7 @@ struct MemoryPlan {
   std::string precision;          // the working precision: fp32, bf16 or fp16
   double zero3_unit_params = 0;   // parameters a ZeRO-3 gather fetches at once (0: a layer)
   bool offload_states = false;    // masters and optimizer states on the disk tier (cpu_offload)
+  bool megatron_sp = false;       // Megatron's sequence parallelism in the tensor-parallel layers (split_gather)
   int dp = 1;                     // data-parallel replicas (each takes plan.global_bsz / dp rows a step)
   std::string what;               // one line: the plugin and what it amounts to
 };

@@ -4,9 +4,11 @@
 // (galvatron/cost_model.h) and the profiles of one layer its profilers write
 // (galvatron_profile_hardware, galvatron_profile_model). Nothing is trained: the model is
 // built lazily (no tensors) to learn its layers, units and chunks. The config is vit_train's
-// (or lm_train's: --program), read with the same schema, so a wrong key is refused as there.
+// or lm_train's (--program; lm_train's when it sets train.block_size), read with the same
+// schema, so a wrong key is refused as there.
 //   booster_estimate --config examples/vit/configs/gemini.toml --world 2 --profiles profiles/
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "core/common/check.h"
@@ -14,6 +16,8 @@
 #include "nn/pipeline.h"
 #include "nn/vit.h"
 #include "plugins/memory_plan.h"
+#include "lm_setup.h"
+#include "nn/lazy.h"
 #include "run_setup.h"
 #include "train_config.h"
 
@@ -48,13 +52,31 @@ EstimatedRun vit_run(Config& cfg) {
   return r;
 }
 
+// lm_train's config, as lm_train reads it (its text tokenized into data.cache_dir for the
+// vocabulary), and its model (lazy).
+EstimatedRun lm_run(Config& cfg) {
+  cfg.apply(examples::lm_train_schema());
+  BOOSTER_CHECK(cfg.get_string("model.pretrained").empty(), cfg.where("model.pretrained"), ": the estimate needs the "
+                "model's preset (model.preset), whose profile names it");
+  EstimatedRun r;
+  {
+    nn::LazyInit lazy;
+    r.model = examples::lm_run_model(cfg).module;
+  }
+  r.profile_name = cfg.get_string("model.preset");
+  r.seq = cfg.get_int("train.block_size");
+  r.batch = cfg.get_int("train.batch_size");
+  r.checkpoint_ratio = cfg.get_bool("model.gradient_checkpointing") ? cfg.get_float("model.gradient_checkpointing_ratio") : 0;
+  return r;
+}
+
 // The profile must be of this model: one layer's parameters and the sequence.
 void check_profile(const gv::ModelProfile& mp, const EstimatedRun& run, const std::string& profiles) {
   const nn::Module& model = *run.model;
   const std::string& name = run.profile_name;
   BOOSTER_CHECK(mp.seq == run.seq, "the model profile of ", name, " in ", profiles, " was made at ", mp.seq,
-                " tokens a sample, the config's model has ", run.seq, " (model.image_size): profile it at this size "
-                "with galvatron_profile_model --image-size");
+                " tokens a sample, the config's model has ", run.seq, " (its model.image_size or train.block_size): "
+                "profile it at this size with galvatron_profile_model");
   const auto& pm = dynamic_cast<const nn::PipelineModule&>(model);
   const auto paths = pm.stage_modules({0, 1, false, false});
   double layer = 0;
@@ -63,6 +85,13 @@ void check_profile(const gv::ModelProfile& mp, const EstimatedRun& run, const st
       if (n.compare(0, path.size() + 1, path + ".") == 0) layer += double(p.numel());
   BOOSTER_CHECK(layer == mp.param_count, "the model profile of ", name, " in ", profiles, " has ", (long long)mp.param_count,
                 " parameters a layer, the config's model ", (long long)layer, ": profile this model with galvatron_profile_model");
+  double all = 0;
+  for (auto& [n, p] : model.named_parameters()) all += double(p.numel());
+  const double other = all - layer * double(pm.num_pipeline_layers());  // the embeddings and head: the vocabulary's
+  BOOSTER_CHECK(std::abs(other - mp.other_param_count) <= 0.02 * std::max(other, mp.other_param_count), "the model "
+                "profile of ", name, " in ", profiles, " has ", (long long)mp.other_param_count, " parameters beside its "
+                "layers, the config's model ", (long long)other, " (another vocabulary or head): profile this model "
+                "with galvatron_profile_model");
 }
 
 void print_parts(const gv::MemoryParts& parts) {
@@ -82,17 +111,23 @@ int main(int argc, char** argv) {
   app.add_option("--world", world, "ranks")->required();
   app.add_option("--nodes", nodes, "nodes (the hardware profile's file names)");
   app.add_option("--profiles", profiles, "folder of the profile files (galvatron_profile_hardware, galvatron_profile_model)");
-  app.add_option("--program", program, "whose config it is")->check(CLI::IsMember({"vit_train"}));
+  app.add_option("--program", program, "whose config it is (default: lm_train when it has train.block_size)")
+      ->check(CLI::IsMember({"vit_train", "lm_train"}));
   app.add_flag("--json", json, "one JSON line: the largest stage's peak and its parts");
   CLI11_PARSE(app, argc, argv);
   try {
     Config cfg = Config::from_file(config_path, overrides);
-    EstimatedRun run = vit_run(cfg);
+    if (!app.count("--program") && cfg.has("train.block_size")) program = "lm_train";
+    EstimatedRun run = program == "lm_train" ? lm_run(cfg) : vit_run(cfg);
     const plugins::MemoryPlan mp = plugins::memory_plan(cfg, "plugin", *run.model, world, run.batch, run.checkpoint_ratio,
                                                         cfg.get_string("booster.mixed_precision"));
     const auto hw = gv::HardwareProfile::read(profiles, nodes, world / nodes);
     const auto model_profile = gv::ModelProfile::read(profiles, mp.precision, run.profile_name);
     check_profile(model_profile, run, profiles);
+    BOOSTER_CHECK(model_profile.sequence_parallel == mp.megatron_sp, "the model profile of ", run.profile_name, " in ",
+                  profiles, mp.megatron_sp ? " was made without" : " was made with", " Megatron's sequence parallelism, "
+                  "which the run ", mp.megatron_sp ? "has" : "has not", ": profile it again ",
+                  mp.megatron_sp ? "with" : "without", " galvatron_profile_model --sequence-parallel");
     gv::CostModel cm(hw, model_profile, world, mp.precision);
     cm.set_zero3_unit(mp.zero3_unit_params);
     const gv::PlanCost cost = cm.cost(mp.plan);
@@ -105,9 +140,9 @@ int main(int argc, char** argv) {
     if (json) {
       std::string parts;
       for (const auto& [name, mb] : ram.named()) parts += ", \"" + std::string(name) + "\": " + std::to_string(mb);
-      std::printf("{\"config\": \"%s\", \"world\": %d, \"precision\": \"%s\", \"global_batch\": %lld, \"batch_per_replica\": %lld, "
+      std::printf("{\"config\": \"%s\", \"world\": %d, \"precision\": \"%s\", \"global_batch\": %lld, \"batch_per_replica\": %lld, \"seq\": %lld, "
                   "\"estimated_mb\": %.1f, \"disk_mb\": %.1f, \"peak_at\": \"%s\", \"parts_mb\": {%s}}\n",
-                  config_path.c_str(), world, mp.precision.c_str(), (long long)mp.plan.global_bsz, (long long)(mp.plan.global_bsz / mp.dp), ram.total(), disk,
+                  config_path.c_str(), world, mp.precision.c_str(), (long long)mp.plan.global_bsz, (long long)(mp.plan.global_bsz / mp.dp), (long long)run.seq, ram.total(), disk,
                   top->peak_at, parts.substr(2).c_str());
       return 0;
     }

@@ -1,5 +1,6 @@
-// galvatron_profile_model: profiles a ViT preset on this machine as Galvatron's
-// profile_model does (its computation and memory files), under mpirun with the ranks the
+// galvatron_profile_model: profiles a ViT preset, or the GPT-2 / LLaMA model of an lm_train
+// run config (--config: its vocabulary, block, widths and dropout), on this machine as
+// Galvatron's profile_model does (its computation and memory files), under mpirun with the ranks the
 // tensor-parallel degrees need: for every degree t = 1, 2, ..., W that divides the heads,
 // the model is boosted under GalvatronPlugin's global mode at layernum_min and layernum_max
 // layers; the difference of the forward times per sample is a layer's forward at t (its
@@ -13,9 +14,12 @@
 // the search's cap. ZeRO-3's cost is DDP and ZeRO-3 steps run in turn. Every timing is taken
 // --rounds times in turn; the files hold medians.
 //   mpirun -np 4 galvatron_profile_model --model vit-small --image-size 224 --batch 8 --precision bf16 --out profiles/
+//   mpirun -np 2 galvatron_profile_model --config examples/lm/configs/shakespeare_char.toml --batch 6 --out profiles/
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <numeric>
 
 #include "booster/booster.h"
 #include "booster/grad_sync.h"
@@ -23,7 +27,10 @@
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
 #include "core/tensor/allocator.h"
+#include "lm_setup.h"
+#include "nn/pipeline.h"
 #include "nn/vit.h"
+#include "core/kernels/ops.h"
 #include "optim/adam.h"
 #include "galvatron/cost_model.h"
 #include "plugins/galvatron/galvatron_plugin.h"
@@ -36,6 +43,8 @@ namespace {
 
 struct Args {
   std::string model = "vit-small", precision = "bf16", out = "galvatron_profiles";
+  std::string config;                 // an lm_train run config: its language model instead of a ViT preset
+  std::vector<std::string> overrides;  // --set on it
   int64_t image_size = 224, batch = 8, layers_min = 1, layers_max = 3;
   int iters = 5;
   int rounds = 3;
@@ -62,41 +71,102 @@ std::shared_ptr<Plugin> galvatron(const Args& a, int tp, bool checkpoint, bool s
   return std::make_shared<plugins::GalvatronPlugin>(o);
 }
 
-// A ViT of `layers` layers boosted under a global plan, and a batch of this rank's rows.
+// The profiled model: a ViT preset (images), or a run config's language model (tokens).
+struct Family {
+  std::function<std::shared_ptr<nn::Module>(int64_t layers)> make;
+  std::string input_key;  // what the first stage reads: pixel_values or input_ids
+  std::function<TensorMap(int64_t rows)> batch;  // this rank's rows, with their labels
+  int64_t seq = 0, hidden = 0, heads = 0;  // heads: what a tensor-parallel degree must divide
+};
+
+Family vit_family(const Args& a) {
+  Family f;
+  nn::ViTConfig c = nn::ViTConfig::preset(a.model);
+  c.image_size = a.image_size;
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+  f.make = [c](int64_t layers) {
+    nn::ViTConfig one = c;
+    one.num_hidden_layers = layers;
+    return std::shared_ptr<nn::Module>(std::make_shared<nn::ViTForImageClassification>(one));
+  };
+  f.input_key = "pixel_values";
+  f.batch = [c](int64_t rows) {
+    Tensor x = Tensor::empty({rows, c.num_channels, c.image_size, c.image_size});
+    Generator(3).normal_(x);
+    return TensorMap{{"pixel_values", x}, {"labels", Tensor::zeros({rows}, DType::i64)}};
+  };
+  f.seq = c.num_patches() + 1, f.hidden = c.hidden_size, f.heads = c.num_attention_heads;
+  return f;
+}
+
+// lm_train's model of the config (lm_train's schema: a wrong key refused as there), at any depth.
+Family lm_family(const Args& a) {
+  Config cfg = Config::from_file(a.config, a.overrides);
+  cfg.apply(examples::lm_train_schema());
+  cfg.set("model.gradient_checkpointing=false");  // the profile measures layers with and without it
+  const examples::LmModel whole = examples::lm_run_model(cfg);
+  const int64_t vocab = whole.lm->vocab_size(), block = cfg.get_int("train.block_size");
+  const std::string depth = whole.family == "llama" ? "model.num_hidden_layers" : "model.n_layer";
+  Family f;
+  f.make = [cfg, depth](int64_t layers) {
+    Config c = cfg;
+    c.set(depth + "=" + std::to_string(layers));
+    return examples::lm_run_model(c).module;
+  };
+  f.input_key = "input_ids";
+  f.batch = [vocab, block](int64_t rows) {
+    Tensor ids = Tensor::empty({rows, block + 1});
+    Generator(3).uniform_(ids, 0, double(vocab));
+    ids = ids.to(DType::i64);
+    return TensorMap{{"input_ids", ids.narrow(1, 0, block).contiguous()}, {"labels", ids.narrow(1, 1, block).contiguous()}};
+  };
+  f.seq = block;
+  if (auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(whole.module.get())) {
+    f.hidden = g->config().n_embd, f.heads = g->config().n_head;
+  } else {
+    const auto& l = dynamic_cast<nn::LlamaForCausalLM&>(*whole.module).config();
+    f.hidden = l.hidden_size, f.heads = std::gcd(l.num_attention_heads, l.kv_heads());  // both split over the group
+  }
+  return f;
+}
+
+// The loss of a forward: the model's own (a head fused with it), a language model's token
+// loss of its logits, or an image classifier's cross entropy.
+Tensor loss_of(nn::Module& m, const TensorMap& out, const TensorMap& batch) {
+  if (auto l = out.find("loss"); l != out.end()) return l->second;
+  if (auto* lm = dynamic_cast<nn::CausalLM*>(&m)) return lm->token_loss(out.at("logits"), batch.at("labels"));
+  return cross_entropy(out.at("logits"), batch.at("labels"));
+}
+
+// The model of `layers` layers boosted under a global plan, and a batch of this rank's rows.
 struct Setup {
-  std::shared_ptr<nn::ViTForImageClassification> module;  // the boosted model's own
+  std::shared_ptr<nn::Module> module;  // the boosted model's own
   std::unique_ptr<Booster> booster;
-  BoostResult<nn::ViTForImageClassification> r;
-  Tensor x, y;
+  BoostResult<nn::Module> r;
+  TensorMap batch;
+  TensorMap forward() { return r.model->forward_named(batch); }
   /// A forward and backward, the gradients synchronized as a step does.
   void train_step() {
     r.optimizer->zero_grad();
-    booster->backward((*r.model)(x, y).loss, *r.optimizer);
+    booster->backward(loss_of(*module, forward(), batch), *r.optimizer);
   }
 };
 
-Setup setup(const Args& a, int64_t layers, int tp, bool checkpoint, bool sdp, bool sp = false) {
-  nn::ViTConfig c = nn::ViTConfig::preset(a.model);
-  c.num_hidden_layers = layers;
-  c.image_size = a.image_size;
-  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0;
+Setup setup(const Args& a, const Family& f, int64_t layers, int tp, bool checkpoint, bool sdp, bool sp = false) {
   manual_seed(7);
-  auto model = std::make_shared<nn::ViTForImageClassification>(c);
   Setup st;
-  st.module = model;
+  st.module = f.make(layers);
   st.booster = std::make_unique<Booster>(galvatron(a, tp, checkpoint, sdp, sp));
-  st.r = st.booster->boost(model, std::make_shared<optim::AdamW>(model->named_parameters()));
-  st.x = Tensor::empty({a.batch, c.num_channels, c.image_size, c.image_size});
-  Generator(3).normal_(st.x);
-  st.y = Tensor::zeros({a.batch}, DType::i64);
+  st.r = st.booster->boost(st.module, std::make_shared<optim::AdamW>(st.module->named_parameters()));
+  st.batch = f.batch(a.batch);
   return st;
 }
 
 // What ZeRO-3 adds to a training step of `layers` layers over DDP (its gathers beside its
 // reduce-scatter, against the all-reduce; each less its wait at the backward's end), the
 // two run in turn so that a drift of the machine's speed falls on both alike.
-double zero3_extra_ms(const Args& a, int64_t layers) {
-  Setup ddp = setup(a, layers, 1, false, false), z3 = setup(a, layers, 1, false, true);
+double zero3_extra_ms(const Args& a, const Family& f, int64_t layers) {
+  Setup ddp = setup(a, f, layers, 1, false, false), z3 = setup(a, f, layers, 1, false, true);
   double sum = 0;
   for (int i = -1; i < a.iters; ++i) {  // the first pair warms up
     double ms[2];
@@ -114,11 +184,10 @@ double zero3_extra_ms(const Args& a, int64_t layers) {
   return dist::all_reduce_scalar(sum / a.iters, dist::ReduceOp::max);
 }
 
-Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sp = false) {
-  Setup st = setup(a, layers, tp, checkpoint, false, sp);
+Measure run(const Args& a, const Family& f, int64_t layers, int tp, bool checkpoint, bool sp = false) {
+  Setup st = setup(a, f, layers, tp, checkpoint, false, sp);
   auto& r = st.r;
   Booster& booster = *st.booster;
-  const Tensor &x = st.x, &y = st.y;
   Measure m;
   for (int s = 0; s < 3; ++s) {  // training steps; the third's peak (the optimizer's states exist from the first)
     if (s == 2) host_tier().reset_peak();
@@ -143,22 +212,22 @@ Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sp = fa
     DeferredSync defer(r.model->grad_sync());
     dist::barrier();
     const auto t0 = Clock::now();
-    for (int i = 0; i < a.iters; ++i) booster.backward((*r.model)(x, y).loss, *r.optimizer);
+    for (int i = 0; i < a.iters; ++i) booster.backward(loss_of(*st.module, st.forward(), st.batch), *r.optimizer);
     m.fwd_bwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
   }
   r.optimizer->zero_grad();
   {
     NoGradGuard ng;
-    (*r.model)(x, y);
+    loss_of(*st.module, st.forward(), st.batch);
     dist::barrier();
     const auto t0 = Clock::now();
-    for (int i = 0; i < a.iters; ++i) (*r.model)(x, y);
+    for (int i = 0; i < a.iters; ++i) loss_of(*st.module, st.forward(), st.batch);
     m.fwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
   }
   r.optimizer->zero_grad();
   const size_t before = host_tier().bytes_in_use();
   {
-    auto out = (*r.model)(x, y);
+    Tensor loss = loss_of(*st.module, st.forward(), st.batch);
     m.act_mb = double(host_tier().bytes_in_use() - before) / (1 << 20);
   }
   m.fwd_ms = dist::all_reduce_scalar(m.fwd_ms, dist::ReduceOp::max);
@@ -173,21 +242,22 @@ Measure run(const Args& a, int64_t layers, int tp, bool checkpoint, bool sp = fa
 // The embeddings' shares of what the layers leave (the embeddings and the head) in
 // activations and forward time: a pipeline's first stage alone, without layers, at tp 1,
 // against the embeddings' and head's figures already in p.
-void embeddings_share(const Args& a, gv::ModelProfile& p) {
-  Setup st = setup(a, a.layers_min, 1, false, false);
-  const Tensor x = st.r.model->cast_input(st.x);
+void embeddings_share(const Args& a, const Family& f, gv::ModelProfile& p) {
+  Setup st = setup(a, f, a.layers_min, 1, false, false);
+  const TensorMap in{{f.input_key, st.r.model->cast_input(st.batch.at(f.input_key))}};
+  auto& pm = dynamic_cast<nn::PipelineModule&>(*st.module);
   const nn::StageSpec first{0, 0, true, false};
   double act_mb = 0, fwd_ms = 0;
   {
     const size_t before = host_tier().bytes_in_use();
-    auto out = st.module->stage_forward({{"pixel_values", x}}, first);
+    auto out = pm.stage_forward(in, first);
     act_mb = double(host_tier().bytes_in_use() - before) / (1 << 20);
   }
   {
     NoGradGuard ng;
-    st.module->stage_forward({{"pixel_values", x}}, first);
+    pm.stage_forward(in, first);
     const auto t0 = Clock::now();
-    for (int i = 0; i < a.iters; ++i) st.module->stage_forward({{"pixel_values", x}}, first);
+    for (int i = 0; i < a.iters; ++i) pm.stage_forward(in, first);
     fwd_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / a.iters;
   }
   act_mb = dist::all_reduce_scalar(act_mb, dist::ReduceOp::max) / double(a.batch);
@@ -220,12 +290,12 @@ void calibrate_memory(gv::ModelProfile& p, const Args& a, const Measure& base, c
 }
 
 // One round of every measurement into p (its parameter counts and shapes already set).
-void profile_round(const Args& a, gv::ModelProfile& p) {
+void profile_round(const Args& a, const Family& f, gv::ModelProfile& p) {
   const int w = dist::world_size();
   const double dl = double(a.layers_max - a.layers_min);
   Measure base;
   for (int t = 1; t <= w && t <= p.max_tp; t *= 2) {
-    const Measure lo = run(a, a.layers_min, t, false), hi = run(a, a.layers_max, t, false);
+    const Measure lo = run(a, f, a.layers_min, t, false), hi = run(a, f, a.layers_max, t, false);
     const double rows = double(a.batch * t);  // the embeddings' rows of a tensor-parallel group meet in its layers
     // A difference of two timings: a slow spell over the smaller model can make it negative.
     p.fwd_ms_per_sample[t] = std::max(0.0, (hi.fwd_ms - lo.fwd_ms) / dl / rows);
@@ -237,15 +307,15 @@ void profile_round(const Args& a, gv::ModelProfile& p) {
     p.act_mb_per_sample[t] = (hi.act_mb - lo.act_mb) / dl / rows;
     if (t == 1) base = lo;
     if (t > 1) {  // Ulysses over the same ranks: whole weights, each rank a share of the tokens
-      const Measure slo = run(a, a.layers_min, t, false, true), shi = run(a, a.layers_max, t, false, true);
+      const Measure slo = run(a, f, a.layers_min, t, false, true), shi = run(a, f, a.layers_max, t, false, true);
       p.sp_fwd_ms_per_sample[t] = std::max(0.0, (shi.fwd_ms - slo.fwd_ms) / dl / rows);
       p.sp_fwd_bwd_ms_per_sample[t] = std::max(0.0, (shi.fwd_bwd_ms - slo.fwd_bwd_ms) / dl / rows);
       p.sp_act_mb_per_sample[t] = (shi.act_mb - slo.act_mb) / dl / rows;
     }
   }
-  const Measure clo = run(a, a.layers_min, 1, true), chi = run(a, a.layers_max, 1, true);
+  const Measure clo = run(a, f, a.layers_min, 1, true), chi = run(a, f, a.layers_max, 1, true);
   if (w > 1) {  // ZeRO-3: what a layer's gathers (forward and backward) and releases add to its step, over the world
-    p.zero3_ms_per_layer = std::max(0.0, (zero3_extra_ms(a, a.layers_max) - zero3_extra_ms(a, a.layers_min)) / dl);
+    p.zero3_ms_per_layer = std::max(0.0, (zero3_extra_ms(a, f, a.layers_max) - zero3_extra_ms(a, f, a.layers_min)) / dl);
     p.zero3_group = w;
   }
   p.checkpoint_act_mb_per_sample = (chi.act_mb - clo.act_mb) / dl / double(a.batch);
@@ -253,7 +323,7 @@ void profile_round(const Args& a, gv::ModelProfile& p) {
   p.other_fwd_bwd_ms_per_sample =
       std::max(0.0, base.fwd_bwd_ms / double(a.batch) - double(a.layers_min) * p.fwd_bwd_ms_per_sample[1]);
   p.other_act_mb_per_sample = std::max(0.0, base.act_mb / double(a.batch) - double(a.layers_min) * p.act_mb_per_sample[1]);
-  embeddings_share(a, p);
+  embeddings_share(a, f, p);
   calibrate_memory(p, a, base, clo);
 }
 
@@ -285,10 +355,32 @@ gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
 
 }  // namespace
 
+// A layer's parameters and the rest's (the embeddings' share of them), from a model of one layer.
+void count_parameters(const Family& f, gv::ModelProfile& p) {
+  const auto m = f.make(1);
+  const auto& pm = dynamic_cast<const nn::PipelineModule&>(*m);
+  auto under = [](const std::string& name, const std::vector<std::string>& paths) {
+    for (auto& q : paths)
+      if (name.compare(0, q.size() + 1, q + ".") == 0) return true;
+    return false;
+  };
+  const auto layer_paths = pm.stage_modules({0, 1, false, false}), embed_paths = pm.stage_modules({0, 0, true, false});
+  double layer = 0, all = 0, embed = 0;
+  for (auto& [n, t] : m->named_parameters()) {
+    (under(n, layer_paths) ? layer : all) += double(t.numel());
+    if (under(n, embed_paths)) embed += double(t.numel());
+  }
+  p.param_count = layer, p.other_param_count = all, p.embed_param_share = embed / all;
+}
+
 int main(int argc, char** argv) {
-  CLI::App app{"Profile a ViT's layers for Galvatron's search"};
+  CLI::App app{"Profile a model's layers for Galvatron's search (a ViT preset, or an lm_train config's model)"};
   Args a;
-  app.add_option("--model", a.model, "a ViT preset (vit-tiny, vit-small, vit-base, ...)");
+  app.add_option("--model", a.model, "a ViT preset (vit-tiny, vit-small, vit-base, ...); with --config the "
+                 "profile's name (default: the config's model.preset)");
+  app.add_option("--config", a.config, "an lm_train run config: profile its GPT-2 or LLaMA model (vocabulary, "
+                 "train.block_size, widths, dropout)");
+  app.add_option("--set", a.overrides, "override a key of --config");
   app.add_option("--image-size", a.image_size);
   app.add_option("--batch", a.batch, "rows a rank feeds (the embeddings' share)");
   app.add_option("--precision", a.precision, "fp32, bf16 or fp16");
@@ -300,35 +392,26 @@ int main(int argc, char** argv) {
   app.add_flag("--sequence-parallel", a.sequence_parallel,
                "Megatron's sequence parallelism in the tensor-parallel layers (plans then run with sequence_parallel = true)");
   CLI11_PARSE(app, argc, argv);
+  const bool named = app.count("--model") > 0;
   dist::launch_from_openmpi();
   BOOSTER_CHECK(a.layers_max > a.layers_min && a.layers_min >= 1, "--layers-max must exceed --layers-min >= 1");
   BOOSTER_CHECK(a.rounds >= 1 && a.iters >= 1, "--rounds and --iters must be at least 1");
   const int w = dist::world_size();
+  const Family f = a.config.empty() ? vit_family(a) : lm_family(a);
+  if (!a.config.empty() && !named) a.model = Config::from_file(a.config, a.overrides).get_string("model.preset");
   gv::ModelProfile p;
   p.model = a.model, p.precision = a.precision, p.profiled_batch = a.batch;
   p.sequence_parallel = a.sequence_parallel;
-  nn::ViTConfig c = nn::ViTConfig::preset(a.model);
-  c.image_size = a.image_size;
-  p.hidden = c.hidden_size, p.seq = c.num_patches() + 1;
+  p.hidden = f.hidden, p.seq = f.seq;
   // A layer splits its heads over its tensor-parallel group: the degrees (powers of two) that
   // divide them are the only ones profiled, and the profile tells the search so (ViT-Ti's 3
   // heads: tp 1).
-  for (p.max_tp = 1; c.num_attention_heads % (2 * p.max_tp) == 0;) p.max_tp *= 2;
-  {  // parameters: a layer's, and the rest's
-    nn::ViTConfig one = c;
-    one.num_hidden_layers = 1;
-    nn::ViTForImageClassification m(one);
-    double layer = 0, all = 0, embed = 0;
-    for (auto& [n, t] : m.named_parameters()) {
-      (n.rfind("vit.encoder.layer.", 0) == 0 ? layer : all) += double(t.numel());
-      if (n.rfind("vit.embeddings.", 0) == 0) embed += double(t.numel());
-    }
-    p.param_count = layer, p.other_param_count = all, p.embed_param_share = embed / all;
-  }
+  for (p.max_tp = 1; f.heads % (2 * p.max_tp) == 0;) p.max_tp *= 2;
+  count_parameters(f, p);
   std::vector<gv::ModelProfile> rounds;
   for (int k = 0; k < a.rounds; ++k) {
     rounds.push_back(p);
-    profile_round(a, rounds.back());
+    profile_round(a, f, rounds.back());
     if (dist::world_rank() == 0) {
       const auto& r = rounds.back();
       std::printf("round %d: forward and backward %.3f ms a sample a layer at tp 1", k + 1, r.fwd_bwd_ms_per_sample.at(1));

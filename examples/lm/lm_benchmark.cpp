@@ -32,6 +32,7 @@
 #include "ceiling.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/tensor/allocator.h"
 #include "data/token_stream.h"
 #include "lm_setup.h"
 #include "nn/llmc.h"
@@ -49,8 +50,18 @@ struct ModelShape {
 };
 
 // A GPT-2 (no dropout: llm.c's) or LLaMA preset, or llm.c's checkpoint, and its shape.
-examples::LmModel build_model(const std::string& preset, const std::string& init, ModelShape& s) {
-  examples::LmModel m = init.empty() ? examples::lm_model_from_preset(preset) : examples::lm_model_from_llmc(init);
+// The model of a preset, of llm.c's checkpoint `init`, or of an lm_train run config (its
+// vocabulary, block, widths, dropout and model options: what booster_estimate estimates).
+examples::LmModel build_model(const std::string& preset, const std::string& init, ModelShape& s,
+                              const std::string& run_config = "", const std::vector<std::string>& run_sets = {}) {
+  examples::LmModel m;
+  if (!run_config.empty()) {
+    Config cfg = Config::from_file(run_config, run_sets);
+    cfg.apply(examples::lm_train_schema());
+    m = examples::lm_run_model(cfg);
+  } else {
+    m = init.empty() ? examples::lm_model_from_preset(preset) : examples::lm_model_from_llmc(init);
+  }
   if (auto* g = dynamic_cast<nn::GPT2LMHeadModel*>(m.module.get()))
     s = {g->config().n_layer, g->config().n_embd, 0, g->config().n_positions * g->config().n_embd};
   else if (auto* l = dynamic_cast<nn::LlamaForCausalLM*>(m.module.get()))
@@ -63,11 +74,12 @@ examples::LmModel build_model(const std::string& preset, const std::string& init
 class LmStep {
  public:
   LmStep(const std::string& config, const std::string& precision, const std::string& preset, const std::string& init,
-         const std::string& tokens, int batch, int seq, uint64_t seed, bool fused_loss)
+         const std::string& tokens, int batch, int seq, uint64_t seed, bool fused_loss, const std::string& run_config = "",
+         const std::vector<std::string>& run_sets = {})
       : batch_(batch), seq_(seq) {
     manual_seed(seed);
-    model_ = build_model(preset, init, shape_);
-    model_.lm->fused_linear_cross_entropy = fused_loss;
+    model_ = build_model(preset, init, shape_, run_config, run_sets);
+    if (run_config.empty()) model_.lm->fused_linear_cross_entropy = fused_loss;  // else the config's
     std::string mixed;
     std::shared_ptr<Plugin> plugin = examples::make_bench_plugin(config, precision, mixed);
     booster_.emplace(plugin, mixed);
@@ -102,6 +114,7 @@ class LmStep {
     GradSync* sync = boosted_.model->grad_sync();
     if (sync) sync->reset_wait_seconds();
     dist::reset_traffic();
+    host_tier().reset_peak();
     auto t0 = Clock::now();
     for (int i = 0; i < steps; ++i) {
       const auto s0 = Clock::now();
@@ -113,6 +126,8 @@ class LmStep {
     }
     dist::barrier();
     comm_mb_ = double(dist::traffic_bytes()) / steps / (1 << 20);
+    step_peak_mb_ = std::max(step_peak_mb_, dist::all_reduce_scalar(double(host_tier().peak_bytes()) / (1 << 20),
+                                                                    dist::ReduceOp::max));
     sync_wait_s_ = dist::all_reduce_scalar((sync ? sync->wait_seconds() : 0.0) / steps, dist::ReduceOp::max);
     return std::chrono::duration<double>(Clock::now() - t0).count() / steps;
   }
@@ -134,6 +149,8 @@ class LmStep {
     return dist::all_reduce_scalar(c->gflops(), dist::ReduceOp::sum);
   }
   double comm_mb() const { return comm_mb_; }
+  /// The allocator's peak over the timed steps, the largest rank's (MB; boost's own transients left out).
+  double step_peak_mb() const { return step_peak_mb_; }
   /// Seconds a step of the last seconds() waited for gradient communication after backward
   /// (the slowest rank; DDP's and ZeRO's GradSync).
   double sync_wait_seconds() const { return sync_wait_s_; }
@@ -180,7 +197,7 @@ class LmStep {
   std::shared_ptr<data::TokenFile> file_;
   Tensor x_, y_;
   bool pipelined_ = false;
-  double comm_mb_ = 0, sync_wait_s_ = 0;
+  double comm_mb_ = 0, sync_wait_s_ = 0, step_peak_mb_ = 0;
 };
 
 // The parts of a step, by the profiler's op names (forward, and backward as "<op> bwd").
@@ -259,7 +276,8 @@ void write_llmc_folder(const std::string& dir, const std::string& preset, const 
 
 // The command line.
 struct Options {
-  std::string configs = "none", precisions = "fp32", preset = "gpt2", json_path, init, tokens, write_llmc;
+  std::string configs = "none", precisions = "fp32", preset = "gpt2", json_path, init, tokens, write_llmc, run_config;
+  std::vector<std::string> run_sets;
   std::string text = std::string(BOOSTER_SOURCE_DIR) + "/../shared/data/tinyshakespeare/input.txt";
   std::string peer_script = std::string(BOOSTER_SOURCE_DIR) + "/bench/torch_lm_bench.py";
   int batch = 4, seq = 1024, steps = 3, rounds = 1, profile_steps = 2, fused_loss = 1;
@@ -336,9 +354,9 @@ void report(const Options& o, const LmStep& sb, const std::string& cfg, const st
               have_peer ? std::to_string(bench::median(r.ratios)).substr(0, 4).c_str() : "-",
               have_peer ? std::to_string(int64_t(bench::median(r.peer_rss))).c_str() : "-");
   if (o.profile_steps > 0) std::printf("  parts (ms, medians of %d steps): %s\n", o.profile_steps, r.parts.dump().c_str());
-  const nlohmann::json base{{"model", o.init.empty() ? o.preset : "llm.c checkpoint " + o.init}, {"precision", prec},
+  const nlohmann::json base{{"model", !o.run_config.empty() ? "the model of " + o.run_config : o.init.empty() ? o.preset : "llm.c checkpoint " + o.init}, {"precision", prec},
                             {"ranks", dist::world_size()}, {"batch_per_rank", o.batch}, {"seq", o.seq},
-                            {"parameters", sb.params()}, {"fused_linear_cross_entropy", o.fused_loss != 0}};
+                            {"parameters", sb.params()}, {"fused_linear_cross_entropy", sb.model().lm->fused_linear_cross_entropy}};
   std::vector<nlohmann::json> lines;
   if (have_peer) {
     nlohmann::json j = base;
@@ -350,6 +368,7 @@ void report(const Options& o, const LmStep& sb, const std::string& cfg, const st
   j["peer"] = "ours", j["config"] = cfg, j["tokens_per_s"] = tps, j["model_gflops"] = sb.step_flop() / r.step_s / 1e9;
   j["ceiling_gflops"] = r.ceiling, j["ceiling_share"] = r.share, j["round_ceiling_shares"] = r.shares;
   j["attention_ceiling_share"] = r.attention_share, j["peak_rss_mb"] = r.rss, j["comm_mb_per_step"] = sb.comm_mb();
+  j["step_peak_mb"] = sb.step_peak_mb();
   j["parts"] = r.parts, j["rounds"] = o.rounds;
   if (have_peer) j["ratio_per_process"] = bench::median(r.ratios), j["round_ratios"] = r.ratios;
   lines.push_back(j);
@@ -376,6 +395,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "also append JSON lines here");
   app.add_option("--peer-script", o.peer_script, "torch_lm_bench.py");
   app.add_flag("--no-peer", o.no_peer, "skip the PyTorch peer");
+  app.add_option("--run-config", o.run_config, "the model of this lm_train config instead of --model (no peer)");
+  app.add_option("--run-set", o.run_sets, "override a key of --run-config");
   app.add_option("--init", o.init, "start from llm.c's GPT-2 checkpoint (gpt2_124M.bin layout)");
   app.add_option("--tokens", o.tokens, "train on llm.c's (or nanoGPT's uint16) token file, consecutive batches");
   app.add_flag("--profile", o.show_profile, "also print every op of the profiled steps");
@@ -394,7 +415,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Every rank knows whether the peer runs (rank 0 runs it, the others wait for it).
-  const bool peer = !o.no_peer && o.init.empty() &&
+  const bool peer = !o.no_peer && o.init.empty() && o.run_config.empty() &&
                     dist::all_reduce_scalar(master && bench::peer_available() ? 1.0 : 0.0, dist::ReduceOp::max) > 0;
   std::ofstream json;
   if (master && !o.json_path.empty()) json.open(o.json_path, std::ios::app);
@@ -406,7 +427,7 @@ int main(int argc, char** argv) {
       std::vector<LmPeer> alone;  // several ranks: the peer first, before our model exists (see measure)
       for (int round = 0; peer && dist::world_size() > 1 && round < o.rounds; ++round)
         if (auto p = peer_round(o, prec)) alone.push_back(*p);
-      LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed, o.fused_loss != 0);
+      LmStep sb(cfg, prec, o.preset, o.init, o.tokens, o.batch, o.seq, o.seed, o.fused_loss != 0, o.run_config, o.run_sets);
       const Row r = measure(o, sb, prec, peer && dist::world_size() == 1, alone);
       if (master) report(o, sb, cfg, prec, r, json);
     }

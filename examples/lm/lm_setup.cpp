@@ -260,13 +260,9 @@ std::shared_ptr<data::TokenStream> windows(const std::string& bin, const Config&
 
 }  // namespace
 
-LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster, int lr_replicas) {
-  const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
-  BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
-  LmRun r;
+int64_t lm_text_cache(const Config& cfg, data::TextCache& cache) {
   // The text tokenized by characters, or token files as they are (then the vocabulary is
   // model.vocab_size, an id past it an error naming it at its forward).
-  data::TextCache cache;
   int64_t vocab_size = cfg.get_int("model.vocab_size");
   if (cfg.get_string("data.train_bin").empty()) {
     const data::TextTokenizer tok{cfg.get_string("data.tokenizer"), cfg.get_int("data.bpe_vocab_size"),
@@ -275,12 +271,26 @@ LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster, i
                                        cfg.get_float("data.val_fraction"), tok);
     BOOSTER_CHECK(vocab_size == 0 || vocab_size == cache.vocab_size, "model.vocab_size (", vocab_size,
                   ") is for token files; the text's tokenizer gives ", cache.vocab_size);
-    vocab_size = cache.vocab_size;
-  } else {
-    cache.train_bin = cfg.get_string("data.train_bin"), cache.val_bin = cfg.get_string("data.val_bin");
-    BOOSTER_CHECK(!cache.val_bin.empty(), "data.train_bin needs data.val_bin (the validation tokens)");
-    BOOSTER_CHECK(vocab_size > 0, "data.train_bin needs model.vocab_size (the token files carry no vocabulary)");
+    return cache.vocab_size;
   }
+  cache.train_bin = cfg.get_string("data.train_bin"), cache.val_bin = cfg.get_string("data.val_bin");
+  BOOSTER_CHECK(!cache.val_bin.empty(), "data.train_bin needs data.val_bin (the validation tokens)");
+  BOOSTER_CHECK(vocab_size > 0, "data.train_bin needs model.vocab_size (the token files carry no vocabulary)");
+  return vocab_size;
+}
+
+LmModel lm_run_model(const Config& cfg) {
+  data::TextCache cache;
+  const int64_t vocab = lm_text_cache(cfg, cache);
+  return make_lm_model(cfg, vocab, cfg.get_int("train.block_size"));
+}
+
+LmRun make_lm_run(const Config& cfg, int dp, Plugin* plugin, Booster* booster, int lr_replicas) {
+  const int64_t iters = cfg.get_int("train.max_iters"), every = cfg.get_int("train.eval_interval");
+  BOOSTER_CHECK(iters % every == 0, "train.max_iters (", iters, ") must be a multiple of train.eval_interval (", every, ")");
+  LmRun r;
+  data::TextCache cache;
+  const int64_t vocab_size = lm_text_cache(cfg, cache);
   r.codec.chars = cache.vocab;
   if (!cache.tokenizer_json.empty())
     r.codec.bpe = std::make_shared<data::ByteLevelBPE>(data::ByteLevelBPE::from_tokenizer_json(cache.tokenizer_json));

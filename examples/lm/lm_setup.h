@@ -33,6 +33,12 @@ struct LmModel {
 /// The model of [model] for a vocabulary of `vocab` and windows of `block` tokens: the
 /// preset's family and shapes, a width key of the other family an error naming it.
 LmModel make_lm_model(const Config& cfg, int64_t vocab, int64_t block);
+/// The run's tokens: the text tokenized into data.cache_dir (once), or the token files of
+/// data.train_bin / val_bin; returns the vocabulary (the text's, or model.vocab_size).
+int64_t lm_text_cache(const Config& cfg, data::TextCache& cache);
+/// The model lm_train builds from its config (lm_train_schema applied): make_lm_model at the
+/// vocabulary of lm_text_cache and train.block_size.
+LmModel lm_run_model(const Config& cfg);
 /// The model a checkpoint's config.json describes (GPT-2 or LLaMA, by model_type).
 LmModel lm_model_from_config_file(const std::string& path);
 /// The model of the newest complete checkpoint under `checkpoints` (a step-N folder or its

@@ -3,8 +3,9 @@
 # at 4 images a rank), then every plugin's example config estimated and measured on 2 ranks
 # (bench/memory_estimate_check.py: vit_benchmark's allocator peak over two steps), each
 # estimate within 5 % of the measured peak; Gemini and FSDP also with the whole model one
-# unit. Bad input is refused by name: a wrong key, a model or an image size the profile is
-# not of, a missing profile, a tensor mode the cost model does not model.
+# unit; then the same for nanoGPT's baby GPT (lm_train's config, lm_benchmark measuring). Bad
+# input is refused by name: a wrong key, a model or an image size the profile is not of, a
+# missing profile, a tensor mode the cost model does not model.
 # Usage: booster_estimate.sh MPIEXEC BUILD_DIR SOURCE_DIR
 set -euo pipefail
 mpiexec=$1 build=$2 src=$3
@@ -20,6 +21,16 @@ python3 bench/memory_estimate_check.py --build "$build" --world 2 --batch 4 --pr
   "$E/gemini.toml" "$E/gemini.toml:min_chunk_size_m=32" \
   "$E/torch_fsdp.toml" "$E/torch_fsdp.toml:auto_wrap_policy=\"\"" "$E/torch_fsdp.toml:sharding_strategy=\"SHARD_GRAD_OP\"" \
   "$E/hybrid_parallel.toml" "$E/pipeline.toml" "$E/galvatron.toml"
+# The same for a language model: nanoGPT's baby GPT of shakespeare_char_baby.toml (its
+# vocabulary of the text's characters, block 256, dropout 0.2), each row's [plugin] on it.
+L="$src/examples/lm/configs/shakespeare_char_baby.toml"
+run2 "$build/tools/galvatron_profile_model" --config "$L" --set "data.cache_dir=\"$work/cache\"" --batch 4 \
+  --precision fp32 --iters 2 --rounds 1 --out "$work/P" > "$work/lm_model.log" 2>&1 || { cat "$work/lm_model.log"; exit 1; }
+python3 bench/memory_estimate_check.py --build "$build" --world 2 --batch 4 --profiles "$work/P" --max-error 0.05 \
+  --lm-config "$L" "$E/torch_ddp.toml" "$E/low_level_zero.toml" "$E/gemini.toml" "$E/gemini.toml:min_chunk_size_m=32" \
+  "$E/torch_fsdp.toml" "$E/torch_fsdp.toml:auto_wrap_policy=\"\"" "$E/hybrid_parallel.toml" "$E/pipeline.toml" \
+  "$E/galvatron.toml:galvatron_config_path=\"\",sdp=true" \
+  "$E/galvatron.toml:galvatron_config_path=\"\",global_tp_deg=2,global_checkpoint=true"
 # The human-readable form: a line a part.
 "$build/tools/booster_estimate" --config "$E/gemini.toml" --world 2 --profiles "$work/P" --set model.preset=vit-small \
   --set plugin.precision=fp32 --set train.batch_size=4 | tee "$work/est.txt"
