@@ -21,7 +21,7 @@ using galvatron::LayerStrategy;
 
 namespace {
 
-// The same strategy on every layer, on `world` ranks of `pp` stages.
+// The same strategy on every layer, in `pp` stages.
 HybridPlan uniform(int64_t layers, const LayerStrategy& s, const std::string& dp_type, int pp = 1) {
   HybridPlan p;
   p.pp_deg = pp;
