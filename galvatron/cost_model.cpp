@@ -189,6 +189,30 @@ void CostModel::peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int
   sc.memory_mb = sc.parts.total();
 }
 
+CostModel::LayerMemory CostModel::layer_memory(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows,
+                                               double stage_params, MemoryParts& held_now) const {
+  const bool replicated = plan.dp_kind(s) == DpKind::ddp, zero3 = plan.dp_kind(s) == DpKind::zero3;
+  const int dp = grad_group(s, stage);
+  const double params = model_.param_count / weight_split(s);
+  // A fetched ZeRO-3 layer and the one prefetched after it (the all-gather's output, forward
+  // and backward), or a unit of several layers held twice while it is gathered (the output
+  // and the parameters it is copied into), beside the gather's input (this rank's slice of
+  // it, communication); in backward the layer's full gradient (the profiled recompute of a
+  // checkpointed layer has it).
+  const double whole = params * beta_ / kMB;
+  const double unit = std::max(whole, std::min(zero3_unit_ / weight_split(s), stage_params) * beta_ / kMB);
+  const double fetched = zero3 ? 2 * unit : 0, sent = zero3 ? unit / dp : 0;
+  held_now = {};  // what the layer adds at the forward's end: a fetched ZeRO-3 unit, else its gradient
+  if (zero3) held_now.params = fetched, held_now.communication = sent;
+  else held_now.grads = whole;
+  const double act = layer_act_mb(s, stage, rows);
+  MemoryParts work;  // its backward's working set: the recompute of a checkpointed layer, else its activations and gradient
+  work.params = fetched, work.communication = sent;
+  if (s.checkpoint) work.activations = checkpoint_backward_mb(s) * rows / (stage / s.tp);
+  else work.activations = act, work.grads = whole;
+  return {act, whole, in_flight_grad_mb(whole, params, dp, replicated), work};
+}
+
 PlanCost CostModel::cost(const HybridPlan& plan) const {
   BOOSTER_CHECK(plan.global_bsz > 0, "cost model: the plan needs its global batch (global_bsz)");
   const int p = plan.pp_deg, stage = world_ / p;
@@ -204,10 +228,10 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     double acts = 0, sync = 0, updated = 0;
     std::vector<LayerMemory> mem;
     LayerStrategy prev = edge;
+    // The embeddings (first stage) and the head (last stage): each stage's share of them.
+    const auto share = [&](double embed) { return (k == 0 ? embed : 0) + (k == p - 1 ? 1 - embed : 0); };
     // The stage's parameters (its layers, its share of the embeddings and head): what a unit can hold at most.
-    const double stage_params = double(per[size_t(k)]) * model_.param_count +
-                                ((k == 0 ? model_.embed_param_share : 0) + (k == p - 1 ? 1 - model_.embed_param_share : 0)) *
-                                    model_.other_param_count;
+    const double stage_params = double(per[size_t(k)]) * model_.param_count + share(model_.embed_param_share) * model_.other_param_count;
     for (int64_t l = first; l < first + per[size_t(k)]; ++l) {
       const LayerStrategy& s = plan.layers[size_t(l)];
       double sy = 0;
@@ -216,38 +240,18 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
       sc.last_bwd_ms += t * (2.0 / 3.0);
       sync += sy;
       states += layer_states(plan, s, stage);
-      const bool replicated = plan.dp_kind(s) == DpKind::ddp;
-      const int dp = grad_group(s, stage);
-      const double params = model_.param_count / weight_split(s);
-      updated += params / (replicated ? 1 : dp);
-      // A fetched ZeRO-3 layer and the one prefetched after it (the all-gather's output, forward
-      // and backward), or a unit of several layers held twice while it is gathered (the
-      // output and the parameters it is copied into), beside the gather's input (this rank's
-      // slice of it, communication); in backward the layer's full gradient (the profiled
-      // recompute of a checkpointed layer has it).
-      const double whole = params * beta_ / kMB;
-      const double unit = std::max(whole, std::min(zero3_unit_ / weight_split(s), stage_params) * beta_ / kMB);
-      const bool zero3 = plan.dp_kind(s) == DpKind::zero3;
-      const double fetched = zero3 ? 2 * unit : 0, sent = zero3 ? unit / dp : 0;
-      MemoryParts held_now;  // what the layer adds at the forward's end: a fetched ZeRO-3 layer, else its gradient
-      if (zero3) held_now.params = fetched, held_now.communication = sent;
-      else held_now.grads = whole;
+      updated += model_.param_count / weight_split(s) / (plan.dp_kind(s) == DpKind::ddp ? 1 : grad_group(s, stage));
+      MemoryParts held_now;
+      const LayerMemory lm = layer_memory(plan, s, stage, rows, stage_params, held_now);
       transient = larger(transient, held_now);
-      const double act = layer_act_mb(s, stage, rows);
-      MemoryParts work;  // its backward's working set: the recompute of a checkpointed layer, else its activations and gradient
-      work.params = fetched, work.communication = sent;
-      if (s.checkpoint) work.activations = checkpoint_backward_mb(s) * rows / (stage / s.tp);
-      else work.activations = act, work.grads = whole;
-      const LayerMemory lm{act, whole, in_flight_grad_mb(whole, params, dp, replicated), work};
       acts += lm.act, grads += lm.grad;
       mem.push_back(lm);
       prev = s;
     }
     sc.fwd_bwd_ms += switch_ms(prev, edge, stage, rows);
-    // The embeddings (first stage) and the head (last stage), at vtp: each stage's share of
-    // their parameters, activations and time (under vsp whole on the group's rows: the time
-    // of all of them, the parameters whole and data parallel over the stage).
-    const auto share = [&](double embed) { return (k == 0 ? embed : 0) + (k == p - 1 ? 1 - embed : 0); };
+    // The embeddings and the head at vtp: the stage's share of their parameters, activations
+    // and time (under vsp whole on the group's rows: the time of all of them, the parameters
+    // whole and data parallel over the stage).
     const int vdp = stage / plan.vtp, odp = grad_group(boundary, stage);
     const double other_t = model_.other_fwd_bwd_ms_per_sample > 0 ? model_.other_fwd_bwd_ms_per_sample
                                                                    : 3 * model_.other_fwd_ms_per_sample;

@@ -102,6 +102,11 @@ class CostModel {
     double act = 0, whole = 0;  // whole: its gradient alone
     MemoryParts grad, work;
   };
+  /// Layer s's memory on a rank of a `stage`-rank stage for a micro-batch of `rows` stage
+  /// rows, and in `held_now` what it adds at the forward's end (a fetched ZeRO-3 unit, at
+  /// most `stage_params` parameters, else its gradient).
+  LayerMemory layer_memory(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows, double stage_params,
+                           MemoryParts& held_now) const;
   /// The backward's peak over a stage's layers (in forward order), beside `held` MB of other
   /// activations and `grads` MB of gradients staged from the start (the embeddings' and
   /// head's).

@@ -55,6 +55,12 @@ class MapModule : public Module {
 /// The stage that is the whole model: every layer, first and last.
 StageSpec whole_model(const Module& m);
 
+/// Parameters (elements) of a module, each once (a tied one once).
+int64_t parameter_count(const Module& m);
+/// Parameters of the modules stage `s` of a PipelineModule runs (its stage_modules; {0, 1,
+/// false, false}: layer 0 alone, {0, 0, true, false}: the embeddings), each once.
+int64_t stage_parameter_count(const Module& m, const StageSpec& s);
+
 /// The whole model's forward on named tensors, without the module's own hooks (the caller
 /// runs it inside call_forward): a PipelineModule's whole stage, a MapModule's forward, or
 /// a UnaryModule on inputs["input"] giving {"output"}. Any other module is an error saying

@@ -33,6 +33,17 @@ struct EstimatedRun {
   double checkpoint_ratio = 0;
 };
 
+// What both programs' configs say alike (their [model] and [train] keys share these names).
+EstimatedRun run_keys(const Config& cfg) {
+  BOOSTER_CHECK(cfg.get_string("model.pretrained").empty(), cfg.where("model.pretrained"), ": the estimate needs the "
+                "model's preset (model.preset), whose profile names it");
+  EstimatedRun r;
+  r.profile_name = cfg.get_string("model.preset");
+  r.batch = cfg.get_int("train.batch_size");
+  r.checkpoint_ratio = cfg.get_bool("model.gradient_checkpointing") ? cfg.get_float("model.gradient_checkpointing_ratio") : 0;
+  return r;
+}
+
 // vit_train's config, as vit_train reads it, and its model (lazy).
 EstimatedRun vit_run(Config& cfg) {
   const bool legacy_parallel = cfg.has("parallel");
@@ -40,15 +51,11 @@ EstimatedRun vit_run(Config& cfg) {
   examples::map_legacy_model(cfg, legacy_parallel);
   if (legacy_parallel) examples::map_legacy_parallel(cfg);
   cfg.set("model.lazy_init=true");
-  BOOSTER_CHECK(cfg.get_string("model.pretrained").empty(), cfg.where("model.pretrained"), ": the estimate needs the "
-                "model's preset (model.preset), whose profile names it");
-  EstimatedRun r;
+  EstimatedRun r = run_keys(cfg);
   const int64_t labels = cfg.get_string("data.dataset") == "fashion_mnist" ? 10 : 3;  // the classifier: tiny either way
-  r.model = examples::make_model(cfg, std::vector<std::string>(size_t(labels), "class"));
-  r.profile_name = cfg.get_string("model.preset");
-  r.seq = std::dynamic_pointer_cast<nn::ViTForImageClassification>(r.model)->config().num_patches() + 1;
-  r.batch = cfg.get_int("train.batch_size");
-  r.checkpoint_ratio = cfg.get_bool("model.gradient_checkpointing") ? cfg.get_float("model.gradient_checkpointing_ratio") : 0;
+  auto vit = examples::make_model(cfg, std::vector<std::string>(size_t(labels), "class"));
+  r.seq = vit->config().num_patches() + 1;
+  r.model = vit;
   return r;
 }
 
@@ -56,17 +63,10 @@ EstimatedRun vit_run(Config& cfg) {
 // vocabulary), and its model (lazy).
 EstimatedRun lm_run(Config& cfg) {
   cfg.apply(examples::lm_train_schema());
-  BOOSTER_CHECK(cfg.get_string("model.pretrained").empty(), cfg.where("model.pretrained"), ": the estimate needs the "
-                "model's preset (model.preset), whose profile names it");
-  EstimatedRun r;
-  {
-    nn::LazyInit lazy;
-    r.model = examples::lm_run_model(cfg).module;
-  }
-  r.profile_name = cfg.get_string("model.preset");
+  EstimatedRun r = run_keys(cfg);
+  nn::LazyInit lazy;
+  r.model = examples::lm_run_model(cfg).module;
   r.seq = cfg.get_int("train.block_size");
-  r.batch = cfg.get_int("train.batch_size");
-  r.checkpoint_ratio = cfg.get_bool("model.gradient_checkpointing") ? cfg.get_float("model.gradient_checkpointing_ratio") : 0;
   return r;
 }
 
@@ -77,17 +77,11 @@ void check_profile(const gv::ModelProfile& mp, const EstimatedRun& run, const st
   BOOSTER_CHECK(mp.seq == run.seq, "the model profile of ", name, " in ", profiles, " was made at ", mp.seq,
                 " tokens a sample, the config's model has ", run.seq, " (its model.image_size or train.block_size): "
                 "profile it at this size with galvatron_profile_model");
-  const auto& pm = dynamic_cast<const nn::PipelineModule&>(model);
-  const auto paths = pm.stage_modules({0, 1, false, false});
-  double layer = 0;
-  for (auto& [n, p] : model.named_parameters())
-    for (auto& path : paths)
-      if (n.compare(0, path.size() + 1, path + ".") == 0) layer += double(p.numel());
+  const double layer = double(nn::stage_parameter_count(model, {0, 1, false, false}));
   BOOSTER_CHECK(layer == mp.param_count, "the model profile of ", name, " in ", profiles, " has ", (long long)mp.param_count,
                 " parameters a layer, the config's model ", (long long)layer, ": profile this model with galvatron_profile_model");
-  double all = 0;
-  for (auto& [n, p] : model.named_parameters()) all += double(p.numel());
-  const double other = all - layer * double(pm.num_pipeline_layers());  // the embeddings and head: the vocabulary's
+  const double layers = double(dynamic_cast<const nn::PipelineModule&>(model).num_pipeline_layers());
+  const double other = double(nn::parameter_count(model)) - layer * layers;  // the embeddings and head: the vocabulary's
   BOOSTER_CHECK(std::abs(other - mp.other_param_count) <= 0.02 * std::max(other, mp.other_param_count), "the model "
                 "profile of ", name, " in ", profiles, " has ", (long long)mp.other_param_count, " parameters beside its "
                 "layers, the config's model ", (long long)other, " (another vocabulary or head): profile this model "
@@ -134,9 +128,12 @@ int main(int argc, char** argv) {
     const gv::StageCost* top = &cost.stages.front();
     for (const auto& st : cost.stages) if (st.memory_mb > top->memory_mb) top = &st;
     // cpu_offload: the masters and optimizer states live on the disk tier, not in RAM.
-    gv::MemoryParts ram = top->parts;
-    const double disk = mp.offload_states ? ram.masters + ram.optimizer : 0;
-    if (mp.offload_states) ram.masters = ram.optimizer = 0;
+    const auto in_ram = [&](gv::MemoryParts p) {
+      if (mp.offload_states) p.masters = p.optimizer = 0;
+      return p;
+    };
+    const gv::MemoryParts ram = in_ram(top->parts);
+    const double disk = top->parts.total() - ram.total();
     if (json) {
       std::string parts;
       for (const auto& [name, mb] : ram.named()) parts += ", \"" + std::string(name) + "\": " + std::to_string(mb);
@@ -150,8 +147,7 @@ int main(int argc, char** argv) {
                 mp.precision.c_str(), (long long)mp.plan.global_bsz, world, mp.plan.summary(world).c_str());
     for (size_t k = 0; k < cost.stages.size(); ++k) {
       const auto& st = cost.stages[k];
-      gv::MemoryParts p = st.parts;
-      if (mp.offload_states) p.masters = p.optimizer = 0;
+      const gv::MemoryParts p = in_ram(st.parts);
       std::printf("%s: peak %.1f MB a rank, in the %s\n", cost.stages.size() > 1 ? ("stage " + std::to_string(k)).c_str()
                                                                                : "every rank",
                   p.total(), st.peak_at);

@@ -358,18 +358,8 @@ gv::ModelProfile median_of(std::vector<gv::ModelProfile> rounds) {
 // A layer's parameters and the rest's (the embeddings' share of them), from a model of one layer.
 void count_parameters(const Family& f, gv::ModelProfile& p) {
   const auto m = f.make(1);
-  const auto& pm = dynamic_cast<const nn::PipelineModule&>(*m);
-  auto under = [](const std::string& name, const std::vector<std::string>& paths) {
-    for (auto& q : paths)
-      if (name.compare(0, q.size() + 1, q + ".") == 0) return true;
-    return false;
-  };
-  const auto layer_paths = pm.stage_modules({0, 1, false, false}), embed_paths = pm.stage_modules({0, 0, true, false});
-  double layer = 0, all = 0, embed = 0;
-  for (auto& [n, t] : m->named_parameters()) {
-    (under(n, layer_paths) ? layer : all) += double(t.numel());
-    if (under(n, embed_paths)) embed += double(t.numel());
-  }
+  const double layer = double(nn::stage_parameter_count(*m, {0, 1, false, false}));
+  const double all = double(nn::parameter_count(*m)) - layer, embed = double(nn::stage_parameter_count(*m, {0, 0, true, false}));
   p.param_count = layer, p.other_param_count = all, p.embed_param_share = embed / all;
 }
 
