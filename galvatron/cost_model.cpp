@@ -85,12 +85,23 @@ CostModel::CostModel(HardwareProfile hw, ModelProfile model, int world, std::str
 MemoryParts CostModel::states_per_param(DpKind kind, int dp) const {
   // At the peak (the end of a forward) a parameter holds its working copy, its fp32 master
   // and two Adam states (12 bytes); its gradient comes as the activations go (the transient).
+  // DDP through ddp::Reducer holds its bucket instead of a master in fp32, beside it otherwise.
   const double split = kind == DpKind::ddp ? 1.0 : 1.0 / dp;
   MemoryParts b;
   b.params = kind == DpKind::zero3 ? beta_ / dp : beta_;
   b.masters = 4.0 * split;
   b.optimizer = 8.0 * split;
+  if (kind == DpKind::ddp && ddp_buckets_) {  // ddp::Reducer's bucket; masters only under mixed precision
+    b.communication = beta_;
+    if (beta_ == 4.0) b.masters = 0;
+  }
   return b;
+}
+
+MemoryParts CostModel::staged_grad_mb(double mb, double params, int dp, DpKind kind) const {
+  MemoryParts g = in_flight_grad_mb(mb, params, dp, kind == DpKind::ddp);
+  if (kind == DpKind::zero2 && zero1_) g.grads += mb;  // stage 1 keeps its own beside the staged copy
+  return g;
 }
 
 int CostModel::weight_split(const LayerStrategy& s) { return s.ulysses() ? 1 : s.tp; }
@@ -191,7 +202,7 @@ void CostModel::peak_memory(StageCost& sc, StageMemory s, int64_t in_flight, int
 
 CostModel::LayerMemory CostModel::layer_memory(const HybridPlan& plan, const LayerStrategy& s, int stage, double rows,
                                                double stage_params, MemoryParts& held_now) const {
-  const bool replicated = plan.dp_kind(s) == DpKind::ddp, zero3 = plan.dp_kind(s) == DpKind::zero3;
+  const bool zero3 = plan.dp_kind(s) == DpKind::zero3;
   const int dp = grad_group(s, stage);
   const double params = model_.param_count / weight_split(s);
   // A fetched ZeRO-3 layer and the one prefetched after it (the all-gather's output, forward
@@ -210,7 +221,7 @@ CostModel::LayerMemory CostModel::layer_memory(const HybridPlan& plan, const Lay
   work.params = fetched, work.communication = sent;
   if (s.checkpoint) work.activations = checkpoint_backward_mb(s) * rows / (stage / s.tp);
   else work.activations = act, work.grads = whole;
-  return {act, whole, in_flight_grad_mb(whole, params, dp, replicated), work};
+  return {act, whole, staged_grad_mb(whole, params, dp, plan.dp_kind(s)), work};
 }
 
 PlanCost CostModel::cost(const HybridPlan& plan) const {
@@ -259,7 +270,7 @@ PlanCost CostModel::cost(const HybridPlan& plan) const {
     const DpKind okind = plan.embed_sdp ? DpKind::zero3 : plan.dp_kind({});
     const double other_params = share(model_.embed_param_share) * model_.other_param_count / weight_split(boundary);
     states += states_per_param(okind, odp) * (other_params / kMB);
-    const MemoryParts other_grads = in_flight_grad_mb(other_params * beta_ / kMB, other_params, odp, okind == DpKind::ddp);
+    const MemoryParts other_grads = staged_grad_mb(other_params * beta_ / kMB, other_params, odp, okind);
     grads += other_grads;
     updated += other_params / (okind == DpKind::ddp ? 1 : odp);
     sc.optimizer_ms = updated * model_.optimizer_ms_per_param;

@@ -79,6 +79,17 @@ class CostModel {
   /// ZeRO-3 gathers at least `params` parameters at once (a Gemini chunk, an FSDP unit
   /// holding several layers or the whole model; 0: a layer, as GalvatronPlugin buckets them).
   void set_zero3_unit(double params) { zero3_unit_ = params; }
+  /// Data-parallel (DDP) layers reduce through ddp::Reducer's buckets (torch_ddp, FSDP's
+  /// NO_SHARD, HybridParallel's zero_stage 0), not the ZeRO engine's (GalvatronPlugin): the
+  /// buckets stay allocated between steps (a copy of the gradients in the working
+  /// precision, on any data-parallel degree), and the fp32 masters exist only under mixed
+  /// precision (the ZeRO engine keeps them in fp32 too).
+  void set_ddp_buckets(bool on) { ddp_buckets_ = on; }
+  /// The ZeRO-2 layers run ZeRO stage 1 (LowLevelZero's stage 1, HybridParallel's
+  /// zero_stage 1): each keeps its whole gradient in the working precision beside the copy
+  /// its reduction sends (the reduction assumed in flight until the backward ends, as for
+  /// stage 2: an upper bound when the network keeps up with the backward).
+  void set_zero1(bool on) { zero1_ = on; }
 
   const ModelProfile& model() const { return model_; }
   const HardwareProfile& hardware() const { return hw_; }
@@ -87,6 +98,9 @@ class CostModel {
  private:
   /// A parameter's model states at the peak, bytes by part.
   MemoryParts states_per_param(DpKind kind, int dp) const;
+  /// A gradient of `params` parameters (`mb` MB) as the backward leaves it: staged for its
+  /// reduction over `dp` ranks, the reduction's buffers, and under stage 1 its own copy.
+  MemoryParts staged_grad_mb(double mb, double params, int dp, DpKind kind) const;
   /// What a layer's weights are split into (its tp; whole under Ulysses) and the ranks its
   /// gradients are reduced over (stage / tp; the whole stage under Ulysses).
   static int weight_split(const LayerStrategy& s);
@@ -124,6 +138,8 @@ class CostModel {
   int world_;
   double beta_;  // bytes of the working precision
   double zero3_unit_ = 0;  // parameters a ZeRO-3 gather fetches at once (0: a layer)
+  bool ddp_buckets_ = false;  // DDP layers reduce through ddp::Reducer's buckets
+  bool zero1_ = false;        // the ZeRO-2 layers are stage 1
 };
 
 }  // namespace booster::galvatron

@@ -80,6 +80,7 @@ MemoryPlan ddp_plan(Run& r, const std::string& name, const std::string& booster_
   if (!name.empty()) TorchDDPOptions::from_config(r.cfg, r.table);  // its keys checked
   MemoryPlan out = blank(r);
   out.plan = uniform(r.layers, {}, "ddp");
+  out.ddp_buckets = !name.empty();  // without a plugin the Booster reduces nothing
   out.precision = resolve_precision(booster_precision.empty() ? "fp32" : booster_precision);
   out.what = (name.empty() ? "no plugin" : "torch_ddp") + std::string(": every layer data parallel (DDP)");
   return out;
@@ -91,6 +92,7 @@ MemoryPlan low_level_zero_plan(Run& r) {
   out.plan = uniform(r.layers, {}, "zero2");
   out.precision = resolve_precision(o.precision);
   out.offload_states = o.cpu_offload;
+  out.zero1 = o.stage == 1;
   out.what = "low_level_zero: ZeRO-" + std::to_string(o.stage) + " over " + std::to_string(r.world) + " ranks";
   return out;
 }
@@ -133,6 +135,7 @@ MemoryPlan torch_fsdp_plan(Run& r) {
     out.what = "torch_fsdp: FULL_SHARD (ZeRO-3), " + describe_fsdp_units(units, params, o);
   } else {
     out.plan = uniform(r.layers, {}, o.sharding_strategy == "NO_SHARD" ? "ddp" : "zero2");
+    out.ddp_buckets = o.sharding_strategy == "NO_SHARD";
     out.what = "torch_fsdp: " + o.sharding_strategy + (o.sharding_strategy == "NO_SHARD" ? " (DDP)" : " (ZeRO-2)");
   }
   out.precision = resolve_precision(o.param_dtype);
@@ -169,6 +172,8 @@ MemoryPlan hybrid_parallel_plan(Run& r) {
     out.plan.chunks = o.num_microbatches > 0 ? o.num_microbatches : std::max<int64_t>(1, r.batch / o.microbatch_size);
   }
   out.dp = r.world / (tp * o.pp_size);
+  out.ddp_buckets = o.zero.stage == 0;
+  out.zero1 = o.zero.stage == 1;
   out.megatron_sp = o.enable_sequence_parallelism && !ulysses;
   out.precision = resolve_precision(o.zero.precision);
   out.offload_states = o.zero.cpu_offload;

@@ -1,6 +1,7 @@
 // What a run config's plugin does to each rank's memory, in the terms of Galvatron's cost
 // model (galvatron/cost_model.h), so that one model estimates every plugin (booster_estimate):
-//   torch_ddp                  every layer DDP (the Booster's mixed_precision)
+//   torch_ddp                  every layer DDP, reduced through ddp::Reducer (as NO_SHARD and
+//                              zero_stage 0 below; the Booster's mixed_precision)
 //   low_level_zero             ZeRO-1/2 over the world (its precision)
 //   gemini                     ZeRO-3 on every layer and on the embeddings and head, gathered a
 //                              chunk at a time (the chunk size as Gemini searches it)
@@ -28,6 +29,8 @@ struct MemoryPlan {
   std::string precision;          // the working precision: fp32, bf16 or fp16
   double zero3_unit_params = 0;   // parameters a ZeRO-3 gather fetches at once (0: a layer)
   bool offload_states = false;    // masters and optimizer states on the disk tier (cpu_offload)
+  bool ddp_buckets = false;       // DDP layers reduce through ddp::Reducer (buckets kept between steps)
+  bool zero1 = false;             // ZeRO stage 1: whole gradients kept beside the reduction's
   bool megatron_sp = false;       // Megatron's sequence parallelism in the tensor-parallel layers (split_gather)
   int dp = 1;                     // data-parallel replicas (each takes plan.global_bsz / dp rows a step)
   std::string what;               // one line: the plugin and what it amounts to

@@ -124,6 +124,8 @@ int main(int argc, char** argv) {
                   mp.megatron_sp ? "with" : "without", " galvatron_profile_model --sequence-parallel");
     gv::CostModel cm(hw, model_profile, world, mp.precision);
     cm.set_zero3_unit(mp.zero3_unit_params);
+    cm.set_ddp_buckets(mp.ddp_buckets);
+    cm.set_zero1(mp.zero1);
     const gv::PlanCost cost = cm.cost(mp.plan);
     const gv::StageCost* top = &cost.stages.front();
     for (const auto& st : cost.stages) if (st.memory_mb > top->memory_mb) top = &st;

@@ -90,6 +90,23 @@ bool sum_into_avx512(void* dst, DType dst_t, const void* own, DType own_t, const
   return done;
 }
 
+// dst = f(own, in) over n elements of their own float dtypes, a piece at a time through f32
+// on the stack (f(x, y, len) leaves its result in x), rounded once into dst's dtype.
+template <typename F>
+void through_f32(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n, F f) {
+  auto at = [](const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); };
+  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+    alignas(64) float x[kPiece], y[kPiece];
+    for (int64_t i = b; i < e; i += kPiece) {
+      const int64_t len = std::min(kPiece, e - i);
+      convert_serial(at(own, own_t, i), own_t, x, DType::f32, len);
+      convert_serial(at(in, in_t, i), in_t, y, DType::f32, len);
+      f(x, y, len);
+      convert_serial(x, DType::f32, const_cast<char*>(at(dst, dst_t, i)), dst_t, len);
+    }
+  });
+}
+
 // dst = (own + in) scale over n elements, each array of its own float dtype, computed in f32
 // and rounded once into dst's dtype; dst may be own. All f32 and in place: combine's loop;
 // f32 and bf16 on AVX-512 CPUs: 16 lanes at a time (a bf16 all-reduce of ViT-B's 344 MB on 2
@@ -102,17 +119,20 @@ void sum_into(void* dst, DType dst_t, const void* own, DType own_t, const void* 
     return;
   }
   if (sum_into_avx512(dst, dst_t, own, own_t, in, in_t, n, scale)) return;
-  auto at = [](const void* p, DType t, int64_t i) { return static_cast<const char*>(p) + i * int64_t(dtype_size(t)); };
-  parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-    alignas(64) float x[kPiece], y[kPiece];
-    for (int64_t i = b; i < e; i += kPiece) {
-      const int64_t len = std::min(kPiece, e - i);
-      convert_serial(at(own, own_t, i), own_t, x, DType::f32, len);
-      convert_serial(at(in, in_t, i), in_t, y, DType::f32, len);
+  through_f32(dst, dst_t, own, own_t, in, in_t, n, [scale](float* x, const float* y, int64_t len) {
 #pragma omp simd
-      for (int64_t j = 0; j < len; ++j) x[j] = (x[j] + y[j]) * scale;
-      convert_serial(x, DType::f32, const_cast<char*>(at(dst, dst_t, i)), dst_t, len);
-    }
+    for (int64_t j = 0; j < len; ++j) x[j] = (x[j] + y[j]) * scale;
+  });
+}
+
+// dst = op(own, in) over n elements of their own float dtypes, computed in f32 and rounded
+// once into dst's dtype (sums also scaled): sum_into for sums, through_f32 for max and min.
+void reduce_into(void* dst, DType dst_t, const void* own, DType own_t, const void* in, DType in_t, int64_t n, ReduceOp op,
+                 float scale) {
+  if (op == ReduceOp::sum || op == ReduceOp::avg) return sum_into(dst, dst_t, own, own_t, in, in_t, n, scale);
+  const bool max = op == ReduceOp::max;
+  through_f32(dst, dst_t, own, own_t, in, in_t, n, [max](float* x, const float* y, int64_t len) {
+    for (int64_t j = 0; j < len; ++j) x[j] = max ? std::max(x[j], y[j]) : std::min(x[j], y[j]);
   });
 }
 
@@ -174,43 +194,56 @@ WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, co
   auto w = std::make_shared<Work>("reduce_scatter", g);
   const int n = g.size(), r = g.rank();
   const int64_t c = output.numel();
-  // The rounds accumulate in place in an fp32 copy of the input (the input stays untouched),
-  // or in the input itself when the caller gave it up and it is a contiguous fp32 buffer.
-  Tensor buf = input.detach().to(DType::f32).contiguous();
-  const bool in_place = input_is_scratch && input.dtype() == DType::f32 && input.is_contiguous();
-  if (!in_place && (buf.is_same(input) || buf.shares_storage(input))) buf = buf.clone();
+  const Tensor src = input.detach().contiguous();
+  const DType dt = src.dtype();
+  // The partial sums of the rounds before the last (n > 2) are f32: in the input's own blocks
+  // when the caller gave up a contiguous f32 input, else in one f32 block (a bf16 gradient
+  // is not widened whole: that held an f32 copy of the whole input while in flight).
+  const bool in_place = input_is_scratch && dt == DType::f32 && input.is_contiguous() && src.shares_storage(input);
+  Tensor part = n > 2 && !in_place ? Tensor::empty({c}) : Tensor();
   const Pieces pc(c);
-  Tensor tmp = Tensor::empty({pc.size});
-  Tensor out = output;
+  Tensor recv = Tensor::empty({pc.size});  // f32 room; the first round reads it as dt
+  Tensor out = output.detach().view({-1});
+  char* base = static_cast<char*>(const_cast<void*>(src.raw_data()));
+  char* dst_final = static_cast<char*>(out.raw_data());
+  float* partial = part.defined() ? part.data<float>() : nullptr;
+  const int64_t es = int64_t(dtype_size(dt));
   const int tag = g.next_collective_tag();
-  auto step = std::make_shared<int64_t>(0);  // round s, piece k: s per_round + k
-  float* base = buf.data<float>();
-  float* in = tmp.data<float>();
   const int next = (r + 1) % n, prev = (r - 1 + n) % n;
   const ProcessGroup* pg = &g;
   Work* wp = w.get();  // the phases belong to the Work: no reference back to it
-  auto post = [wp, base, in, c, n, r, next, prev, tag, pg, pc](int64_t t) {
+  const auto block = [n](int64_t i) { return (i % n + n) % n; };
+  // Where round s's partial sum of piece k lives (its block b's piece in place, else part).
+  const auto partial_at = [=](int64_t b, int64_t k) -> void* {
+    return in_place ? static_cast<void*>(base + (b * c + k * pc.size) * es) : partial + k * pc.size;
+  };
+  // Round s, piece k: send piece k of block r - s - 1 (this rank's own values in round 0,
+  // then the partial sum it made last round), receive piece k of block r - s - 2.
+  auto post = [=](int64_t t) {
     const int64_t s = t / pc.per_round, k = t % pc.per_round, len = pc.len(c, k);
-    const int64_t send_block = ((r - s - 1) % n + n) % n;
-    post_exchange(*wp, "reduce_scatter", base + send_block * c + k * pc.size, len, in, len, DType::f32, next, prev, tag,
-                  *pg);
+    const int64_t sb = block(r - s - 1);
+    const bool wide = s > 0;
+    const void* from = wide ? partial_at(sb, k) : base + (sb * c + k * pc.size) * es;
+    post_exchange(*wp, "reduce_scatter", from, len, recv.raw_data(), len, wide ? DType::f32 : dt, next, prev, tag, *pg);
   };
   if (n > 1) post(0);
-  w->next_phase = [step, post, base, in, c, n, r, op, pc]() {
+  auto step = std::make_shared<int64_t>(0);
+  // The received piece gets this rank's values; the last round's is the result, rounded once.
+  w->next_phase = [=]() {
     if (n == 1) return false;
-    const int64_t s = *step / pc.per_round, k = *step % pc.per_round, len = pc.len(c, k);
-    const int64_t recv_block = ((r - s - 2) % n + n) % n;
-    if (len > 0) combine(base + recv_block * c + k * pc.size, in, len, op);
+    const int64_t t = *step, s = t / pc.per_round, k = t % pc.per_round, len = pc.len(c, k);
+    const int64_t rb = block(r - s - 2);
+    const bool final = s == n - 2;
+    const void* own = base + (rb * c + k * pc.size) * es;
+    void* dst = final ? dst_final + k * pc.size * es : partial_at(rb, k);
+    const float scale = final && op == ReduceOp::avg ? float(1.0 / n) : 1.0f;
+    if (len > 0) reduce_into(dst, final ? dt : DType::f32, own, dt, recv.raw_data(), s > 0 ? DType::f32 : dt, len, op, scale);
     if (++*step >= (n - 1) * pc.per_round) return false;
     post(*step);
     return true;
   };
-  w->on_complete = [buf, out, c, r, n, op]() mutable {
-    Tensor mine = buf.narrow(0, int64_t(r) * c, c);
-    if (op == ReduceOp::avg) kernels::scale_(mine, 1.0 / n);
-    out.detach().view({-1}).copy_(mine);
-  };
-  w->keep_alive = {buf, tmp, input, output};
+  if (n == 1) out.copy_(src.view({-1}));
+  w->keep_alive = {src, part, recv, input, output, out};
   return w;
 }
 

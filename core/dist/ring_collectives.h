@@ -23,6 +23,10 @@ void set_ring_avx512(bool on);
 /// accumulation). n - 1 rounds: in round s rank r sends block (r - s - 1) mod n to the next
 /// rank and adds the block (r - s - 2) mod n it receives from the previous one, so after
 /// the last round it holds the reduction of block r; each rank moves (n - 1) / n of input.
+/// A bf16/f16 input is not widened whole: round 0 sends its own values, the partial sums
+/// of the rounds between (n > 2) move as f32 through one block, and the last round's sum is
+/// rounded once into output. The input is untouched unless input_is_scratch (an f32 input
+/// then holds the partial sums in place).
 WorkPtr ring_reduce_scatter(Tensor& output, const Tensor& input, ReduceOp op, const ProcessGroup& g,
                             bool input_is_scratch = false);
 

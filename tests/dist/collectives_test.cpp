@@ -7,6 +7,7 @@
 #include "core/dist/collectives.h"
 #include "core/dist/ring_collectives.h"
 #include "core/dist/runtime.h"
+#include "core/tensor/allocator.h"
 
 using namespace booster;
 using namespace booster::dist;
@@ -45,6 +46,16 @@ void expect_values(const Tensor& t, const std::function<double(int64_t)>& want, 
   for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], float(want(int64_t(i)))) << what << " element " << i;
 }
 
+// op over the ranks' value(r, at).
+double reduced(ReduceOp op, int n, int64_t at) {
+  double s = 0;
+  for (int r = 0; r < n; ++r) s += value(r, at);
+  if (op == ReduceOp::avg) return s / n;
+  if (op == ReduceOp::max) return value(n - 1, at);
+  if (op == ReduceOp::min) return value(0, at);
+  return s;
+}
+
 TEST_P(Collectives, AllReduce) {
   const auto [dt, async] = GetParam();
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
@@ -53,14 +64,7 @@ TEST_P(Collectives, AllReduce) {
     auto w = all_reduce(t, op, ProcessGroup::world(), async);
     w->wait();
     EXPECT_TRUE(w->is_completed());
-    expect_values(t, [&](int64_t i) {
-      double s = 0;
-      for (int r = 0; r < n; ++r) s += value(r, i);
-      if (op == ReduceOp::avg) return s / n;
-      if (op == ReduceOp::max) return value(n - 1, i);
-      if (op == ReduceOp::min) return value(0, i);
-      return s;
-    }, "all_reduce");
+    expect_values(t, [&](int64_t i) { return reduced(op, n, i); }, "all_reduce");
   }
 }
 
@@ -80,12 +84,11 @@ TEST_P(Collectives, AllReduceCoalesced) {
 TEST_P(Collectives, ReduceScatterAndAllGather) {
   const auto [dt, async] = GetParam();
   Tensor in = make(me, len * n, dt), out = Tensor::empty({len}, dt);
-  reduce_scatter(out, in, ReduceOp::sum, ProcessGroup::world(), async)->wait();
-  expect_values(out, [&](int64_t i) {
-    double s = 0;
-    for (int r = 0; r < n; ++r) s += value(r, me * len + i);
-    return s;
-  }, "reduce_scatter");
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+    if (op != ReduceOp::sum && !is_floating(dt)) continue;
+    reduce_scatter(out, in, op, ProcessGroup::world(), async)->wait();
+    expect_values(out, [&](int64_t i) { return reduced(op, n, me * len + i); }, "reduce_scatter");
+  }
   // The input given up as scratch (reduced in place where it is an fp32 buffer): the same
   // sums; without that, the input is left as it was.
   Tensor scratch = in.clone(), out2 = Tensor::empty({len}, dt);
@@ -103,6 +106,22 @@ TEST_P(Collectives, ReduceScatterAndAllGather) {
   for (int r = 0; r < n; ++r) list.push_back(Tensor::empty({len}, dt));
   all_gather(list, mine, ProcessGroup::world(), async)->wait();
   for (int r = 0; r < n; ++r) expect_values(list[size_t(r)], [&](int64_t i) { return value(r, i); }, "all_gather list");
+}
+
+// A bf16 reduce-scatter holds no f32 copy of its input while in flight: beside the output,
+// one f32 piece to receive into, and with more than 2 ranks one f32 block of partial sums.
+TEST(CollectivesMemory, Bf16ReduceScatterDoesNotWidenItsInput) {
+  const int n = world_size(), me = world_rank();
+  const int64_t c = int64_t(1) << 18;
+  Tensor in = make(me, c * n, DType::bf16), out = Tensor::empty({c}, DType::bf16);
+  const size_t before = host_tier().bytes_in_use();
+  host_tier().reset_peak();
+  auto w = reduce_scatter(out, in, ReduceOp::avg, ProcessGroup::world(), /*async_op=*/true);
+  w->wait();
+  const size_t extra = host_tier().peak_bytes() - before;
+  const size_t most = size_t(std::min(c, ring_piece_elements())) * 4 + (n > 2 ? size_t(c) * 4 : 0);
+  EXPECT_LE(extra, most) << "a bf16 reduce-scatter of " << in.nbytes() << " bytes held " << extra << " bytes more";
+  expect_values(out.narrow(0, 0, 64), [&](int64_t i) { return reduced(ReduceOp::avg, n, me * c + i); }, "reduce_scatter");
 }
 
 TEST_P(Collectives, BroadcastReduceSendRecv) {

@@ -3,7 +3,8 @@
 # at 4 images a rank), then every plugin's example config estimated and measured on 2 ranks
 # (bench/memory_estimate_check.py: vit_benchmark's allocator peak over two steps), each
 # estimate within 5 % of the measured peak; Gemini and FSDP also with the whole model one
-# unit; then the same for nanoGPT's baby GPT (lm_train's config, lm_benchmark measuring). Bad
+# unit; then the same for nanoGPT's baby GPT (lm_train's config, lm_benchmark measuring), and
+# some of both in bf16. Bad
 # input is refused by name: a wrong key, a model or an image size the profile is not of, a
 # missing profile, a tensor mode the cost model does not model.
 # Usage: booster_estimate.sh MPIEXEC BUILD_DIR SOURCE_DIR
@@ -31,6 +32,19 @@ python3 bench/memory_estimate_check.py --build "$build" --world 2 --batch 4 --pr
   "$E/torch_fsdp.toml" "$E/torch_fsdp.toml:auto_wrap_policy=\"\"" "$E/hybrid_parallel.toml" "$E/pipeline.toml" \
   "$E/galvatron.toml:galvatron_config_path=\"\",sdp=true" \
   "$E/galvatron.toml:galvatron_config_path=\"\",global_tp_deg=2,global_checkpoint=true"
+# bf16 (profiles of their own: the refusal below needs P without them): the rows that differ
+# from fp32 in what they hold (DDP's buckets beside the masters; ZeRO-1's whole gradients
+# beside the bf16 reduce-scatter's buffers), ViT and baby GPT.
+mkdir -p "$work/B" && cp "$work"/P/*bandwidth* "$work"/P/overlap_coefficient.json "$work/B/"
+run2 "$build/tools/galvatron_profile_model" --model vit-small --batch 4 --precision bf16 --iters 2 --rounds 1 \
+  --out "$work/B" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
+python3 bench/memory_estimate_check.py --build "$build" --world 2 --batch 4 --precision bf16 --profiles "$work/B" \
+  --max-error 0.05 "$E/torch_ddp.toml" "$E/low_level_zero.toml" "$E/low_level_zero.toml:stage=1" "$E/gemini.toml" \
+  "$E/hybrid_parallel.toml" "$E/pipeline.toml"
+run2 "$build/tools/galvatron_profile_model" --config "$L" --set "data.cache_dir=\"$work/cache\"" --batch 4 \
+  --precision bf16 --iters 2 --rounds 1 --out "$work/B" > "$work/lm_bf16.log" 2>&1 || { cat "$work/lm_bf16.log"; exit 1; }
+python3 bench/memory_estimate_check.py --build "$build" --world 2 --batch 4 --precision bf16 --profiles "$work/B" \
+  --max-error 0.05 --lm-config "$L" "$E/torch_ddp.toml" "$E/low_level_zero.toml:stage=1" "$E/hybrid_parallel.toml"
 # The human-readable form: a line a part.
 "$build/tools/booster_estimate" --config "$E/gemini.toml" --world 2 --profiles "$work/P" --set model.preset=vit-small \
   --set plugin.precision=fp32 --set train.batch_size=4 | tee "$work/est.txt"
