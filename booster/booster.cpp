@@ -9,6 +9,7 @@
 #include "booster/mixed_precision.h"
 #include "core/dist/collectives.h"
 #include "core/dist/runtime.h"
+#include "core/kernels/dispatch.h"
 #include "nn/lazy.h"
 
 #include <algorithm>
@@ -42,6 +43,7 @@ Booster::Booster(std::shared_ptr<Plugin> plugin, const std::string& requested_pr
 
 void Booster::configure(BoostedObjects& o) {
   boosted_.push_back(o.model->module().get());
+  kernels::set_fused_kernels(plugin_ ? plugin_->fused_kernels() : kernels::FusedKernels{});
   if (plugin_) plugin_->configure(o);
   BOOSTER_CHECK(o.model != nullptr, "Booster.boost: plugin '", plugin_ ? plugin_->name() : "", "' left no model");
   if (!mixed_precision_.empty()) {

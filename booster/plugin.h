@@ -13,6 +13,7 @@
 
 #include "booster/boosted_objects.h"
 #include "core/dist/process_group.h"
+#include "core/kernels/dispatch.h"
 #include "data/dataloader.h"
 #include "optim/lr_scheduler.h"
 
@@ -65,6 +66,9 @@ class Plugin {
   virtual bool control_checkpoint_io() const = 0;
   virtual bool support_no_sync() const = 0;
   virtual bool support_pipeline() const { return false; }
+  /// The kernels the boosted model's attention and norms run (Booster::boost sets them
+  /// process-wide): the fused ones unless the plugin's switches say otherwise.
+  virtual kernels::FusedKernels fused_kernels() const { return {}; }
   /// True when the plugin's model runs under Booster's split_batch: its parameters stay
   /// whole through forward and backward, nothing hooks its modules, and it reads gradients
   /// only once they are accumulated.

@@ -1,6 +1,7 @@
 // The ZeRO optimizer leaf (see zero_optimizer.h).
 #include "zero/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -16,10 +17,9 @@ LowLevelZeroOptimizer::LowLevelZeroOptimizer(std::shared_ptr<optim::Optimizer> o
     : OptimizerLeaf(std::move(optim)), eng_(std::move(engine)), opts_(opts),
       scaling_(opts.precision, opts.scaler) {
   // A layer-wise optimizer (Lamb, Lars) steps on the chunks with its per-parameter norms summed
-  // over the group (step_on_shards), where every part is split over one group.
-  BOOSTER_CHECK(optim_->elementwise() || (optim_->layerwise() && eng_->layout().uniform()), "ZeRO: ",
-                optim_->type_name(), " needs whole-tensor norms, summed here only over one data-parallel group; a "
-                "layerwise plan's groups are not supported with it: use Adam, AdamW, HybridAdam or SGD");
+  // over each part's group (step_on_shards).
+  BOOSTER_CHECK(optim_->elementwise() || optim_->layerwise(), "ZeRO: ", optim_->type_name(),
+                " is neither element-wise nor layer-wise: it cannot step on shards");
   if (!optim_->elementwise())
     for (size_t i = 0; i < eng_->layout().parts().size(); ++i)
       BOOSTER_CHECK(!eng_->shards().at(i).offloaded, "ZeRO: ", optim_->type_name(), " with offloaded optimizer states "
@@ -33,14 +33,25 @@ std::vector<std::string> LowLevelZeroOptimizer::part_names() const {
 }
 
 void LowLevelZeroOptimizer::sum_over_group(std::vector<std::vector<double>>& sums) const {
-  const auto& g = eng_->layout().group();
-  if (g.size() == 1) return;
-  std::vector<double> flat;
-  for (auto& s : sums) flat.insert(flat.end(), s.begin(), s.end());
-  flat = dist::all_reduce_doubles(std::move(flat), dist::ReduceOp::sum, g);  // the chunks are disjoint
-  size_t k = 0;
-  for (auto& s : sums)
-    for (double& v : s) v = flat[k++];
+  // sums[i]: part i's partial sums. A split part's chunks are disjoint over its group: each
+  // group's parts summed in one all-reduce, the groups in the order of their first part (the
+  // same on every rank of a group, so no two ranks wait on each other's next group); a part
+  // kept whole (a layerwise plan's DDP layer) has its whole sums already.
+  const auto& parts = eng_->layout().parts();
+  std::vector<const dist::ProcessGroup*> groups;
+  for (const Part& p : parts)
+    if (!p.replicated && p.group->size() > 1 && std::find(groups.begin(), groups.end(), p.group) == groups.end())
+      groups.push_back(p.group);
+  for (const dist::ProcessGroup* g : groups) {
+    std::vector<double> flat;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].group == g && !parts[i].replicated) flat.insert(flat.end(), sums[i].begin(), sums[i].end());
+    flat = dist::all_reduce_doubles(std::move(flat), dist::ReduceOp::sum, *g);
+    size_t k = 0;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (parts[i].group == g && !parts[i].replicated)
+        for (double& v : sums[i]) v = flat[k++];
+  }
 }
 
 void LowLevelZeroOptimizer::backward(const Tensor& loss, bool retain_graph) {

@@ -59,7 +59,8 @@ class LowLevelZeroOptimizer : public OptimizerLeaf {
   std::vector<Tensor> chunks() const;
   /// Every part's parameter name, in the layout's order (the same on every rank of the group).
   std::vector<std::string> part_names() const;
-  /// A layer-wise optimizer's partial sums of every part summed over the group (one all-reduce).
+  /// A layer-wise optimizer's partial sums of every part summed over its group (one
+  /// all-reduce a data-parallel group of the layout).
   void sum_over_group(std::vector<std::vector<double>>& sums) const;
   // Offload: the state of part i in RAM for its update, and back to the store after.
   void prefetch_state(size_t i);

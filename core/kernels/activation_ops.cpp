@@ -138,10 +138,12 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
 
 Tensor dropout(const Tensor& x, double p, bool training) { return dropout(x, p, training, default_generator()); }
 
-// x: any shape -> x * sigmoid(x), in f32 (a loop the compiler vectorizes)
-Tensor silu(const Tensor& x) {
-  ProfileScope prof_("silu");
-  kernels::check_floating("silu", x);
+namespace {
+// y = f(x) elementwise, in f32 (a loop the compiler vectorizes), rounded once to x's dtype;
+// backward dx = g df(x), the f32 input kept for it.
+template <typename F, typename DF>
+Tensor elementwise_f32(const char* name, const Tensor& x, F f, DF df) {
+  kernels::check_floating(name, x);
   const DType dt = x.dtype();
   const Tensor xs = kernels::f32_contig(x.detach());
   Tensor y = Tensor::empty(x.shape());
@@ -149,23 +151,36 @@ Tensor silu(const Tensor& x) {
   float* yp = y.data<float>();
   parallel_for(xs.numel(), 4096, [&](int64_t b, int64_t e) {
 #pragma omp simd
-    for (int64_t i = b; i < e; ++i) yp[i] = xp[i] / (1.f + std::exp(-xp[i]));
+    for (int64_t i = b; i < e; ++i) yp[i] = f(xp[i]);
   });
-  return autograd::record("silu", {x}, y.to(dt), [xs, dt](const std::vector<Tensor>& g) {
-    // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+  return autograd::record(name, {x}, y.to(dt), [xs, dt, df](const std::vector<Tensor>& g) {
     const Tensor go = kernels::f32_contig(g[0]);
     Tensor dx = Tensor::empty(xs.shape());
     const float *xp = xs.data<float>(), *gp = go.data<float>();
     float* dp = dx.data<float>();
     parallel_for(xs.numel(), 4096, [&](int64_t b, int64_t e) {
 #pragma omp simd
-      for (int64_t i = b; i < e; ++i) {
-        const float s = 1.f / (1.f + std::exp(-xp[i]));
-        dp[i] = gp[i] * s * (1.f + xp[i] * (1.f - s));
-      }
+      for (int64_t i = b; i < e; ++i) dp[i] = gp[i] * df(xp[i]);
     });
     return std::vector<Tensor>{dx.to(dt)};
   });
+}
+}  // namespace
+
+// x * sigmoid(x)
+Tensor silu(const Tensor& x) {
+  ProfileScope prof_("silu");
+  return elementwise_f32("silu", x, [](float v) { return v / (1.f + std::exp(-v)); }, [](float v) {
+    const float s = 1.f / (1.f + std::exp(-v));  // silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+    return s * (1.f + v * (1.f - s));
+  });
+}
+
+// d/dx x^(-1/2) = -x^(-3/2) / 2
+Tensor rsqrt(const Tensor& x) {
+  ProfileScope prof_("rsqrt");
+  return elementwise_f32("rsqrt", x, [](float v) { return 1.f / std::sqrt(v); },
+                         [](float v) { return -0.5f / (v * std::sqrt(v)); });
 }
 
 }  // namespace booster

@@ -44,8 +44,10 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   BOOSTER_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "scaled_dot_product_attention: dropout_p ", dropout_p,
                 " outside [0, 1)");
   const double alpha = scale.value_or(1.0 / std::sqrt(double(q.size(-1))));
-  if (dropout_p > 0.0)
-    return matmul(dropout(softmax(booster::scale(matmul(q, k.transpose(-1, -2)), alpha)), dropout_p, true), v);
+  if (dropout_p > 0.0 || !kernels::fused_kernels().attention) {  // the plain ops
+    Tensor p = softmax(booster::scale(matmul(q, k.transpose(-1, -2)), alpha));
+    return matmul(dropout_p > 0.0 ? dropout(p, dropout_p, true) : p, v);
+  }
 
   const int64_t b = q.size(0), h = q.size(1), tq = q.size(2), tk = k.size(2), dv = v.size(3);
   const int64_t step = images_per_pass(h, tq, tk, q.dtype());

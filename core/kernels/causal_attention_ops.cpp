@@ -82,7 +82,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
                   " must all be [B, h, T, d]");
   BOOSTER_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "causal_attention: dropout_p ", dropout_p, " outside [0, 1)");
   const double alpha = scale_.value_or(1.0 / std::sqrt(double(q.size(-1))));
-  if (dropout_p > 0.0 || kernels::use_reference()) return causal_composite(q, k, v, dropout_p, alpha);
+  if (dropout_p > 0.0 || kernels::use_reference() || !kernels::fused_kernels().attention)
+    return causal_composite(q, k, v, dropout_p, alpha);
   if (kernels::avx512::cpu_ok() && (q.dtype() == DType::f32 || q.dtype() == DType::bf16)) return causal_avx512(q, k, v, alpha);
   // Elsewhere: the reference rows of the blocks below, the sequence one causal block.
   const AttentionBlock blk = attention_block_forward(q, k, v, true, alpha);

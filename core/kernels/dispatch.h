@@ -19,4 +19,18 @@ class ReferenceGuard {
   bool prev_;
 };
 
+/// Which kernels the models' attention and normalization ops run: the fused ones (an
+/// attention op that keeps no score graph, or FlashAttention's online softmax for causal
+/// attention; one-pass layer and RMS norms), or the plain ops they amount to (score
+/// product, softmax and context product; mean, variance and rsqrt as separate ops), as
+/// HybridParallelPlugin's enable_flash_attention / enable_fused_normalization choose.
+/// Process-wide (the kernels have no model to ask); Booster::boost sets it from the plugin
+/// of the model it boosts. Ring attention's blocks are FlashAttention either way.
+struct FusedKernels {
+  bool attention = true;
+  bool normalization = true;
+};
+void set_fused_kernels(const FusedKernels& f);
+FusedKernels fused_kernels();
+
 }  // namespace booster::kernels

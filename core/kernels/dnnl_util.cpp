@@ -1,6 +1,7 @@
 // oneDNN engine, descriptors and the primitive cache.
 #include "core/kernels/dnnl_util.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/kernels/blocked_pack.h"
@@ -10,9 +11,15 @@ namespace booster::kernels {
 
 namespace {
 thread_local bool t_reference = false;
-}
+std::atomic<bool> g_fused_attention{true}, g_fused_normalization{true};
+}  // namespace
 
 bool use_reference() { return t_reference; }
+void set_fused_kernels(const FusedKernels& f) {
+  g_fused_attention = f.attention;
+  g_fused_normalization = f.normalization;
+}
+FusedKernels fused_kernels() { return {g_fused_attention.load(), g_fused_normalization.load()}; }
 ReferenceGuard::ReferenceGuard() : prev_(t_reference) { t_reference = true; }
 ReferenceGuard::~ReferenceGuard() { t_reference = prev_; }
 

@@ -4,6 +4,7 @@
 #include "core/autograd/engine.h"
 #include "core/common/profiler.h"
 #include "core/kernels/avx512_cpu.h"
+#include "core/kernels/dispatch.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/layer_norm_avx512.h"
 #include "core/kernels/op_util.h"
@@ -138,6 +139,16 @@ void softmax_bwd_rows(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 }  // namespace
 }  // namespace kernels
 
+namespace {
+// The plain ops a layer norm amounts to, in f32 (kernels::FusedKernels::normalization off).
+Tensor layer_norm_plain(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  const Tensor x32 = x.to(DType::f32), xc = x32 - mean(x32, {-1}, true);
+  Tensor y = xc * rsqrt(add_scalar(mean(xc * xc, {-1}, true), eps));
+  if (w.defined()) y = y * w.to(DType::f32) + b.to(DType::f32);
+  return y.to(x.dtype());
+}
+}  // namespace
+
 // x: [*, C], w, b: [C] -> [*, C]
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
   ProfileScope prof_("layer_norm");
@@ -150,6 +161,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
                     shape_str(w.shape()), " and bias ", shape_str(b.shape()), " must be [", c, "] for input ",
                     shape_str(x.shape()));
   const bool ref = kernels::use_reference(), affine = w.defined();
+  if (!ref && !kernels::fused_kernels().normalization) return layer_norm_plain(x, w, b, eps);
   // f32 and bf16 on the own AVX-512 rows (layer_norm_avx512.h); else oneDNN, in x's own dtype
   // where it has a kernel (bf16: statistics still in f32 inside), else staged through f32.
   const bool own = !ref && (x.dtype() == DType::f32 || x.dtype() == DType::bf16) && kernels::avx512::cpu_ok();

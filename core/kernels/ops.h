@@ -106,6 +106,8 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, double s);
 /// x + s.
 Tensor add_scalar(const Tensor& x, double s);
+/// 1 / sqrt(x), elementwise (computed in f32, rounded once to x's dtype).
+Tensor rsqrt(const Tensor& x);
 /// Sums x down to `shape` (the reverse of broadcasting it).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 /// The shape a and b broadcast to; throws ShapeError naming the op.

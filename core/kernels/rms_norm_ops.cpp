@@ -6,10 +6,20 @@
 #include "core/autograd/engine.h"
 #include "core/common/parallel.h"
 #include "core/common/profiler.h"
+#include "core/kernels/dispatch.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
 
 namespace booster {
+
+namespace {
+// The plain ops an RMS norm amounts to, in f32 as transformers' LlamaRMSNorm writes them
+// (kernels::FusedKernels::normalization off).
+Tensor rms_norm_plain(const Tensor& x, const Tensor& w, double eps) {
+  const Tensor x32 = x.to(DType::f32);
+  return (x32 * rsqrt(add_scalar(mean(x32 * x32, {-1}, true), eps)) * w.to(DType::f32)).to(x.dtype());
+}
+}  // namespace
 
 // x: [..., C], w: [C] -> [..., C]
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
@@ -18,6 +28,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
   BOOSTER_CHECK_T(ShapeError, x.dim() >= 1 && w.dim() == 1 && w.size(0) == x.size(-1), "rms_norm: weight ",
                   shape_str(w.shape()), " does not fit input ", shape_str(x.shape()), " (need [", x.size(-1), "])");
   BOOSTER_CHECK(eps > 0, "rms_norm: eps must be positive, got ", eps);
+  if (!kernels::fused_kernels().normalization && !kernels::use_reference()) return rms_norm_plain(x, w, eps);
   const DType dt = x.dtype();
   const Tensor xs = kernels::f32_contig(x.detach()), ws = kernels::f32_contig(w.detach());
   const int64_t c = x.size(-1), rows = x.numel() / c;

@@ -88,7 +88,13 @@ void HybridParallelOptions::validate() const {
   }
   zero.validate_common(who);
   BOOSTER_CHECK(zero.stage >= 0 && zero.stage <= 2, who, "zero_stage must be 0, 1 or 2, got ", zero.stage);
+  BOOSTER_CHECK(!enable_jit_fused, who, "enable_jit_fused: there is no fused bias + GELU or dropout + add kernel "
+                "here (the linears add their bias inside oneDNN's product, GELU and dropout are one pass each); leave "
+                "it false (enable_all_optimization turns on the fused attention and normalization there are)");
   const std::string& m = sequence_parallelism_mode;
+  BOOSTER_CHECK(!enable_sequence_parallelism || m != "ring_attn" || fused_kernels().attention, who,
+                "sequence_parallelism_mode ring_attn is blockwise FlashAttention by construction: it has no plain "
+                "form for enable_flash_attention = false");
   BOOSTER_CHECK(m.empty() || m == "split_gather" || m == "ring" || m == "all_to_all" || m == "ring_attn", who,
                 "sequence_parallelism_mode must be one of split_gather, ring, all_to_all, ring_attn, got '", m, "'");
   if (enable_sequence_parallelism) {
@@ -154,12 +160,13 @@ HybridParallelPlugin::HybridParallelPlugin(HybridParallelOptions opts) : opts_(s
   opts_.validate();
   BOOSTER_CHECK_T(BackendError, dist::is_initialized(),
                   "HybridParallelPlugin: call dist::launch_from_openmpi() before creating the plugin");
-  if ((opts_.enable_all_optimization || opts_.enable_fused_normalization || opts_.enable_flash_attention ||
-       opts_.enable_jit_fused) && dist::world_rank() == 0)
-    spdlog::info("HybridParallelPlugin: enable_all_optimization / enable_fused_normalization / enable_flash_attention / "
-                 "enable_jit_fused change nothing here: the models always run flash-style attention (a blocked "
-                 "online-softmax kernel) and one-pass norms; jit_fused's fused bias + GELU and dropout + add have "
-                 "no kernel of their own here");
+  if (dist::world_rank() == 0) {
+    const auto f = opts_.fused_kernels();
+    spdlog::info("HybridParallelPlugin: attention {}, normalization {} (enable_flash_attention and "
+                 "enable_fused_normalization default to true here, Colossal-AI's to false; false runs the plain ops)",
+                 f.attention ? "fused" : "as plain ops (score product, softmax, context product)",
+                 f.normalization ? "fused" : "as plain ops (mean, variance, rsqrt)");
+  }
   const int world = dist::world_size(), tp = opts_.tp_size, pp = opts_.pp_size, sp = sp_axis() ? opts_.sp_size : 1;
   BOOSTER_CHECK(world % (tp * pp * sp) == 0, "HybridParallelPlugin: the world size ", world,
                 " is not divisible by tp_size ", tp, " x pp_size ", pp, sp > 1 ? " x sp_size " + std::to_string(sp) : "");

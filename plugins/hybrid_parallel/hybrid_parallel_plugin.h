@@ -38,15 +38,21 @@ struct HybridParallelOptions {
   int tp_depth = 1;
   int pp_size = 1;
   int sp_size = 0;  // None
-  /// Colossal-AI's kernel switches. They change nothing here, and the plugin says so in its
-  /// log when one is set: flash attention and fused norms are what the models always run
-  /// (attention as a blocked online-softmax kernel keeping no [T, T] matrix, norms in one
-  /// pass each way); jit_fused's fused bias + GELU and dropout + add have no kernel here
-  /// (the bias rides in the matmul, GELU and dropout are passes of their own).
+  /// Colossal-AI's kernel switches (kernels::FusedKernels). enable_flash_attention and
+  /// enable_fused_normalization default to true here, against Colossal-AI's False, so the
+  /// fused kernels (this project's speed) stay the default: attention as one op that keeps no
+  /// score graph (causal: FlashAttention's online softmax, no [T, T] matrix), norms one pass
+  /// each way; false runs the plain ops they amount to (score product, softmax, context
+  /// product; mean, variance, rsqrt), as Colossal-AI's False runs the model's own modules.
+  /// enable_all_optimization turns both on. enable_jit_fused is refused: there is no fused
+  /// bias + GELU or dropout + add kernel here.
   bool enable_all_optimization = false;
-  bool enable_fused_normalization = false;
-  bool enable_flash_attention = false;
+  bool enable_fused_normalization = true;
+  bool enable_flash_attention = true;
   bool enable_jit_fused = false;
+  kernels::FusedKernels fused_kernels() const {
+    return {enable_all_optimization || enable_flash_attention, enable_all_optimization || enable_fused_normalization};
+  }
   bool enable_sequence_parallelism = false;
   std::string sequence_parallelism_mode;  // "" (None): split_gather when enabled
   /// split_gather's gather and reduce-scatter overlapped with the linears' products, round the
@@ -98,6 +104,7 @@ class HybridParallelPlugin : public Plugin {
   bool control_checkpoint_io() const override { return true; }
   bool support_no_sync() const override { return true; }
   bool support_pipeline() const override { return opts_.pp_size > 1; }
+  kernels::FusedKernels fused_kernels() const override { return opts_.fused_kernels(); }
 
   void configure(BoostedObjects& objects) override;
   std::shared_ptr<CheckpointIO> get_checkpoint_io() override;

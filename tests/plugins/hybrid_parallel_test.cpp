@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "booster/booster.h"
 #include "booster/mixed_precision.h"
 #include "core/dist/collectives.h"
+#include "core/common/profiler.h"
 #include "core/dist/runtime.h"
+#include "core/kernels/dispatch.h"
 #include "nn/parallel/linear_1d.h"
 #include "nn/vit.h"
 #include "optim/sgd.h"
@@ -208,6 +212,50 @@ TEST(HybridParallel, MixedPrecisionThroughTensorParallelism) {
   }
 }
 
+// Colossal-AI's kernel switches choose the kernels: the fused ones by default (true here,
+// against Colossal-AI's False), the plain ops where set false (the same training within
+// rounding; the profile shows the plain ops ran), both on under enable_all_optimization; a
+// Booster without the plugin sets the fused ones back.
+TEST(HybridParallel, KernelSwitchesChooseTheKernels) {
+  auto train = [](const std::string& extra) {
+    manual_seed(5);
+    auto m = std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
+    Booster booster(hybrid("precision = 'fp32'\n" + extra));
+    auto b = booster.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), optim::SGDOptions{0.05}));
+    const auto chosen = kernels::fused_kernels();
+    Profiler::reset();
+    Profiler::enable(true);
+    for (int s = 0; s < 2; ++s) {
+      Tensor x = Tensor::empty({4, 3, 8, 8});
+      Generator(40 + uint64_t(s)).normal_(x);
+      b.optimizer->zero_grad();
+      booster.backward(b.model(x, Tensor::from_ints({0, 1, 2, 0}, {4})).loss, *b.optimizer);
+      b.optimizer->step();
+    }
+    Profiler::enable(false);
+    std::set<std::string> ops;
+    for (auto& e : Profiler::entries()) ops.insert(e.name);
+    return std::make_tuple(m, chosen, ops);
+  };
+  auto [fused, fk, fops] = train("");
+  EXPECT_TRUE(fk.attention && fk.normalization);
+  EXPECT_EQ(fops.count("softmax") + fops.count("rsqrt"), 0u);
+  auto [plain, pk, pops] = train("enable_flash_attention = false\nenable_fused_normalization = false\n");
+  EXPECT_FALSE(pk.attention || pk.normalization);
+  EXPECT_EQ(pops.count("softmax"), 1u);
+  EXPECT_EQ(pops.count("rsqrt"), 1u);
+  for (auto& [n, p] : fused->named_parameters()) EXPECT_LE(max_rel_diff(plain->get_tensor(n), p), 1e-5) << n;
+  auto [one, ok, oops] = train("enable_flash_attention = false\nenable_fused_normalization = true\n");
+  EXPECT_TRUE(!ok.attention && ok.normalization);
+  auto [all, ak, aops] =
+      train("enable_all_optimization = true\nenable_flash_attention = false\nenable_fused_normalization = false\n");
+  EXPECT_TRUE(ak.attention && ak.normalization);
+  Booster without(nullptr);
+  auto m = std::make_shared<nn::ViTForImageClassification>(testkit::tiny_vit(2));
+  without.boost(m, std::make_shared<optim::SGD>(m->named_parameters(), optim::SGDOptions{0.05}));
+  EXPECT_TRUE(kernels::fused_kernels().attention && kernels::fused_kernels().normalization);
+}
+
 TEST(HybridParallel, BadArgumentsAreNamed) {
   auto msg = [](const std::string& extra) { return testkit::error_of([&] { hybrid(extra); }); };
   EXPECT_NE(msg("zero_stage = 3\n").find("zero_stage must be 0, 1 or 2, got 3"), std::string::npos);
@@ -229,6 +277,14 @@ TEST(HybridParallel, BadArgumentsAreNamed) {
             }).find("is not divisible by tp_size 3"),
             std::string::npos);
   EXPECT_NE(msg("tp_sise = 2\n").find("unknown key 'plugin.tp_sise'"), std::string::npos);
+  EXPECT_NE(msg("enable_jit_fused = true\n").find("enable_jit_fused: there is no fused bias + GELU"), std::string::npos);
+  EXPECT_NE(testkit::error_of([] {
+              plugins::HybridParallelOptions::from_config(Config::from_string(
+                  "[plugin]\nname = 'hybrid_parallel'\nenable_sequence_parallelism = true\nsp_size = 2\n"
+                  "sequence_parallelism_mode = 'ring_attn'\nenable_flash_attention = false\n"))
+                  .validate();
+            }).find("ring_attn is blockwise FlashAttention by construction"),
+            std::string::npos);
   // A model whose heads do not divide by tp: named by the policy.
   auto c = testkit::tiny_vit(1);
   c.num_attention_heads = 1, c.hidden_size = 16;

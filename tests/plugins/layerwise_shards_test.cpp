@@ -1,7 +1,8 @@
 // LAMB and LARS over sharded optimizer states (issue 65): the trust ratio's whole-tensor
 // norms are summed from the shards (one all-reduce of every parameter's partial sums a step,
-// then the tensor-parallel blocks'), so ZeRO-1/2, Gemini, FSDP and HybridParallel's tp 2 with
-// ZeRO train as one process does with the same optimizer. Runs under mpirun -np 1, 2, 4.
+// then the tensor-parallel blocks'), so ZeRO-1/2, Gemini, FSDP, HybridParallel's tp 2 with
+// ZeRO and Galvatron's layerwise plans (each layer's own groups) and sdp train as one process
+// does with the same optimizer. Runs under mpirun -np 1, 2, 4.
 #include <gtest/gtest.h>
 
 #include "booster/booster.h"
@@ -21,7 +22,14 @@ namespace {
 struct ShardCase {
   std::string name, toml;
   int group = 1;  // ranks of one replica
+  std::string plan = "";  // a Galvatron strategy file ({GBS}: the global batch)
+  int min_world = 1;
 };
+
+// Galvatron's layerwise plan: each layer its own tensor-parallel degree and group and its own
+// data-parallel kind and group (ZeRO-2 beside tp 2, ZeRO-3, ZeRO-2 over the world, tp 2 strided).
+const char* kLayerwisePlan = R"({"pp_deg": 1, "tp_sizes_enc": "2,1,1,2", "tp_consecutive_flags": "1,1,1,0",
+  "dp_types_enc": "0,1,0,0", "checkpoint": "0,0,1,0", "global_bsz": {GBS}, "default_dp_type": "zero2", "vtp": 1})";
 
 const std::vector<ShardCase> kShardCases = {
     {"zero1", "[plugin]\nname = 'low_level_zero'\nstage = 1\nprecision = 'fp32'\n"},
@@ -29,6 +37,8 @@ const std::vector<ShardCase> kShardCases = {
     {"gemini", "[plugin]\nname = 'gemini'\nprecision = 'fp32'\nmin_chunk_size_m = 0.002\nsearch_range_m = 0.004\n"},
     {"fsdp_full_shard", "[plugin]\nname = 'torch_fsdp'\nauto_wrap_policy = 'transformer'\n"},
     {"tp2_zero1", "[plugin]\nname = 'hybrid_parallel'\ntp_size = 2\nzero_stage = 1\nprecision = 'fp32'\n", 2},
+    {"galvatron_layerwise", "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\n", 1, kLayerwisePlan, 2},
+    {"galvatron_sdp", "[plugin]\nname = 'galvatron'\nmixed_precision = 'fp32'\nsdp = 1\nembed_sdp = 1\n"},
 };
 
 // A Lamb (with weight decay, bias correction and the no-decay group at trust 1) or a Lars.
@@ -47,6 +57,7 @@ class LayerwiseShards : public ::testing::TestWithParam<ShardCase> {
  protected:
   void SetUp() override {
     if (dist::world_size() % GetParam().group) GTEST_SKIP() << "needs a multiple of " << GetParam().group << " ranks";
+    if (dist::world_size() < GetParam().min_world) GTEST_SKIP() << "needs " << GetParam().min_world << " ranks";
   }
 };
 
@@ -67,7 +78,13 @@ TEST_P(LayerwiseShards, TrainsAsOneProcess) {
       loss.backward();
       ref_opt->step();
     }
-    Booster booster(plugins::make_plugin(Config::from_string(c.toml, c.name + ".toml")));
+    std::string toml = c.toml;
+    if (!c.plan.empty()) {
+      std::string plan = c.plan;
+      plan.replace(plan.find("{GBS}"), 5, std::to_string(n * b));
+      toml += "galvatron_config_path = '" + write_process_file("layerwise_shards_" + c.name, plan) + "'\n";
+    }
+    Booster booster(plugins::make_plugin(Config::from_string(toml, c.name + ".toml")));
     auto model = fresh_model(42 + uint64_t(dist::world_rank()));  // ranks differ: the plugin broadcasts
     auto boosted = booster.boost(model, make_optimizer(lamb, model->named_parameters()));
     for (int s = 0; s < K; ++s) {
