@@ -9,6 +9,7 @@
 #include <map>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -326,18 +327,6 @@ void finish_save(const std::string& path, PlannedSave& s, std::string error, con
   BOOSTER_CHECK_T(IOError, index_error.empty(), "saving '", path, "' failed on rank 0 writing the index: ", index_error);
 }
 
-// How many bytes an asynchronous save may stage in RAM: BOOSTER_ASYNC_STAGING_MB, else half
-// of what the kernel reports available.
-size_t default_staging_bytes() {
-  if (const char* env = std::getenv("BOOSTER_ASYNC_STAGING_MB")) return size_t(std::max(0.0, std::atof(env))) << 20;
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t kb = 0;
-  while (meminfo >> key >> kb)
-    if (key == "MemAvailable:") return kb * 1024 / 2;
-  return size_t(1) << 30;
-}
-
 // A piece copied for an asynchronous save, written behind training.
 struct Staged {
   std::string name;
@@ -372,6 +361,23 @@ std::string stage_or_write(const std::string& path, const ShardedState& mine, co
 }
 
 }  // namespace
+
+// How many bytes an asynchronous save may stage in RAM: BOOSTER_ASYNC_STAGING_MB, else half
+// of what the kernel reports available.
+size_t default_staging_bytes() {
+  if (const char* env = std::getenv("BOOSTER_ASYNC_STAGING_MB")) return size_t(std::max(0.0, std::atof(env))) << 20;
+  // Lines of "Key:   value kB" (reading key and value pairs stopped at the first "kB",
+  // so the budget was always the fallback's 1 GB).
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    size_t kb = 0;
+    if (fields >> key >> kb && key == "MemAvailable:") return kb * 1024 / 2;
+  }
+  return size_t(1) << 30;
+}
 
 void save_state(const std::string& path, const ShardedState& mine, const WriteOptions& opts) {
   const World world;

@@ -44,6 +44,10 @@ void save_state(const std::string& path, const ShardedState& mine, const WriteOp
 void save_state_async(const std::string& path, const ShardedState& mine, const WriteOptions& opts, AsyncWriter& writer,
                       std::optional<size_t> staging_bytes = std::nullopt);
 
+/// save_state_async's default staging budget: BOOSTER_ASYNC_STAGING_MB, else half of the
+/// kernel's MemAvailable (1 GB where /proc/meminfo does not say).
+size_t default_staging_bytes();
+
 /// The index file name of a kind in a folder.
 std::string index_file_name(const std::string& prefix, const std::string& kind);
 

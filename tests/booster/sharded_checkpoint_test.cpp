@@ -334,3 +334,24 @@ TEST(AsyncCheckpoint, ErrorsReachEveryRankAtTheCallOrAtSynchronize) {
   EXPECT_TRUE(fs::exists(dir / "ok" / "model.index"));
   remove_shared(dir);
 }
+
+namespace {
+
+// The staging budget is half of what /proc/meminfo calls available (it read only the first
+// line's key and value, so it was always the 1 GB fallback), or BOOSTER_ASYNC_STAGING_MB.
+TEST(AsyncCheckpoint, TheStagingBudgetIsHalfTheAvailableMemory) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  size_t available_kb = 0;
+  while (std::getline(meminfo, line))
+    if (line.rfind("MemAvailable:", 0) == 0) available_kb = std::stoull(line.substr(13));
+  if (available_kb == 0) GTEST_SKIP() << "/proc/meminfo has no MemAvailable";
+  ASSERT_EQ(std::getenv("BOOSTER_ASYNC_STAGING_MB"), nullptr);
+  const double half = double(available_kb) * 1024 / 2, got = double(ckpt::default_staging_bytes());
+  EXPECT_NEAR(got, half, 0.1 * half) << "half of MemAvailable, read a moment earlier";
+  setenv("BOOSTER_ASYNC_STAGING_MB", "3", 1);
+  EXPECT_EQ(ckpt::default_staging_bytes(), size_t(3) << 20);
+  unsetenv("BOOSTER_ASYNC_STAGING_MB");
+}
+
+}  // namespace
