@@ -28,8 +28,8 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
 
 // ---- attention (attention_ops.cpp) ----
 /// softmax(q k^T * scale) v over [B, h, T, d] views (PyTorch's scaled_dot_product_attention
-/// without masks; Hugging Face's "sdpa" attention). scale defaults to 1/sqrt(d) and is
-/// folded into the score product. The result is a [B, h, T, d] view of [B, T, h, d]
+/// without masks; Hugging Face's "sdpa" attention). scale defaults to 1/sqrt(d), applied by the
+/// own kernels inside the score product (on oneDNN a pass of its own). The result is a [B, h, T, d] view of [B, T, h, d]
 /// memory and the gradients take their inputs' layouts, so splitting and merging heads by
 /// permute + view copies nothing. With dropout_p > 0 the probabilities go through dropout
 /// (the default generator) on the composite path of matmul, softmax and dropout.
