@@ -11,12 +11,15 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <map>
+#include <memory>
 #include <functional>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "booster/checkpoint/staging_arena.h"
 #include "core/dist/process_group.h"
 
 namespace booster::ckpt {
@@ -38,6 +41,13 @@ class AsyncWriter {
   /// Whether a task of `kind` (any kind when empty) was submitted since the last
   /// synchronize(): the same answer on every rank (every rank submits the same tasks).
   bool pending(const std::string& kind = "") const { return kind.empty() ? !pending_.empty() : pending_.count(kind) > 0; }
+  /// The staging memory of saves of `kind`, kept between them (a save of a kind waits for the
+  /// one in flight before it stages, so one arena a kind suffices).
+  StagingArena& arena(const std::string& kind) {
+    auto& a = arenas_[kind];
+    if (!a) a = std::make_unique<StagingArena>();
+    return *a;
+  }
   /// Waits for the tasks of every writer alive (MPI's finalize calls it), logging errors.
   static void synchronize_all() noexcept;
 
@@ -51,6 +61,7 @@ class AsyncWriter {
   std::thread thread_;
   dist::GroupPtr group_;
   std::set<std::string> pending_;  // the foreground's record of what it submitted
+  std::map<std::string, std::unique_ptr<StagingArena>> arenas_;  // outlive the thread's tasks
 };
 
 }  // namespace booster::ckpt

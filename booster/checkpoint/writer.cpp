@@ -334,24 +334,31 @@ struct Staged {
   Tensor data;
 };
 
-// This rank's pieces, each once: copied into `staged` while they fit `budget` bytes, the rest
-// written now (state on the disk tier is in RAM only while it is copied or written). Returns
-// the error met, empty when none; `written_now` receives the bytes written.
+// This rank's pieces, each once: copied into `arena` (null: none) while they fit `budget`
+// bytes, the rest written now (state on the disk tier is in RAM only while it is copied or
+// written). Returns the error met, empty when none; `written_now` receives the bytes written.
 std::string stage_or_write(const std::string& path, const ShardedState& mine, const WriteOptions& opts, PlannedSave& s,
-                           size_t budget, std::vector<Staged>& staged, size_t& written_now) {
-  size_t staged_bytes = 0;
+                           StagingArena* arena, size_t budget, std::vector<Staged>& staged, size_t& written_now) {
   try {
     make_folders(path, opts);
+    // Which pieces are staged, decided first so that the arena is sized once.
+    std::vector<std::pair<const StateTensor*, bool>> todo;
+    size_t staged_bytes = 0;
     for (auto& st : mine) {
       if (!s.writer->claims(st)) continue;
-      const HeldState held(st);
-      const size_t bytes = size_t(st.region.numel()) * dtype_size(st.dtype());
-      if (budget > 0 && staged_bytes + bytes <= budget) {
-        staged.push_back({st.name, st.region, held.data().detach().clone().contiguous()});
-        staged_bytes += bytes;
+      const size_t bytes = StagingArena::slot_bytes(size_t(st.region.numel()) * dtype_size(st.dtype()));
+      const bool stage = arena && staged_bytes + bytes <= budget;
+      if (stage) staged_bytes += bytes;
+      todo.emplace_back(&st, stage);
+    }
+    if (arena) arena->begin(staged_bytes);
+    for (auto& [st, stage] : todo) {
+      const HeldState held(*st);
+      if (stage) {
+        staged.push_back({st->name, st->region, arena->stage(held.data().detach())});
       } else {
-        s.writer->write(st.name, st.region, held.data().detach().contiguous());
-        written_now += bytes;
+        s.writer->write(st->name, st->region, held.data().detach().contiguous());
+        written_now += size_t(st->region.numel()) * dtype_size(st->dtype());
       }
     }
   } catch (const std::exception& e) {
@@ -384,7 +391,7 @@ void save_state(const std::string& path, const ShardedState& mine, const WriteOp
   PlannedSave s = plan_save(path, mine, opts, world);
   std::vector<Staged> none;
   size_t written = 0;
-  const std::string error = stage_or_write(path, mine, opts, s, 0, none, written);
+  const std::string error = stage_or_write(path, mine, opts, s, nullptr, 0, none, written);
   finish_save(path, s, error, opts, world);
 }
 
@@ -399,7 +406,13 @@ void save_state_async(const std::string& path, const ShardedState& mine, const W
   const size_t budget = staging_bytes ? *staging_bytes : default_staging_bytes();
   auto staged = std::make_shared<std::vector<Staged>>();
   size_t written_now = 0;
-  std::string error = stage_or_write(path, mine, opts, *s, budget, *staged, written_now);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error = stage_or_write(path, mine, opts, *s, &writer.arena(opts.kind), budget, *staged, written_now);
+  size_t staged_bytes = 0;
+  for (auto& t : *staged) staged_bytes += size_t(t.data.numel()) * dtype_size(t.data.dtype());
+  spdlog::debug("save_{} to '{}' (use_async): {:.1f} MB staged in {:.2f} s", opts.kind, path,
+                double(staged_bytes) / (1 << 20),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (written_now > 0)
     spdlog::info("save_{} to '{}' (use_async): {:.1f} MB written before training went on, beyond the staging budget "
                  "of {:.1f} MB (BOOSTER_ASYNC_STAGING_MB sets it)",
@@ -413,7 +426,6 @@ void save_state_async(const std::string& path, const ShardedState& mine, const W
           for (auto& t : *staged) {
             if (!error.empty()) break;
             s->writer->write(t.name, t.region, t.data);
-            t.data = Tensor();  // the staging copy goes as soon as it is written
           }
         } catch (const std::exception& e) {
           error = e.what();

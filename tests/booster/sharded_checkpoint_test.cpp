@@ -308,6 +308,31 @@ TEST(AsyncCheckpoint, SavesQueueInOrderAndTheWriterFinishesThemWhenDestroyed) {
   remove_shared(dir);
 }
 
+// The staging memory is kept from one save of a kind to the next (only the first save pays
+// for fresh pages); a staging past what the snapshot announced is refused, naming it.
+TEST(AsyncCheckpoint, TheStagingArenaIsReusedBetweenSaves) {
+  const fs::path dir = shared_dir("async_arena");
+  ckpt::AsyncWriter writer;
+  ckpt::save_state_async((dir / "a").string(), state_of(kLayouts.at("flat"), true), opts(true), writer);
+  const size_t capacity = writer.arena("model").capacity();
+  EXPECT_GT(capacity, 0u);
+  ckpt::save_state_async((dir / "b").string(), state_of(kLayouts.at("flat"), true), opts(true), writer);
+  writer.synchronize();
+  EXPECT_EQ(writer.arena("model").capacity(), capacity) << "the second save stages into the same memory";
+  EXPECT_EQ(writer.arena("optimizer").capacity(), 0u);
+  ckpt::StagingArena arena;
+  arena.begin(ckpt::StagingArena::slot_bytes(16));
+  Tensor a = arena.stage(Tensor::full({4}, 2.0));
+  const void* first = a.raw_data();
+  EXPECT_EQ(a.to_vector(), (std::vector<float>{2, 2, 2, 2}));
+  const size_t rest = arena.capacity() - ckpt::StagingArena::slot_bytes(16);
+  EXPECT_NE(error_of([&] { arena.stage(Tensor::zeros({int64_t(rest / 4) + 1})); }).find("overruns the arena"),
+            std::string::npos);
+  arena.begin(ckpt::StagingArena::slot_bytes(16));
+  EXPECT_EQ(arena.stage(Tensor::full({4}, 3.0)).raw_data(), first) << "a new snapshot starts at the arena's start";
+  remove_shared(dir);
+}
+
 // A layout error is raised at the call, on every rank; a write that fails behind training is
 // raised by the next synchronize(), on every rank, naming the path, and the writer goes on.
 TEST(AsyncCheckpoint, ErrorsReachEveryRankAtTheCallOrAtSynchronize) {
