@@ -8,6 +8,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/autograd/weight_grad_store.h"
 #include "core/common/profiler.h"
 #include "core/kernels/raw.h"
 
@@ -389,6 +390,23 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   run_backward(roots, grads, retain_graph, nullptr);
 }
 
+void accumulate_into_leaves(std::vector<std::pair<Tensor, Tensor>> grads) {
+  BackwardScope scope;
+  NoGradGuard no_grad;
+  g_backward_pass.fetch_add(1, std::memory_order_relaxed);
+  for (auto& [leaf, g] : grads) {
+    if (!g.defined()) continue;
+    BOOSTER_CHECK_T(AutogradError, leaf.defined() && leaf.requires_grad() && !leaf.impl()->grad_fn,
+                    "accumulate_into_leaves: ", leaf.defined() ? leaf.describe() : std::string("(undefined)"),
+                    " is not a leaf that requires grad");
+    BOOSTER_CHECK_T(ShapeError, g.shape() == leaf.shape(), "accumulate_into_leaves: a gradient of shape ",
+                    shape_str(g.shape()), " for ", leaf.describe());
+    const std::shared_ptr<Node> acc = gradient_edge(leaf).fn;
+    acc->apply({std::move(g)});  // its buffer adopted as .grad where nothing else holds it
+  }
+  scope.finish();
+}
+
 bool retaining_graph() { return t_retaining; }
 
 bool in_backward() { return t_depth > 0; }
@@ -414,6 +432,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Ten
                     " is given twice");
   }
   capture.grads.resize(inputs.size());
+  StoreWeightGrads at_once(nullptr);  // the caller reads the gradients this returns: none deferred
   run_backward(roots, grads, retain_graph, &capture);
   return std::move(capture.grads);
 }

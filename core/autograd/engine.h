@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/autograd/grad_mode.h"
@@ -21,6 +22,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 /// error naming it instead (for callers that must not lose a gradient).
 std::vector<Tensor> grad(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads,
                          const std::vector<Tensor>& inputs, bool retain_graph = false, bool only_inputs = false);
+
+/// Adds each gradient (undefined: none) into its leaf's .grad through the leaf's
+/// accumulator, as one backward pass of its own: the leaves' hooks fire, queue_callback
+/// works and the callbacks run at the end (zero-bubble's deferred weight gradients).
+void accumulate_into_leaves(std::vector<std::pair<Tensor, Tensor>> grads);
 
 /// True while a backward with retain_graph runs on this thread (a node whose backward runs
 /// a backward of its own passes it on).

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/autograd/engine.h"
+#include "core/autograd/weight_grad_store.h"
 #include "core/common/profiler.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
@@ -255,15 +256,27 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b, const char* lab
   // storage is swapped between forward and backward (ZeRO-3 releases it after the forward
   // and gathers it again before the backward, same values) is read where it lives then, and
   // the released storage is not held by the graph.
-  return autograd::record(label, {x, w, b}, y.view(out_shape), [x2, w, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
+  return autograd::record(label, {x, w, b}, y.view(out_shape), [x2, w, b, gx, gw, gb, x_shape, m, n, k](const std::vector<Tensor>& g) {
     Tensor g2 = g[0].contiguous().view({m, n});
     Tensor wd = w.detach();
     // dx = dy W: [M, N] x [N, K];  dW = dy^T x: [N, M] x [M, K];  db = column sums of dy
     // (with dW, from the product's own pass over dy where it has one)
     Tensor dx = gx ? kernels::mm(g2, wd, Tensor(), {m, k}).view(x_shape) : Tensor();
-    Tensor db;
-    Tensor dw = gw ? kernels::mm_tn(g2, x2, gb ? &db : nullptr) : Tensor();
-    if (gb && !gw) db = kernels::sum_dims(g2, {0}, false);
+    const auto weight_grads = [g2, x2, gw, gb] {
+      Tensor db;
+      Tensor dw = gw ? kernels::mm_tn(g2, x2, gb ? &db : nullptr) : Tensor();
+      if (gb && !gw) db = kernels::sum_dims(g2, {0}, false);
+      return std::pair{dw, db};
+    };
+    if (gw && autograd::defer_weight_grad(w) && (!gb || autograd::defer_weight_grad(b))) {
+      // Zero-bubble's W pass: the weight's (and bias's) product runs later, from the store.
+      autograd::collecting_weight_grads()->add([weight_grads, w, b] {
+        auto [dw, db] = weight_grads();
+        return std::vector<std::pair<Tensor, Tensor>>{{w, dw}, {b, db}};
+      });
+      return std::vector<Tensor>{dx, Tensor(), Tensor()};
+    }
+    auto [dw, db] = weight_grads();
     return std::vector<Tensor>{dx, dw, db};
   });
 }
@@ -299,6 +312,37 @@ Tensor stacked_rows(const std::vector<Tensor>& ms, int64_t n) {
 
 bool any_requires_grad(const std::vector<Tensor>& ts) {
   return std::any_of(ts.begin(), ts.end(), [](const Tensor& t) { return t.requires_grad(); });
+}
+
+// The stacked product's weight gradients, then its biases' (the ones asked for), each with its
+// tensor and its own block of the stacked gradient (adopted as .grad without a copy).
+std::vector<std::pair<Tensor, Tensor>> stacked_weight_grads(const Tensor& gy, const Tensor& x2,
+                                                            const std::vector<Tensor>& ws, const std::vector<Tensor>& bs,
+                                                            const std::vector<int64_t>& widths, bool gw, bool gb) {
+  std::vector<std::pair<Tensor, Tensor>> out;
+  Tensor db_all;
+  if (gw) {
+    std::vector<Tensor> dw = split_rows_owned(kernels::mm_tn(gy, x2, gb ? &db_all : nullptr), widths);
+    for (size_t i = 0; i < ws.size(); ++i) out.emplace_back(ws[i], std::move(dw[i]));
+  }
+  if (gb) {
+    if (!gw) db_all = kernels::sum_dims(gy, {0}, false);
+    std::vector<Tensor> db = split_rows_owned(db_all, widths);
+    for (size_t i = 0; i < bs.size(); ++i) out.emplace_back(bs[i], std::move(db[i]));
+  }
+  return out;
+}
+
+// Whether every weight and bias that requires grad may have its gradient deferred (and one does).
+bool all_deferred(const std::vector<Tensor>& ws, const std::vector<Tensor>& bs) {
+  bool any = false;
+  for (const auto* ts : {&ws, &bs})
+    for (const Tensor& t : *ts) {
+      if (!t.requires_grad()) continue;
+      if (!autograd::defer_weight_grad(t)) return false;
+      any = true;
+    }
+  return any;
 }
 
 }  // namespace
@@ -343,7 +387,7 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
   // As linear's, the closure keeps the weights' handles (not the stacked copy, which would
   // hold another copy of the weights per layer until the backward): dx stacks them again.
   const bool gx = x.requires_grad(), gw = any_requires_grad(ws), gb = any_requires_grad(bs);
-  const auto backward = [x2, ws, offs, widths, strides = outs[0].strides(), gx, gw, gb, m, n, x_shape = x.shape(),
+  const auto backward = [x2, ws, bs, offs, widths, strides = outs[0].strides(), gx, gw, gb, m, n, x_shape = x.shape(),
                          n_inputs = inputs.size()](const std::vector<Tensor>& g) {
     Tensor gy = joined_gradient(g, offs, widths, strides, m, n, x2.dtype());
     const size_t count = ws.size();
@@ -352,15 +396,18 @@ std::vector<Tensor> stacked_linear(const Tensor& x, const std::vector<Tensor>& w
     // Each weight's and bias's gradient is its own block of the stacked one (adopted as
     // .grad without a copy); a block for an input without requires_grad is dropped.
     if (gx) grads[0] = kernels::mm(gy, stacked_rows(ws, n), Tensor(), {m, x2.size(1)}).view(x_shape);
-    Tensor db_all;
-    if (gw) {
-      std::vector<Tensor> dw = split_rows_owned(kernels::mm_tn(gy, x2, gb ? &db_all : nullptr), widths);
-      std::copy(dw.begin(), dw.end(), grads.begin() + 1);
+    if (gw && all_deferred(ws, bs)) {  // zero-bubble's W pass: the weights' product runs later
+      autograd::collecting_weight_grads()->add([gy, x2, ws, bs, widths, gb] {
+        auto wg = stacked_weight_grads(gy, x2, ws, bs, widths, true, gb);
+        std::erase_if(wg, [](auto& p) { return !p.first.requires_grad(); });  // a frozen one's block is dropped
+        return wg;
+      });
+      return grads;
     }
-    if (gb) {
-      if (!gw) db_all = kernels::sum_dims(gy, {0}, false);
-      std::vector<Tensor> db = split_rows_owned(db_all, widths);
-      std::copy(db.begin(), db.end(), grads.begin() + 1 + long(count));
+    size_t at = 1;  // the weights' slots, then the biases'
+    for (auto& wg : stacked_weight_grads(gy, x2, ws, bs, widths, gw, gb)) {
+      if (!gw && at == 1) at += count;
+      grads[at++] = std::move(wg.second);
     }
     return grads;
   };
