@@ -1,8 +1,9 @@
 // pipeline_bench: the pipeline bubble, measured. For each schedule (1F1B; interleaved with
-// 2 model chunks) and number of micro-batches M, a ViT training step through
-// execute_pipeline on S = world-size stages: its time against the time the stage computed
-// (the rest it waited for other stages), beside the schedule's theory
+// 2 model chunks; zero bubble V, "zbv") and number of micro-batches M, a ViT training step
+// through execute_pipeline on S = world-size stages: its time against the time the stage
+// computed (the rest it waited for other stages), beside the schedule's theory
 //   1F1B: step / compute = (M + S - 1) / M;   interleaved (C chunks): 1 + (S - 1) / (C M);
+//   zbv: the step its simulation of the measured F, B and W costs predicts, over 2 M (F + B + W);
 // and the activation memory each stage held at most (1F1B keeps at most S - stage
 // micro-batches in flight: the first stage S, the last 1). Table on rank 0, JSON lines.
 //   mpirun -np 2 pipeline_bench --model vit-small --microbatches 4,8,16 --microbatch-size 2
@@ -33,7 +34,7 @@ int main(int argc, char** argv) {
   std::string preset = "vit-small", styles = "1f1b,interleaved", microbatches = "4,8,16", precision = "fp32";
   int mbs = 2, steps = 2;
   app.add_option("--model", preset, "vit-tiny, vit-small or vit-base");
-  app.add_option("--styles", styles, "comma-separated: 1f1b, interleaved");
+  app.add_option("--styles", styles, "comma-separated: 1f1b, interleaved, zbv");
   app.add_option("--microbatches", microbatches, "comma-separated numbers of micro-batches");
   app.add_option("--microbatch-size", mbs, "rows per micro-batch");
   app.add_option("--precision", precision, "fp32, bf16 or fp16");
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     std::printf("%-12s %4s %4s | %9s %8s | %10s %10s %8s | %8s %s\n", "schedule", "S", "M", "step ms", "img/s",
                 "step/comp", "theory", "ratio", "sync ms", "in flight / act MB per stage");
   for (const auto& style : bench::split_list(styles)) {
-    const int C = style == "interleaved" ? 2 : 1;
+    const int C = style == "1f1b" ? 1 : 2;
     for (const auto& m_str : bench::split_list(microbatches)) {
       const int64_t M = std::stoll(m_str);
       plugins::HybridParallelOptions o;
@@ -77,7 +78,13 @@ int main(int argc, char** argv) {
         ratio.push_back(max_over_ranks(pipe_s / std::max(1e-9, pipe_s - last.wait_seconds)));
       }
       const double t = bench::median(step_s), r = bench::median(ratio);
-      const double theory = 1.0 + double(S - 1) / double(C * M);
+      double theory = 1.0 + double(S - 1) / double(C * M);
+      if (auto* zbv = dynamic_cast<const pipeline::ZeroBubbleVSchedule*>(plugin->pipeline_schedule())) {
+        const pipeline::ZeroBubbleCosts c = zbv->costs().value();
+        double makespan = 0;
+        pipeline::zero_bubble_v_orders(S, M, c, 2 * S, &makespan);
+        theory = makespan / (double(M) * 2 * (c.f + c.b + c.w));
+      }
       std::string per_stage;
       auto in_flight = dist::all_gather_bytes(std::to_string(last.peak_in_flight) + "/" +
                                               std::to_string(int(double(last.peak_activation_bytes) / (1 << 20))));

@@ -52,7 +52,7 @@ PipelineP2P::Meta PipelineP2P::decode(const std::string& s) {
 }
 
 void PipelineP2P::send_forward(const TensorMap& outputs, int chunk, int64_t key) {
-  const int slot = sm_.stage() + chunk * sm_.num_stages(), to_chunk = (slot + 1) / sm_.num_stages();
+  const int to_slot = sm_.slot_of(chunk) + 1, to = sm_.rank_of_slot(to_slot), to_chunk = sm_.chunk_of_slot(to_slot);
   Meta m;
   for (auto& [k, t] : outputs) {
     BOOSTER_CHECK(t.defined(), "pipeline stage ", sm_.stage(), ": output '", k, "' is undefined");
@@ -60,7 +60,7 @@ void PipelineP2P::send_forward(const TensorMap& outputs, int chunk, int64_t key)
     m.requires_grad.push_back(carries_grad(t));
   }
   const std::string meta = encode(m);
-  auto it = sent_meta_.find(to_chunk);
+  auto it = sent_meta_.find(to_slot);  // by slot: in the V one stage sends to chunk 1 of two stages
   const bool resend = !cache_ || it == sent_meta_.end() || it->second.first != key;
   if (!resend)
     BOOSTER_CHECK(it->second.second == meta, "pipeline stage ", sm_.stage(), ": what it sends changed shape or dtype "
@@ -68,15 +68,15 @@ void PipelineP2P::send_forward(const TensorMap& outputs, int chunk, int64_t key)
                   "); set enable_metadata_cache = false for such a model");
   const auto& g = sm_.group();
   if (resend) {
-    sent_meta_[to_chunk] = {key, meta};
+    sent_meta_[to_slot] = {key, meta};
     Tensor bytes = Tensor::empty({int64_t(meta.size())}, DType::u8);
     std::copy(meta.begin(), meta.end(), bytes.data<uint8_t>());
-    sends_.push_back(dist::send(Tensor::from_ints({int64_t(meta.size())}, {1}), sm_.next_rank(), tag(kMetaSize, to_chunk), g, true));
-    sends_.push_back(dist::send(bytes, sm_.next_rank(), tag(kMetaBytes, to_chunk), g, true));
+    sends_.push_back(dist::send(Tensor::from_ints({int64_t(meta.size())}, {1}), to, tag(kMetaSize, to_chunk), g, true));
+    sends_.push_back(dist::send(bytes, to, tag(kMetaBytes, to_chunk), g, true));
   }
   size_t i = 0;
   for (auto& [k, t] : outputs)
-    sends_.push_back(dist::send(t.detach().contiguous(), sm_.next_rank(), tag(kActivation, to_chunk, i++), g, true));
+    sends_.push_back(dist::send(t.detach().contiguous(), to, tag(kActivation, to_chunk, i++), g, true));
 }
 
 bool PipelineP2P::forward_meta_cached(int chunk, int64_t key) const {
@@ -86,12 +86,13 @@ bool PipelineP2P::forward_meta_cached(int chunk, int64_t key) const {
 
 PendingRecv PipelineP2P::post_recv_forward(int chunk, int64_t key) {
   const auto& g = sm_.group();
+  const int from = sm_.rank_of_slot(sm_.slot_of(chunk) - 1);
   auto it = recv_meta_.find(chunk);
   if (!cache_ || it == recv_meta_.end() || it->second.first != key) {
     Tensor n = Tensor::empty({1}, DType::i64);
-    dist::recv(n, sm_.prev_rank(), tag(kMetaSize, chunk), g);
+    dist::recv(n, from, tag(kMetaSize, chunk), g);
     Tensor bytes = Tensor::empty({n.data<int64_t>()[0]}, DType::u8);
-    dist::recv(bytes, sm_.prev_rank(), tag(kMetaBytes, chunk), g);
+    dist::recv(bytes, from, tag(kMetaBytes, chunk), g);
     recv_meta_[chunk] = {key, decode(std::string(reinterpret_cast<const char*>(bytes.data<uint8_t>()), size_t(bytes.numel())))};
     it = recv_meta_.find(chunk);
   }
@@ -100,7 +101,7 @@ PendingRecv PipelineP2P::post_recv_forward(int chunk, int64_t key) {
   for (size_t i = 0; i < m.keys.size(); ++i) {
     Tensor t = Tensor::empty(m.shapes[i], m.dtypes[i]);
     if (m.requires_grad[i]) r.grad_keys.push_back(m.keys[i]);
-    r.work.push_back(dist::recv(t, sm_.prev_rank(), tag(kActivation, chunk, i), g, true));
+    r.work.push_back(dist::recv(t, from, tag(kActivation, chunk, i), g, true));
     r.tensors[m.keys[i]] = t;
   }
   BOOSTER_CHECK(!r.tensors.empty(), "pipeline stage ", sm_.stage(), ": the previous stage sends nothing");
@@ -108,19 +109,20 @@ PendingRecv PipelineP2P::post_recv_forward(int chunk, int64_t key) {
 }
 
 void PipelineP2P::send_backward(const TensorMap& input_grads, int chunk) {
-  const int slot = sm_.stage() + chunk * sm_.num_stages(), to_chunk = (slot - 1) / sm_.num_stages();
+  const int to_slot = sm_.slot_of(chunk) - 1, to = sm_.rank_of_slot(to_slot), to_chunk = sm_.chunk_of_slot(to_slot);
   size_t i = 0;
   for (auto& [k, g] : input_grads)
-    sends_.push_back(dist::send(g.detach().contiguous(), sm_.prev_rank(), tag(kGradient, to_chunk, i++), sm_.group(), true));
+    sends_.push_back(dist::send(g.detach().contiguous(), to, tag(kGradient, to_chunk, i++), sm_.group(), true));
 }
 
 PendingRecv PipelineP2P::post_recv_backward(int chunk, const TensorMap& outputs) {
   PendingRecv r;
+  const int from = sm_.rank_of_slot(sm_.slot_of(chunk) + 1);
   size_t i = 0;
   for (auto& [k, t] : outputs) {
     if (!carries_grad(t)) continue;
     Tensor g = Tensor::empty(t.shape(), t.dtype());
-    r.work.push_back(dist::recv(g, sm_.next_rank(), tag(kGradient, chunk, i++), sm_.group(), true));
+    r.work.push_back(dist::recv(g, from, tag(kGradient, chunk, i++), sm_.group(), true));
     r.tensors[k] = g;
   }
   return r;

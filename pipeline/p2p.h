@@ -66,7 +66,7 @@ class PipelineP2P {
 
   const PipelineStageManager& sm_;
   bool cache_;
-  std::map<int, std::pair<int64_t, std::string>> sent_meta_;  // by receiving chunk: (key, meta)
+  std::map<int, std::pair<int64_t, std::string>> sent_meta_;  // by receiving slot: (key, meta)
   std::map<int, std::pair<int64_t, Meta>> recv_meta_;         // by own chunk
   std::vector<dist::WorkPtr> sends_;
 };

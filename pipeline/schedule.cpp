@@ -7,6 +7,7 @@
 
 #include "booster/grad_sync.h"
 #include "core/autograd/grad_mode.h"
+#include "core/autograd/weight_grad_store.h"
 #include "core/common/check.h"
 #include "core/common/profiler.h"
 #include "core/dist/collectives.h"
@@ -143,6 +144,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 class StepRun {
  public:
   using Op = PipelineSchedule::Op;
+  using Part = PipelineSchedule::Part;
   StepRun(PipelineP2P& p2p, PipelineStepStats& stats, ModelWrapper& model, const StageCriterion& criterion,
           OptimizerWrapper* optimizer, bool return_loss, bool return_outputs)
       : p2p_(p2p), stats_(stats), model_(model), criterion_(criterion), optimizer_(optimizer),
@@ -159,6 +161,8 @@ class StepRun {
   /// Its backward: from the loss on the last stage, else from the next stage's gradients;
   /// the input gradients go to the previous stage.
   void backward_step(const Op& op);
+  /// Its W pass (after a B): the weights' gradients the B left in the store.
+  void weight_step(const Op& op);
   /// Waits for the sends, checks nothing is left over; the result (last stage only).
   PipelineResult finish(bool last_stage);
   bool training() const { return training_; }
@@ -186,6 +190,7 @@ class StepRun {
   std::vector<int64_t> sizes_, offsets_;
   std::vector<nn::StageSpec> specs_;
   std::map<std::pair<int, int64_t>, Live> live_;
+  std::map<std::pair<int, int64_t>, autograd::WeightGradStore> weights_;  // B run, W not yet
   std::map<std::tuple<bool, int, int64_t>, PendingRecv> posted_;
   std::vector<TensorMap> outs_;
   int in_flight_ = 0;
@@ -225,6 +230,7 @@ TensorMap StepRun::micro(int64_t i) const {
 void StepRun::post(const Op& op, bool ahead) {
   const nn::StageSpec& spec = specs_[size_t(op.chunk)];
   const auto key = std::make_tuple(op.forward, op.chunk, op.microbatch);
+  if (op.part == Part::weight) return;  // a W receives nothing
   if ((op.forward ? spec.first : spec.last) || posted_.count(key)) return;  // no receive, or posted
   if (op.forward) {
     const int64_t mkey = p2p_key(sizes_[size_t(op.microbatch)], training_);
@@ -290,12 +296,17 @@ void StepRun::backward_step(const Op& op) {
   BOOSTER_CHECK(it != live_.end(), "pipeline schedule: backward of micro-batch ", op.microbatch, " chunk ", op.chunk,
                 " before its forward");
   Live& l = it->second;
-  if (spec.last) {
-    optimizer_->backward(l.loss);
-  } else {
-    TensorMap grads = take(op);
-    size_t left = grads.size();
-    for (auto& [k, g] : grads) optimizer_->backward_by_grad(l.outputs.at(k), g, /*retain_graph=*/--left > 0);
+  {
+    // B of a split backward: the weights' products wait in the store for the W pass.
+    autograd::WeightGradStore* store = op.part == Part::input ? &weights_[{op.chunk, op.microbatch}] : nullptr;
+    autograd::StoreWeightGrads collect(store);
+    if (spec.last) {
+      optimizer_->backward(l.loss);
+    } else {
+      TensorMap grads = take(op);
+      size_t left = grads.size();
+      for (auto& [k, g] : grads) optimizer_->backward_by_grad(l.outputs.at(k), g, /*retain_graph=*/--left > 0);
+    }
   }
   if (!spec.first) {
     TensorMap input_grads;
@@ -308,12 +319,22 @@ void StepRun::backward_step(const Op& op) {
   live_.erase(it);
 }
 
+void StepRun::weight_step(const Op& op) {
+  ProfileScope prof_("pipeline weight gradients");
+  auto it = weights_.find({op.chunk, op.microbatch});
+  BOOSTER_CHECK(it != weights_.end(), "pipeline schedule: W of micro-batch ", op.microbatch, " chunk ", op.chunk,
+                " before its B");
+  it->second.run();
+  weights_.erase(it);
+}
+
 PipelineResult StepRun::finish(bool last_stage) {
   const auto t0 = Clock::now();
   p2p_.wait_sends();
   stats_.wait_seconds += since(t0);
-  BOOSTER_CHECK(posted_.empty() && live_.empty(), "pipeline schedule: ", posted_.size(), " receives and ",
-                live_.size(), " micro-batches left over after the step");
+  BOOSTER_CHECK(posted_.empty() && live_.empty() && weights_.empty(), "pipeline schedule: ", posted_.size(),
+                " receives, ", live_.size(), " micro-batches and ", weights_.size(),
+                " weight-gradient passes left over after the step");
   PipelineResult r;
   if (!last_stage) return r;
   if (return_loss_ && have_loss_) r.loss = Tensor::scalar(loss_sum_);
@@ -342,14 +363,19 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   // over its data-parallel group once, after the last (a user's no_sync still holds).
   DeferredSync sync(training ? model.grad_sync() : nullptr);
   const std::vector<Op> ops = order(M, !training);
+  std::vector<PassTime> passes;
   for (size_t n = 0; n < ops.size(); ++n) {
     if (opts_.overlap_p2p && n + 1 < ops.size()) {
       // Receives on one channel match in the order they are posted: this op's first.
       run.post(ops[n], false);
       run.post(ops[n + 1], true);
     }
+    const auto t0 = Clock::now();
+    const double waited = stats_.wait_seconds;
     if (ops[n].forward) run.forward_step(ops[n]);
+    else if (ops[n].part == Part::weight) run.weight_step(ops[n]);
     else run.backward_step(ops[n]);
+    passes.push_back({ops[n], since(t0) - (stats_.wait_seconds - waited)});
     p2p_.progress();
   }
   PipelineResult result = run.finish(sm_.is_last_stage());
@@ -359,6 +385,7 @@ PipelineResult PipelineSchedule::forward_backward_step(ModelWrapper& model, cons
   stats_.sync_seconds = since(t0);
   stats_.microbatches = M;
   stats_.seconds = since(step_start);
+  if (training) after_step(passes);
   return result;
 }
 

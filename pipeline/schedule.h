@@ -8,6 +8,7 @@
 //   Interleaved (C model chunks per stage, slot s + c*S): forward k runs chunk
 //   (k mod SC) / S on micro-batch (k / SC) * S + k mod S (backward: the chunks reversed),
 //   2(S - s - 1) + (C - 1) S warm-up forwards.
+//   Zero bubble V (zero_bubble.h): two chunks in a V, backwards split into B and W.
 // The last slot's loss is criterion(outputs, micro_batch) / M, backward through
 // optimizer.backward (loss-scaled); the other stages call optimizer.backward_by_grad with
 // what the next stage sent. The model's data-parallel gradient synchronization (its
@@ -56,10 +57,19 @@ class PipelineSchedule {
                                        OptimizerWrapper* optimizer, bool return_loss, bool return_outputs);
   const PipelineStepStats& last_step_stats() const { return stats_; }
 
+  /// A backward whole, or split as zero bubble runs it: B (the inputs' gradients, which the
+  /// previous slot waits for) and W later (the weights' gradients; weight_grad_store.h).
+  enum class Part : uint8_t { whole, input, weight };
   struct Op {
     bool forward;
     int chunk;
     int64_t microbatch;
+    Part part = Part::whole;  // backward ops only
+  };
+  /// A pass the last step ran on this stage, and its seconds (waiting for messages excluded).
+  struct PassTime {
+    Op op;
+    double seconds;
   };
   /// This stage's order of passes over m micro-batches.
   virtual std::vector<Op> order(int64_t m, bool forward_only) const = 0;
@@ -70,6 +80,8 @@ class PipelineSchedule {
   /// Sums the gradients of the model's tied parameters (PipelineModule::tied_parameters)
   /// over the first and the last stage (when the step's synchronization reduces them: not while no_sync accumulates).
   void sum_tied_gradients(ModelWrapper& model);
+  /// Called on every stage after each step with the passes it ran, in order.
+  virtual void after_step(const std::vector<PassTime>& /*passes*/) {}
   const PipelineStageManager& sm_;
   ScheduleOptions opts_;
   PipelineP2P p2p_;

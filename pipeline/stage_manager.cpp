@@ -9,21 +9,36 @@
 namespace booster::pipeline {
 
 PipelineStageManager::PipelineStageManager(const dist::ProcessGroup& pp, int num_model_chunks,
-                                           std::vector<int64_t> num_layers_per_stage)
-    : pp_(pp), chunks_(num_model_chunks), per_slot_(std::move(num_layers_per_stage)) {
+                                           std::vector<int64_t> num_layers_per_stage, bool use_zbv)
+    : pp_(pp), chunks_(num_model_chunks), zbv_(use_zbv), per_slot_(std::move(num_layers_per_stage)) {
   BOOSTER_CHECK(chunks_ >= 1, "PipelineStageManager: num_model_chunks must be >= 1, got ", chunks_);
+  BOOSTER_CHECK(!zbv_ || chunks_ == 2, "PipelineStageManager: use_zbv places two model chunks a stage, got "
+                "num_model_chunks ", chunks_);
   if (!per_slot_.empty())
     BOOSTER_CHECK(int64_t(per_slot_.size()) == int64_t(num_stages()) * chunks_,
                   "PipelineStageManager: num_layers_per_stage has ", per_slot_.size(), " entries; it needs one per stage and "
                   "model chunk, pp_size ", num_stages(), " x num_model_chunks ", chunks_, " = ", num_stages() * chunks_);
 }
 
-int PipelineStageManager::prev_rank() const { return pp_.ranks()[size_t((stage() + num_stages() - 1) % num_stages())]; }
-int PipelineStageManager::next_rank() const { return pp_.ranks()[size_t((stage() + 1) % num_stages())]; }
+int PipelineStageManager::slot_at(int s, int chunk) const {
+  return zbv_ && chunk == 1 ? 2 * num_stages() - 1 - s : s + chunk * num_stages();
+}
+
+int PipelineStageManager::stage_of_slot(int slot) const {
+  BOOSTER_CHECK(slot >= 0 && slot < num_slots(), "PipelineStageManager: slot ", slot, " out of [0, ", num_slots(), ")");
+  const int S = num_stages();
+  return zbv_ && slot >= S ? 2 * S - 1 - slot : slot % S;
+}
+
+int PipelineStageManager::chunk_of_slot(int slot) const {
+  BOOSTER_CHECK(slot >= 0 && slot < num_slots(), "PipelineStageManager: slot ", slot, " out of [0, ", num_slots(), ")");
+  return slot / num_stages();
+}
 
 bool PipelineStageManager::is_first_stage(int chunk) const { return stage() == 0 && chunk <= 0; }
 bool PipelineStageManager::is_last_stage(int chunk) const {
-  return stage() == num_stages() - 1 && (chunk < 0 || chunk == chunks_ - 1);
+  const int last_slot = num_slots() - 1;
+  return stage() == stage_of_slot(last_slot) && (chunk < 0 || chunk == chunk_of_slot(last_slot));
 }
 
 std::vector<int64_t> PipelineStageManager::distribute_layers(int64_t n) const {
@@ -46,7 +61,7 @@ std::vector<int64_t> PipelineStageManager::distribute_layers(int64_t n) const {
 
 nn::StageSpec PipelineStageManager::stage_spec(int64_t n, int chunk) const {
   BOOSTER_CHECK(chunk >= 0 && chunk < chunks_, "PipelineStageManager: chunk ", chunk, " out of [0, ", chunks_, ")");
-  return slot_spec(n, stage() + chunk * num_stages());
+  return slot_spec(n, slot_of(chunk));
 }
 
 nn::StageSpec PipelineStageManager::slot_spec(int64_t n, int slot_in) const {

@@ -1,7 +1,10 @@
 // PipelineStageManager (Colossal-AI's): which stage this rank is among the ranks of its
-// pipeline group, its neighbours (wrapping around, so the last stage's chunk c feeds the
-// first stage's chunk c + 1 when interleaved), and which layers each stage's model chunk
-// runs. Stage s's chunk c is slot s + c*S of the S*C slots the layers are distributed over.
+// pipeline group, which of the S*C slots the layers are distributed over each of its model
+// chunks runs, and so which stage holds the slot before or after one of its own. Stage s's
+// chunk c is slot s + c*S (interleaved: the last stage's chunk c feeds the first stage's
+// chunk c + 1), or with use_zbv (two chunks, zero bubble's V shape) slot s for chunk 0 and
+// slot 2S-1-s for chunk 1: the layers go down the stages and back up, the last stage's two
+// chunks meet, and the first stage holds both the model's first and last slot.
 #pragma once
 
 #include <cstdint>
@@ -17,17 +20,21 @@ class PipelineStageManager {
   /// pp: the pipeline group (its rank order is the stage order). num_layers_per_stage: the
   /// layers of each of the S*C slots (empty: distribute_layers' default split).
   PipelineStageManager(const dist::ProcessGroup& pp, int num_model_chunks = 1,
-                       std::vector<int64_t> num_layers_per_stage = {});
+                       std::vector<int64_t> num_layers_per_stage = {}, bool use_zbv = false);
 
   int stage() const { return pp_.rank(); }
   int num_stages() const { return pp_.size(); }
   int num_model_chunks() const { return chunks_; }
   const dist::ProcessGroup& group() const { return pp_; }
-  /// The world rank of the previous / next stage (wrapping around).
-  int prev_rank() const;
-  int next_rank() const;
+  bool use_zbv() const { return zbv_; }
+  /// The slot this stage's chunk runs.
+  int slot_of(int chunk) const { return slot_at(stage(), chunk); }
+  /// The stage and the chunk that run a slot, and that stage's world rank.
+  int stage_of_slot(int slot) const;
+  int chunk_of_slot(int slot) const;
+  int rank_of_slot(int slot) const { return pp_.ranks()[size_t(stage_of_slot(slot))]; }
   /// Whether this stage's chunk (or, with chunk < 0, the stage whatever its chunks: stage 0 /
-  /// S-1) holds the model's first / last slot.
+  /// S-1, or stage 0 for both with use_zbv) holds the model's first / last slot.
   bool is_first_stage(int chunk = -1) const;
   bool is_last_stage(int chunk = -1) const;
 
@@ -44,8 +51,10 @@ class PipelineStageManager {
   int num_slots() const { return num_stages() * chunks_; }
 
  private:
+  int slot_at(int stage, int chunk) const;
   const dist::ProcessGroup& pp_;
   int chunks_;
+  bool zbv_;
   std::vector<int64_t> per_slot_;
 };
 

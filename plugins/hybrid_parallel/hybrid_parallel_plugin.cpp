@@ -129,7 +129,6 @@ void HybridParallelOptions::validate() const {
                   "pp_style interleaved needs num_model_chunks > 1, got ", num_model_chunks);
     BOOSTER_CHECK(pp_style != "zbv" || num_model_chunks == 2, who, "pp_style zbv needs num_model_chunks = 2, got ",
                   num_model_chunks);
-    BOOSTER_CHECK(pp_style != "zbv", who, "pp_style zbv (zero bubble) is not implemented; use 1f1b or interleaved");
     BOOSTER_CHECK(num_microbatches > 0 || microbatch_size > 0, who,
                   "with pp_size > 1, set num_microbatches or microbatch_size");
     BOOSTER_CHECK(pp_style != "interleaved" || num_microbatches == 0 || num_microbatches % pp_size == 0, who,
@@ -205,7 +204,8 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
     for (int64_t i = 0; i < w.numel(); ++i) weights.push_back(std::max<int64_t>(w.data<int64_t>()[i], 1));
     per_slot = pipeline::partition_balanced(weights, slots);
   }
-  stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot);
+  stages_ = std::make_unique<pipeline::PipelineStageManager>(mesh_->group("pp"), opts_.num_model_chunks, per_slot,
+                                                             opts_.pp_style == "zbv");
   pipeline::keep_stage_modules(*module, *pm, *stages_, o.optimizer.get());
   pipeline::ScheduleOptions so;
   so.num_microbatches = opts_.num_microbatches;
@@ -214,6 +214,7 @@ void HybridParallelPlugin::keep_stage_layers(BoostedObjects& o) {
   so.overlap_p2p = opts_.overlap_p2p;
   if (grid_) so.rows_multiple = grid_->row_blocks(), so.rows_owner = grid_->describe();
   if (opts_.pp_style == "interleaved") schedule_ = std::make_unique<pipeline::InterleavedSchedule>(*stages_, so);
+  else if (opts_.pp_style == "zbv") schedule_ = std::make_unique<pipeline::ZeroBubbleVSchedule>(*stages_, so);
   else schedule_ = std::make_unique<pipeline::OneForwardOneBackwardSchedule>(*stages_, so);
 }
 
@@ -302,6 +303,8 @@ void HybridParallelPlugin::configure(BoostedObjects& o) {
     if (auto* pm = dynamic_cast<nn::PipelineModule*>(module.get()); pm && stages_)  // the first stage counts a tied head
       hpo->count_elsewhere(pipeline::tied_copies(*module, *pm, *stages_));
     o.optimizer = hpo;
+    if (auto* zbv = dynamic_cast<pipeline::ZeroBubbleVSchedule*>(schedule_.get()))  // its costs go with the checkpoint
+      o.optimizer = std::make_shared<pipeline::ZeroBubbleCostsState>(o.optimizer, *zbv);
   }
 }
 

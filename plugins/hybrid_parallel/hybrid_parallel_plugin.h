@@ -10,9 +10,11 @@
 // (dp_outside; (pp, dp, sp, tp) otherwise; sp is 1 but under Ulysses and ring attention). Pipeline parallelism
 // (pp_size > 1): each stage keeps the layers of its model chunks (the others' tensors are
 // released and the optimizer's groups filtered to what it holds) and runs them through
-// execute_pipeline with the 1F1B or the interleaved schedule; DDP or ZeRO-1/2 synchronize a
-// stage's gradients once after its last micro-batch; a head tied to the embeddings keeps a
-// copy on the last stage. Where Colossal-AI refuses ZeRO in fp32, ZeRO-2 with a pipeline and
+// execute_pipeline with the 1F1B, the interleaved or the zero bubble V schedule (zbv: its
+// backwards split into B and W, its order simulated from the passes' measured costs, which go
+// with the optimizer's checkpoint); DDP or ZeRO-1/2 synchronize a stage's gradients once after
+// its last micro-batch; a head tied to the embeddings keeps a copy on the last stage (in the
+// V the first stage holds both). Where Colossal-AI refuses ZeRO in fp32, ZeRO-2 with a pipeline and
 // no_sync under ZeRO-2, all work here.
 #pragma once
 
@@ -25,6 +27,7 @@
 #include "core/common/config.h"
 #include "core/dist/mesh.h"
 #include "pipeline/schedule.h"
+#include "pipeline/zero_bubble.h"
 #include "shardformer/policy.h"
 #include "zero/options.h"
 
@@ -115,6 +118,8 @@ class HybridParallelPlugin : public Plugin {
   const HybridParallelOptions& options() const { return opts_; }
   /// What the last execute_pipeline measured on this stage (pp_size > 1), else null.
   const pipeline::PipelineStepStats* pipeline_stats() const { return schedule_ ? &schedule_->last_step_stats() : nullptr; }
+  /// The pipeline schedule (null without a pipeline, or before boost).
+  const pipeline::PipelineSchedule* pipeline_schedule() const { return schedule_.get(); }
   /// The stage manager (pp_size > 1), else null.
   const pipeline::PipelineStageManager* stage_manager() const { return stages_.get(); }
   int tp_size() const { return opts_.tp_size; }

@@ -119,6 +119,9 @@ const std::vector<PluginCase> kCases = {
     {"tp2_gathered_logits", kHybrid + "parallel_output = false\nmake_vocab_size_divisible_by = 1\n", 2},
     {"pp2_1f1b", kPipeline + "num_microbatches = 2\n", 1, 2},
     {"pp2_interleaved", kPipeline + "pp_style = 'interleaved'\nnum_model_chunks = 2\nnum_microbatches = 2\n", 1, 2},
+    // Zero bubble V: backwards split into B and W, the order simulated from the measured costs.
+    {"pp2_zbv", kPipeline + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 2\n", 1, 2},
+    {"pp2_zbv_zero2", kPipeline + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 2\nzero_stage = 2\n", 1, 2},
     {"pp2_balanced_no_overlap", kPipeline + "microbatch_size = 1\npartition_method = 'balanced'\noverlap_p2p = false\n"
                                 "enable_metadata_cache = false\n", 1, 2},
     {"tp2_pp2", kPipeline + "tp_size = 2\nnum_microbatches = 2\n", 2, 2},
@@ -162,7 +165,7 @@ const std::vector<PluginCase> kCases = {
 // vocabulary-parallel head, without pipelines for GPT-2, whose head is tied.
 const std::vector<std::string> kLanguageModelCases = {
     "no_plugin", "torch_ddp", "torch_ddp_split", "zero1", "zero2", "zero2_split", "zero2_offload", "pp2_1f1b",
-    "pp2_interleaved", "pp2_zero1", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_no_shard", "gemini",
+    "pp2_interleaved", "pp2_zbv", "pp2_zero1", "fsdp_full_shard", "fsdp_shard_grad_op", "fsdp_no_shard", "gemini",
     "gemini_offload_all", "galvatron_ddp", "galvatron_sdp_checkpoint", "tp2", "tp2_zero2", "tp2_pp2",
     "tp2_gathered_logits", "pp2_zero2", "tp2_sequence_parallel", "sp2_all_to_all", "sp2_all_to_all_zero2",
     "tp2_sequence_parallel_pp2", "sp2_all_to_all_pp2", "galvatron_tp2_strided_zero2", "galvatron_ulysses2_zero2",
