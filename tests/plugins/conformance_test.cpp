@@ -121,7 +121,6 @@ const std::vector<PluginCase> kCases = {
     {"pp2_interleaved", kPipeline + "pp_style = 'interleaved'\nnum_model_chunks = 2\nnum_microbatches = 2\n", 1, 2},
     // Zero bubble V: backwards split into B and W, the order simulated from the measured costs.
     {"pp2_zbv", kPipeline + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 2\n", 1, 2},
-    {"pp2_zbv_zero2", kPipeline + "pp_style = 'zbv'\nnum_model_chunks = 2\nnum_microbatches = 2\nzero_stage = 2\n", 1, 2},
     {"pp2_balanced_no_overlap", kPipeline + "microbatch_size = 1\npartition_method = 'balanced'\noverlap_p2p = false\n"
                                 "enable_metadata_cache = false\n", 1, 2},
     {"tp2_pp2", kPipeline + "tp_size = 2\nnum_microbatches = 2\n", 2, 2},
