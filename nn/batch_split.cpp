@@ -38,6 +38,7 @@ void on_share_threads(int shares, const std::function<void(int)>& f) {
       try {
         std::optional<kernels::ReferenceGuard> ref;
         if (reference) ref.emplace();
+        omp_set_num_threads(1);  // this share's task only: oneDNN then makes and runs its primitives for one thread
         f(s);
       } catch (...) {
         errors[size_t(s)] = std::current_exception();

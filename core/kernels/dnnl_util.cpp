@@ -1,6 +1,8 @@
 // oneDNN engine, descriptors and the primitive cache.
 #include "core/kernels/dnnl_util.h"
 
+#include <omp.h>
+
 #include <atomic>
 #include <mutex>
 
@@ -77,7 +79,13 @@ Cache& cache() {
 }  // namespace
 
 const CachedPrimitive& cached_primitive(
-    const std::string& key, const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make) {
+    const std::string& key_in, const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make) {
+  // A primitive is made for the threads oneDNN may use where it is made, and some size their
+  // scratchpad's per-thread parts by it (layer normalization's backward sums its weight
+  // gradient over them). A batch share's thread (nn::split_batch) sets its own count to one
+  // and gets primitives of its own: one made for the whole rank, run on such a thread, would
+  // sum parts it never wrote.
+  const std::string key = key_in + "#threads=" + std::to_string(omp_get_max_threads());
   Cache& c = cache();
   {
     std::lock_guard lock(c.mu);

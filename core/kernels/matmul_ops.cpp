@@ -6,6 +6,7 @@
 #include "core/autograd/engine.h"
 #include "core/autograd/weight_grad_store.h"
 #include "core/common/profiler.h"
+#include "core/kernels/avx512_cpu.h"
 #include "core/kernels/dnnl_util.h"
 #include "core/kernels/op_util.h"
 #include "core/kernels/ops.h"
@@ -80,7 +81,7 @@ bool dnnl_matmul(const Tensor& a, const Tensor& b, const Tensor& bias, const Ten
 // kernels (f32, and bf16 without AMX) read it as fast as the copy would cost: there the
 // copy lost 7 % of bf16 linear fwd+bwd (core_bench, Zen-class AVX512-BF16, alternated).
 Tensor row_major_left(const Tensor& a) {
-  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  const bool amx = avx512::cpu_amx_ok();
   if (!amx || a.dtype() == DType::f32 || a.dim() != 2 || a.strides()[0] != 1 || a.numel() < kPackMinElements) return a;
   return a.detach().contiguous();
 }

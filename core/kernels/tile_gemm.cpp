@@ -7,8 +7,6 @@
 // attention head of ViT-B (attention_avx512.cpp): f32 products 186-196 GFLOP/s, bf16 350-440.
 #include "core/kernels/tile_gemm.h"
 
-#include <dnnl.hpp>
-
 // GCC 12 reports its own intrinsics' undefined pass-through vectors as maybe uninitialized
 // once they are inlined into a function with a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -157,7 +155,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const uint32_t* a, int64_t a_rs, int6
 
 bool bf16_ok() {
   static const bool ok =
-      avx512::cpu_bf16_ok() && dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx;
+      avx512::cpu_bf16_ok() && !avx512::cpu_amx_ok();
   return ok;
 }
 
