@@ -12,6 +12,7 @@
 #include "core/common/profiler.h"
 #include "core/dist/collectives.h"
 #include "core/kernels/ops.h"
+#include "core/kernels/raw.h"
 #include "core/tensor/allocator.h"
 
 namespace booster::pipeline {
@@ -138,6 +139,46 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The tied parameters two model chunks of this stage use (the V's first and last chunk,
+// both on stage 0). Their contributions would reach one .grad in whatever order the schedule
+// interleaved the chunks' passes, an order measured costs decide; here each chunk's B and W
+// passes accumulate into a gradient of the chunk's own (each chunk's passes run in
+// micro-batch order), and the two are summed in chunk order after the step, so the sum is
+// the same whatever the order (LazyInitEqualsEager: two runs, two measured orders).
+class ChunkGradients {
+ public:
+  void hold(std::vector<Tensor> params) {
+    params_ = std::move(params);
+    spare_.assign(params_.size(), Tensor());
+  }
+  /// Chunk c's passes accumulate into its own gradients from here.
+  void enter(int c) {
+    if (params_.empty() || c == current_) return;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor other = spare_[i];
+      spare_[i] = params_[i].grad();
+      params_[i].set_grad(other);
+    }
+    current_ = c;
+  }
+  /// .grad = chunk 0's + chunk 1's (what .grad held before the step went on with chunk 0's).
+  void merge() {
+    enter(0);
+    NoGradGuard ng;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Tensor g = params_[i].grad();
+      if (!spare_[i].defined()) continue;
+      if (!g.defined()) params_[i].set_grad(spare_[i]);
+      else kernels::add_(g, spare_[i]);
+      spare_[i] = Tensor();
+    }
+  }
+
+ private:
+  std::vector<Tensor> params_, spare_;  // spare_: the gradients of the chunk not current
+  int current_ = 0;
+};
+
 // One forward_backward_step on this stage, as named operations: the batch cut into
 // micro-batches (begin), a micro-batch's forward on one model chunk (forward_step) and its
 // backward (backward_step), the receives posted ahead (post), and the result (finish).
@@ -191,6 +232,7 @@ class StepRun {
   std::vector<nn::StageSpec> specs_;
   std::map<std::pair<int, int64_t>, Live> live_;
   std::map<std::pair<int, int64_t>, autograd::WeightGradStore> weights_;  // B run, W not yet
+  ChunkGradients tied_;
   std::map<std::tuple<bool, int, int64_t>, PendingRecv> posted_;
   std::vector<TensorMap> outs_;
   int in_flight_ = 0;
@@ -217,6 +259,12 @@ int64_t StepRun::begin(const DataIter& data_iter, const ScheduleOptions& opts, c
   offsets_.assign(sizes_.size(), 0);
   for (size_t i = 1; i < sizes_.size(); ++i) offsets_[i] = offsets_[i - 1] + sizes_[i - 1];
   for (int c = 0; c < sm.num_model_chunks(); ++c) specs_.push_back(sm.stage_spec(pm->num_pipeline_layers(), c));
+  if (training_ && specs_.size() == 2 && specs_[0].first && specs_[1].last) {
+    std::vector<Tensor> tied;
+    for (const std::string& name : pm->tied_parameters())
+      if (Tensor t = model_.module()->get_tensor(name); t.defined()) tied.push_back(t);
+    tied_.hold(std::move(tied));
+  }
   outs_.resize(sizes_.size());
   return int64_t(sizes_.size());
 }
@@ -296,6 +344,7 @@ void StepRun::backward_step(const Op& op) {
   BOOSTER_CHECK(it != live_.end(), "pipeline schedule: backward of micro-batch ", op.microbatch, " chunk ", op.chunk,
                 " before its forward");
   Live& l = it->second;
+  tied_.enter(op.chunk);
   {
     // B of a split backward: the weights' products wait in the store for the W pass.
     autograd::WeightGradStore* store = op.part == Part::input ? &weights_[{op.chunk, op.microbatch}] : nullptr;
@@ -324,6 +373,7 @@ void StepRun::weight_step(const Op& op) {
   auto it = weights_.find({op.chunk, op.microbatch});
   BOOSTER_CHECK(it != weights_.end(), "pipeline schedule: W of micro-batch ", op.microbatch, " chunk ", op.chunk,
                 " before its B");
+  tied_.enter(op.chunk);
   it->second.run();
   weights_.erase(it);
 }
@@ -335,6 +385,7 @@ PipelineResult StepRun::finish(bool last_stage) {
   BOOSTER_CHECK(posted_.empty() && live_.empty() && weights_.empty(), "pipeline schedule: ", posted_.size(),
                 " receives, ", live_.size(), " micro-batches and ", weights_.size(),
                 " weight-gradient passes left over after the step");
+  tied_.merge();
   PipelineResult r;
   if (!last_stage) return r;
   if (return_loss_ && have_loss_) r.loss = Tensor::scalar(loss_sum_);

@@ -69,12 +69,10 @@ TEST(Lora, DefaultTargetsArePeftsAndOnlyAdaptersTrain) {
   const auto trainable = nn::trainable_parameters(*m);
   ASSERT_EQ(trainable.size(), 8u);
   for (auto& [name, p] : trainable) EXPECT_NE(name.find(".lora_"), std::string::npos) << name;
-  // B = 0: the adapted model computes what the base did (in the same grad mode: a recording
-  // forward may take other kernels, oneDNN's on a CPU without AVX-512 among them).
-  {
-    NoGradGuard ng;
-    EXPECT_EQ(testkit::max_abs_diff(m->forward(x).logits, before), 0.0f);
-  }
+  // B = 0: the adapted model computes what the base did, to rounding: the adapted query and
+  // value are products of their own, no longer one stacked with the key (oneDNN's AVX2
+  // kernels block a product by its width, and a sum's order changes with it).
+  EXPECT_LT(testkit::max_abs_diff(m->forward(x).logits, before), 1e-6f);
   // Gradients reach the adapters only (A's is 0 while B is; B's is not).
   auto out = m->forward(x, Tensor::from_ints({0, 1, 2}, {3}));
   out.loss.backward();
