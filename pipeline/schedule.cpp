@@ -324,6 +324,9 @@ void StepRun::forward_step(const Op& op) {
     if (return_outputs_)
       for (auto& [k, t] : out) outs_[size_t(op.microbatch)][k] = t.detach();
   } else {
+    size_t bytes = 0;
+    for (auto& [k, t] : out) bytes += t.nbytes();
+    stats_.message_bytes = std::max(stats_.message_bytes, bytes);
     p2p_.send_forward(out, op.chunk, p2p_key(sizes_[size_t(op.microbatch)], training_));
     if (training_) l.outputs = std::move(out);
   }

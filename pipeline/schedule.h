@@ -44,6 +44,7 @@ struct PipelineStepStats {
   double sync_seconds = 0;     // the data-parallel gradient synchronization after the last backward
   int peak_in_flight = 0;      // micro-batches forwarded and not yet backwarded, at most
   size_t peak_activation_bytes = 0;  // what those micro-batches' forwards held, at most
+  size_t message_bytes = 0;  // the largest message a forward sent to the next stage
 };
 
 class PipelineSchedule {

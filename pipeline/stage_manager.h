@@ -32,7 +32,8 @@ class PipelineStageManager {
   /// The stage and the chunk that run a slot, and that stage's world rank.
   int stage_of_slot(int slot) const;
   int chunk_of_slot(int slot) const;
-  int rank_of_slot(int slot) const { return pp_.ranks()[size_t(stage_of_slot(slot))]; }
+  int rank_of_slot(int slot) const { return rank_of_stage(stage_of_slot(slot)); }
+  int rank_of_stage(int s) const { return pp_.ranks()[size_t(s)]; }
   /// Whether this stage's chunk (or, with chunk < 0, the stage whatever its chunks: stage 0 /
   /// S-1, or stage 0 for both with use_zbv) holds the model's first / last slot.
   bool is_first_stage(int chunk = -1) const;

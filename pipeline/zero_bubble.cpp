@@ -2,10 +2,12 @@
 #include "pipeline/zero_bubble.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <string>
 
 #include "core/common/check.h"
 #include "core/dist/collectives.h"
@@ -180,7 +182,48 @@ void ZeroBubbleVSchedule::after_step(const std::vector<PassTime>& passes) {
     for (int k = 0; k < 3; ++k) sum[k] += theirs[k];
   }
   const double S = sm_.num_stages();
-  costs_ = ZeroBubbleCosts{sum[0] / S, sum[1] / S, sum[2] / S, 0.0};
+  costs_ = ZeroBubbleCosts{sum[0] / S, sum[1] / S, sum[2] / S, message_seconds()};
+}
+
+double ZeroBubbleVSchedule::message_seconds() const {
+  const int S = sm_.num_stages(), s = sm_.stage();
+  size_t bytes = last_step_stats().message_bytes;
+  for (const std::string& theirs : dist::all_gather_bytes(std::to_string(bytes), sm_.group()))
+    bytes = std::max(bytes, size_t(std::stoull(theirs)));
+  double mine = 0;  // half the median round trip to the next stage (0 on the last stage)
+  if (bytes > 0) {
+    Tensor buf = Tensor::zeros({int64_t(bytes)}, DType::u8);
+    constexpr int kRounds = 6;          // the first not timed
+    constexpr int kTag = 5 * 4096 + 1;  // beside the p2p's tags (kind x 4096 + ..., p2p.cpp)
+    // Pair (p, p + 1) after pair (p - 1, p) on every stage: no stage waits on one that waits.
+    for (int pair = std::max(0, s - 1); pair <= s && pair + 1 < S; ++pair) {
+      const bool lower = s == pair;
+      const int peer = sm_.rank_of_stage(lower ? pair + 1 : pair);
+      std::vector<double> trips;
+      for (int r = 0; r < kRounds; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (lower) {
+          dist::send(buf, peer, kTag, sm_.group());
+          dist::recv(buf, peer, kTag, sm_.group());
+        } else {
+          dist::recv(buf, peer, kTag, sm_.group());
+          dist::send(buf, peer, kTag, sm_.group());
+        }
+        if (r > 0) trips.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::nth_element(trips.begin(), trips.begin() + std::ptrdiff_t(trips.size() / 2), trips.end());
+      if (lower) mine = trips[trips.size() / 2] / 2;
+    }
+  }
+  // The pairs' mean, summed in stage order: the same double on every stage.
+  double sum = 0;
+  for (const std::string& theirs : dist::all_gather_bytes(std::string(reinterpret_cast<const char*>(&mine), sizeof mine),
+                                                          sm_.group())) {
+    double t;
+    std::memcpy(&t, theirs.data(), sizeof t);
+    sum += t;
+  }
+  return S > 1 ? sum / (S - 1) : 0.0;
 }
 
 }  // namespace booster::pipeline

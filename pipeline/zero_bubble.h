@@ -6,8 +6,9 @@
 // memory limit of micro-batch chunks are held), else a pending W, which so fills the time the
 // stage would wait; the Ws left run at the end. The costs are measured, not given: the first
 // step runs on equal costs and times every pass; the stages agree on the mean of their
-// medians, and the steps after it run the order simulated from those (recorded with the
-// optimizer's state, so a resumed run steps in the same order).
+// medians, and on a message's time (the step's largest forward message sent back and forth
+// between neighbouring stages after it); the steps after it run the order simulated from
+// those (recorded with the optimizer's state, so a resumed run steps in the same order).
 #pragma once
 
 #include <optional>
@@ -42,6 +43,8 @@ class ZeroBubbleVSchedule : public PipelineSchedule {
   void after_step(const std::vector<PassTime>& passes) override;
 
  private:
+  /// One message's seconds between neighbouring stages (a collective over the stages).
+  double message_seconds() const;
   std::optional<ZeroBubbleCosts> costs_;
 };
 
