@@ -155,12 +155,8 @@ std::vector<double> mean_weights(const std::vector<ShareOutput>& outs, const std
   return w;
 }
 
-}  // namespace
-
-int batch_shares(int64_t rows, int threads) { return int(std::max<int64_t>(1, std::min<int64_t>(threads, rows))); }
-
-std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, const std::vector<Tensor>& params,
-                                const std::function<ShareOutput(int share, const std::vector<Tensor>& args)>& forward) {
+// The batch's rows: every defined arg's dim 0, the same for all, at least one a share.
+int64_t batch_rows(const std::vector<Tensor>& args, int shares) {
   BOOSTER_CHECK(shares >= 1, "split_batch: ", shares, " shares");
   int64_t rows = -1;
   for (const Tensor& a : args) {
@@ -171,19 +167,23 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     rows = a.size(0);
   }
   BOOSTER_CHECK_T(ShapeError, rows >= shares, "split_batch: ", rows, " rows cannot make ", shares, " shares");
+  return rows;
+}
+
+// The shares' rows and inputs: each share's rows of every arg, as a leaf of its own (an arg's
+// gradient is joined from the shares' in the backward, so no share's graph reaches
+// another's), and the parameters that train.
+SplitBackward cut_into_shares(int shares, int64_t rows, const std::vector<Tensor>& args,
+                              const std::vector<Tensor>& params) {
   SplitBackward bw;
   bw.begin.resize(static_cast<size_t>(shares) + 1);
   for (int s = 0; s <= shares; ++s) bw.begin[size_t(s)] = rows * s / shares;
-  auto rows_of = [&](int s) { return bw.begin[size_t(s) + 1] - bw.begin[size_t(s)]; };
-
-  // Each share's inputs: its rows of every arg, as a leaf of its own (an arg's gradient is
-  // joined from the shares' in the backward, so no share's graph reaches another's).
   bw.share_args.resize(static_cast<size_t>(shares));
   for (int s = 0; s < shares; ++s)
     for (const Tensor& a : args) {
       Tensor part;
       if (a.defined()) {
-        part = a.detach().narrow(0, bw.begin[size_t(s)], rows_of(s));
+        part = a.detach().narrow(0, bw.begin[size_t(s)], bw.begin[size_t(s) + 1] - bw.begin[size_t(s)]);
         if (a.requires_grad()) part.requires_grad_(true);
       }
       bw.share_args[size_t(s)].push_back(part);
@@ -191,7 +191,55 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
   for (const Tensor& a : args) bw.arg_grad.push_back(a.defined() && a.requires_grad());
   for (const Tensor& p : params)
     if (p.defined() && p.requires_grad()) bw.trained.push_back(p);
+  return bw;
+}
 
+// Every share returned the outputs share 0 did, under the same merge rules.
+void check_share_outputs(const std::vector<ShareOutput>& outs) {
+  const ShareOutput& first = outs[0];
+  BOOSTER_CHECK(first.merge.size() == first.tensors.size(), "split_batch: ", first.tensors.size(), " outputs but ",
+                first.merge.size(), " merge rules");
+  for (size_t s = 1; s < outs.size(); ++s) {
+    const ShareOutput& o = outs[s];
+    BOOSTER_CHECK(o.tensors.size() == first.tensors.size() && o.merge == first.merge, "split_batch: share ", s,
+                  " returned other outputs than share 0");
+    for (size_t i = 0; i < o.tensors.size(); ++i)
+      BOOSTER_CHECK(o.tensors[i].defined() == first.tensors[i].defined(), "split_batch: output ", i,
+                    " is defined in one share and not in another");
+  }
+}
+
+// Output i of the shares combined (rows joined, or a mean by the shares' weights), without
+// history of its own.
+Tensor merged_output(const SplitBackward& bw, size_t i) {
+  const ShareOutput& first = bw.outs[0];
+  const int shares = int(bw.outs.size());
+  std::vector<Tensor> parts;
+  for (int s = 0; s < shares; ++s) {
+    const Tensor part = bw.outs[size_t(s)].tensors[i].detach();
+    const int64_t rows = bw.begin[size_t(s) + 1] - bw.begin[size_t(s)];
+    if (first.merge[i] == BatchMerge::concat)
+      BOOSTER_CHECK_T(ShapeError, part.dim() >= 1 && part.size(0) == rows, "split_batch: output ", i, " of share ", s,
+                      " is ", shape_str(part.shape()), ", not the share's ", rows, " rows");
+    else
+      BOOSTER_CHECK_T(ShapeError, part.shape() == first.tensors[i].shape(), "split_batch: output ", i,
+                      " has other shapes in different shares");
+    parts.push_back(part);
+  }
+  if (first.merge[i] == BatchMerge::concat) return concat(parts, 0);
+  Tensor sum = Tensor::zeros(parts[0].shape(), DType::f32);
+  for (int s = 0; s < shares; ++s)  // a share of weight 0 (no label counted: a NaN mean) is left out
+    if (bw.mean_weight[size_t(s)] > 0) kernels::add_(sum, weighted(parts[size_t(s)], bw.mean_weight[size_t(s)]));
+  return sum.to(parts[0].dtype());
+}
+
+}  // namespace
+
+int batch_shares(int64_t rows, int threads) { return int(std::max<int64_t>(1, std::min<int64_t>(threads, rows))); }
+
+std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, const std::vector<Tensor>& params,
+                                const std::function<ShareOutput(int share, const std::vector<Tensor>& args)>& forward) {
+  SplitBackward bw = cut_into_shares(shares, batch_rows(args, shares), args, params);
   // Each share draws (dropout) from a generator of its own, seeded from one draw of the
   // caller's: the same masks on every run of the same seed and share count, no two threads
   // advancing one generator.
@@ -202,50 +250,14 @@ std::vector<Tensor> split_batch(int shares, const std::vector<Tensor>& args, con
     DefaultGeneratorGuard own(g);
     bw.outs[size_t(s)] = forward(s, bw.share_args[size_t(s)]);
   });
-  const ShareOutput& first = bw.outs[0];
+  check_share_outputs(bw.outs);
   bw.mean_weight = mean_weights(bw.outs, bw.begin);
-  BOOSTER_CHECK(first.merge.size() == first.tensors.size(), "split_batch: ", first.tensors.size(), " outputs but ",
-                first.merge.size(), " merge rules");
-  for (int s = 1; s < shares; ++s) {
-    const ShareOutput& o = bw.outs[size_t(s)];
-    BOOSTER_CHECK(o.tensors.size() == first.tensors.size() && o.merge == first.merge, "split_batch: share ", s,
-                  " returned other outputs than share 0");
-    for (size_t i = 0; i < o.tensors.size(); ++i)
-      BOOSTER_CHECK(o.tensors[i].defined() == first.tensors[i].defined(), "split_batch: output ", i,
-                    " is defined in one share and not in another");
+  // The combined outputs; one node gives the defined ones a backward.
+  std::vector<Tensor> merged, recorded;
+  for (size_t i = 0; i < bw.outs[0].tensors.size(); ++i) {
+    merged.push_back(bw.outs[0].tensors[i].defined() ? merged_output(bw, i) : Tensor());
+    if (merged.back().defined()) recorded.push_back(merged.back());
   }
-
-  // The combined outputs, without history of their own; one node gives them a backward.
-  std::vector<Tensor> merged, recorded;  // recorded: the defined ones
-  for (size_t i = 0; i < first.tensors.size(); ++i) {
-    if (!first.tensors[i].defined()) {
-      merged.push_back(Tensor());
-      continue;
-    }
-    std::vector<Tensor> parts;
-    for (int s = 0; s < shares; ++s) {
-      const Tensor part = bw.outs[size_t(s)].tensors[i].detach();
-      if (first.merge[i] == BatchMerge::concat)
-        BOOSTER_CHECK_T(ShapeError, part.dim() >= 1 && part.size(0) == rows_of(s), "split_batch: output ", i,
-                        " of share ", s, " is ", shape_str(part.shape()), ", not the share's ", rows_of(s), " rows");
-      else
-        BOOSTER_CHECK_T(ShapeError, part.shape() == first.tensors[i].shape(), "split_batch: output ", i,
-                        " has other shapes in different shares");
-      parts.push_back(part);
-    }
-    Tensor m;
-    if (first.merge[i] == BatchMerge::concat) {
-      m = concat(parts, 0);
-    } else {
-      Tensor sum = Tensor::zeros(parts[0].shape(), DType::f32);
-      for (int s = 0; s < shares; ++s)  // a share of weight 0 (no label counted: a NaN mean) is left out
-        if (bw.mean_weight[size_t(s)] > 0) kernels::add_(sum, weighted(parts[size_t(s)], bw.mean_weight[size_t(s)]));
-      m = sum.to(parts[0].dtype());
-    }
-    merged.push_back(m);
-    recorded.push_back(m);
-  }
-
   std::vector<Tensor> inputs = bw.trained;
   inputs.insert(inputs.end(), args.begin(), args.end());
   autograd::record_multi("split_batch", inputs, recorded, std::move(bw));

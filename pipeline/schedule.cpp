@@ -166,8 +166,8 @@ class ChunkGradients {
     enter(0);
     NoGradGuard ng;
     for (size_t i = 0; i < params_.size(); ++i) {
-      Tensor g = params_[i].grad();
       if (!spare_[i].defined()) continue;
+      Tensor g = params_[i].grad();
       if (!g.defined()) params_[i].set_grad(spare_[i]);
       else kernels::add_(g, spare_[i]);
       spare_[i] = Tensor();

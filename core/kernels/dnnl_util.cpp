@@ -68,9 +68,14 @@ KeyBuilder& KeyBuilder::add(const Tensor& t) {
 }
 
 namespace {
+// Primitives by the threads oneDNN may use where they are made (some size their scratchpad's
+// per-thread parts by it: layer normalization's backward sums its weight gradient over
+// them), then by key. A batch share's thread (nn::split_batch) sets its own count to one and
+// gets primitives of its own: one made for the whole rank, run on such a thread, would sum
+// parts it never wrote.
 struct Cache {
   std::mutex mu;
-  std::unordered_map<std::string, CachedPrimitive> map;
+  std::unordered_map<int, std::unordered_map<std::string, CachedPrimitive>> by_threads;
 };
 Cache& cache() {
   static Cache* c = new Cache;
@@ -79,18 +84,14 @@ Cache& cache() {
 }  // namespace
 
 const CachedPrimitive& cached_primitive(
-    const std::string& key_in, const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make) {
-  // A primitive is made for the threads oneDNN may use where it is made, and some size their
-  // scratchpad's per-thread parts by it (layer normalization's backward sums its weight
-  // gradient over them). A batch share's thread (nn::split_batch) sets its own count to one
-  // and gets primitives of its own: one made for the whole rank, run on such a thread, would
-  // sum parts it never wrote.
-  const std::string key = key_in + "#threads=" + std::to_string(omp_get_max_threads());
+    const std::string& key, const std::function<std::pair<dnnl::primitive, dnnl::primitive_desc_base>()>& make) {
   Cache& c = cache();
+  const int threads = omp_get_max_threads();
   {
     std::lock_guard lock(c.mu);
-    auto it = c.map.find(key);
-    if (it != c.map.end()) return it->second;
+    auto& map = c.by_threads[threads];
+    auto it = map.find(key);
+    if (it != map.end()) return it->second;
   }
   CachedPrimitive entry;
   try {
@@ -105,12 +106,14 @@ const CachedPrimitive& cached_primitive(
     if (e.status != dnnl_unimplemented) BOOSTER_THROW(BackendError, "oneDNN: ", e.what());
   }
   std::lock_guard lock(c.mu);
-  return c.map.emplace(key, std::move(entry)).first->second;
+  return c.by_threads[threads].emplace(key, std::move(entry)).first->second;
 }
 
 size_t primitive_cache_size() {
   std::lock_guard lock(cache().mu);
-  return cache().map.size();
+  size_t n = 0;
+  for (auto& [threads, map] : cache().by_threads) n += map.size();
+  return n;
 }
 
 void reorder_into(const Tensor& src, const dnnl::memory::desc& dst_md, const std::string& dst_key, void* dst) {
